@@ -1,0 +1,33 @@
+"""functrain: a JAX-native functional optimizer library with optax's API and numbers.
+
+>>> import jax, jax.numpy as jnp, functrain
+>>> opt = functrain.chain(functrain.clip_by_global_norm(1.0), functrain.lamb(1e-3))
+>>> params = {'w': jnp.ones(3)}
+>>> state = opt.init(params)
+>>> grads = jax.grad(lambda p: jnp.sum(p['w'] ** 2))(params)
+>>> updates, state = opt.update(grads, state, params)
+>>> params = functrain.apply_updates(params, updates)
+"""
+
+from functrain import tree
+# Protocol, combinators and helpers.
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
+                                       apply_updates, chain, global_norm, identity,
+                                       safe_increment, stage_transform)
+from functrain.tree import MaskedNode
+# Building blocks.
+from functrain.transforms.moments import (ScaleByAdamState, ScaleByLionState,
+                                          ScaleByRmsState, ScaleByRmsWithCountState,
+                                          ScaleByRssState, ScaleByRStdDevState,
+                                          ScaleByRStdDevWithCountState, scale_by_adam,
+                                          scale_by_lion, scale_by_rms, scale_by_rss,
+                                          scale_by_stddev)
+from functrain.transforms.scaling import (ScaleByScheduleState, TraceState,
+                                          add_decayed_weights, clip, clip_by_global_norm,
+                                          scale, scale_by_learning_rate, scale_by_schedule,
+                                          scale_by_trust_ratio, trace)
+# Optimizers.
+from functrain.transforms.optimizers import (adagrad, adam, adamw, lamb, lars, lion,
+                                             rmsprop, sgd)
+
+__version__ = "0.1.0"

@@ -1,0 +1,504 @@
+"""One-shot weight updates with the signatures of Ivy's gradients API.
+
+These are the stateless update functions of the seed documents
+(``ivy.adam_step``, ``ivy.adam_update``, ``ivy.lamb_update``,
+``ivy.lars_update``, ``ivy.gradient_descent_update`` and
+``ivy.optimizer_update``), written JAX-natively.  They exist so that code
+ported from Ivy finds every function under the same name, with the same
+keyword names, defaults and numbers.  For new code, prefer the
+``GradientTransformation`` optimizers of ``functrain`` (``functrain.adam`` and
+friends), which carry their state for you.
+
+Every array argument may instead be a pytree (dict, list, tuple, NamedTuple or
+any registered pytree).  The function is then applied leaf by leaf: tree
+arguments must all have the same structure, and an argument that is a single
+array (or Python number) is applied to every leaf, as Ivy does with its
+``Container``.  Inside a leaf ordinary numpy broadcasting applies, so ``vw`` of
+shape ``(1,)`` works with ``dcdw`` of shape ``(3,)``.  Norms (in
+:func:`lamb_update` and :func:`lars_update`) are taken per leaf, never over
+the whole tree.  Integer inputs are promoted to the default float dtype.
+
+``step`` may be a Python number or an array, including a value traced under
+:func:`jax.jit`.  ``stop_gradients`` must be a Python ``bool`` (it selects
+the program, it is not data).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+from jax import tree_util
+
+__all__ = [
+    "adam_step",
+    "optimizer_update",
+    "gradient_descent_update",
+    "adam_update",
+    "lamb_update",
+    "lars_update",
+]
+
+#: An array, or a pytree whose leaves are arrays.
+ArrayTree = Any
+#: A Python number, an array, or a pytree of either.
+NumberOrTree = Union[float, int, jax.Array, Any]
+
+# Added to the denominators of the trust ratios (lamb_update, lars_update).
+_NORM_EPS = 1e-12
+
+
+# --------------------------------------------------------------------------
+# The tree helper: apply a per-leaf function to arguments that are trees or
+# single arrays.
+# --------------------------------------------------------------------------
+
+
+def _is_tree(x: Any) -> bool:
+    """True when ``x`` is a pytree node rather than a single leaf."""
+    return not tree_util.treedef_is_leaf(tree_util.tree_structure(x))
+
+
+def _describe_mismatch(
+    ref: Any, ref_name: str, other: Any, other_name: str
+) -> str:
+    """A message naming the key paths where two trees' structures differ."""
+    ref_paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(ref)[0]]
+    other_paths = [
+        tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(other)[0]
+    ]
+    missing = [p for p in ref_paths if p not in set(other_paths)]
+    extra = [p for p in other_paths if p not in set(ref_paths)]
+    parts = [f"`{other_name}` does not have the tree structure of `{ref_name}`"]
+    if missing:
+        parts.append(f"key path(s) missing from `{other_name}`: {', '.join(missing)}")
+    if extra:
+        parts.append(f"key path(s) only in `{other_name}`: {', '.join(extra)}")
+    if not missing and not extra:
+        parts.append(
+            "same key paths but different container types: "
+            f"{tree_util.tree_structure(ref)} vs {tree_util.tree_structure(other)}"
+        )
+    return "; ".join(parts)
+
+
+def _map_leaves(
+    fn: Callable[..., Any],
+    names: Sequence[str],
+    args: Sequence[Any],
+    num_outputs: int = 1,
+) -> Any:
+    """Apply the per-leaf function ``fn`` over the leaves of tree arguments.
+
+    Each of ``args`` is either a pytree or a single leaf (array or number).
+    All tree arguments must share one structure (checked before any array
+    math; a ValueError names the offending key paths); single leaves are
+    passed unchanged to every call.  ``fn`` returns one value, or a tuple of
+    ``num_outputs`` values, per leaf; the result is a tree (or a tuple of
+    trees) with the structure of the tree arguments.  Without tree arguments,
+    ``fn`` is called once on the arguments themselves.
+    """
+    tree_positions = [i for i, a in enumerate(args) if _is_tree(a)]
+    if not tree_positions:
+        return fn(*args)
+    ref_pos = tree_positions[0]
+    treedef = tree_util.tree_structure(args[ref_pos])
+    for i in tree_positions[1:]:
+        if tree_util.tree_structure(args[i]) != treedef:
+            raise ValueError(
+                _describe_mismatch(args[ref_pos], names[ref_pos], args[i], names[i])
+            )
+    columns = [
+        tree_util.tree_leaves(a) if i in tree_positions else None
+        for i, a in enumerate(args)
+    ]
+    results = []
+    for k in range(treedef.num_leaves):
+        leaf_args = [
+            col[k] if col is not None else args[i] for i, col in enumerate(columns)
+        ]
+        results.append(fn(*leaf_args))
+    if num_outputs == 1:
+        return tree_util.tree_unflatten(treedef, results)
+    return tuple(
+        tree_util.tree_unflatten(treedef, [r[j] for r in results])
+        for j in range(num_outputs)
+    )
+
+
+def _float(x: Any) -> jax.Array:
+    """``x`` as an array, integers and booleans promoted to the default float."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def _one_minus_power(beta: Any, step: jax.Array) -> jax.Array:
+    """``1 - beta**step``, accurate for ``beta`` close to 1.
+
+    For a Python-number ``beta`` in (0, 1] this is ``-expm1(step * log(beta))``
+    with the logarithm taken in double precision, which avoids the
+    cancellation of ``1 - beta**step`` in float32 (rounding 0.999 to float32
+    alone moves ``1 - 0.999**3`` by 1e-5 relative).  Array betas use the
+    formula as written.
+    """
+    if isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0 < beta <= 1:
+        return -jnp.expm1(step * math.log(beta))
+    return 1 - jnp.power(beta, step)
+
+
+def _norm(x: jax.Array) -> jax.Array:
+    """The Euclidean norm of all entries of one array."""
+    return jnp.sqrt(jnp.sum(jnp.square(x)))
+
+
+# --------------------------------------------------------------------------
+# Per-leaf math.
+# --------------------------------------------------------------------------
+
+
+def _adam_step_leaf(dcdw, mw, vw, step, beta1, beta2, epsilon):
+    dcdw, mw, vw, step = _float(dcdw), _float(mw), _float(vw), _float(step)
+    mw_new = beta1 * mw + (1 - beta1) * dcdw
+    vw_new = beta2 * vw + (1 - beta2) * jnp.square(dcdw)
+    alpha = jnp.sqrt(_one_minus_power(beta2, step)) / (
+        _one_minus_power(beta1, step) + epsilon
+    )
+    delta = alpha * mw_new / (jnp.sqrt(jnp.maximum(vw_new, 0.0)) + epsilon)
+    return delta, mw_new, vw_new
+
+
+def _optimizer_update_leaf(w, effective_grad, lr, stop_gradients):
+    w_new = _float(w) - _float(lr) * _float(effective_grad)
+    return jax.lax.stop_gradient(w_new) if stop_gradients else w_new
+
+
+def _lamb_leaf(w, effective_grad, lr, max_trust_ratio, decay_lambda, stop_gradients):
+    w = _float(w)
+    u = _float(effective_grad) + decay_lambda * w
+    ratio = jnp.minimum(_norm(w) / (_norm(u) + _NORM_EPS), max_trust_ratio)
+    return _optimizer_update_leaf(w, u, _float(lr) * ratio, stop_gradients)
+
+
+def _lars_leaf(w, dcdw, lr, decay_lambda, stop_gradients):
+    w, dcdw = _float(w), _float(dcdw)
+    w_norm = _norm(w)
+    local_lr = _float(lr) * w_norm / (_norm(dcdw) + decay_lambda * w_norm + _NORM_EPS)
+    return _optimizer_update_leaf(w, dcdw + decay_lambda * w, local_lr, stop_gradients)
+
+
+# --------------------------------------------------------------------------
+# Public functions.
+# --------------------------------------------------------------------------
+
+
+def adam_step(
+    dcdw: ArrayTree,
+    mw: ArrayTree,
+    vw: ArrayTree,
+    step: NumberOrTree,
+    *,
+    beta1: NumberOrTree = 0.9,
+    beta2: NumberOrTree = 0.999,
+    epsilon: NumberOrTree = 1e-7,
+) -> Tuple[ArrayTree, ArrayTree, ArrayTree]:
+    """The Adam step: the effective gradient and the new moment estimates.
+
+    With ``m = beta1*mw + (1-beta1)*dcdw`` and
+    ``v = beta2*vw + (1-beta2)*dcdw**2``, the step is
+    ``sqrt(1-beta2**step) / (1-beta1**step + epsilon) * m / (sqrt(max(v, 0)) + epsilon)``.
+    Unlike optax's ``scale_by_adam`` it is not negated and not scaled by a
+    learning rate; :func:`adam_update` does that.
+
+    Args:
+      dcdw: gradient of the cost with respect to the weights.
+      mw: running average of the gradients (first moment).
+      vw: running average of the squared gradients (second moment).
+      step: the training step, counted from 1; a number or an array (may be
+        traced under ``jax.jit``).
+      beta1: forgetting factor of the first moment.
+      beta2: forgetting factor of the second moment.
+      epsilon: added to both denominators, preventing division by zero.
+
+    Returns:
+      ``(delta, mw_new, vw_new)``, each with the structure of the tree
+      arguments (arrays if none is a tree).
+
+    Ivy's ``out=`` argument is not carried over: JAX arrays are immutable.
+
+    Example:
+
+    >>> import jax.numpy as jnp
+    >>> from functrain import seed_updates
+    >>> delta, mw, vw = seed_updates.adam_step(
+    ...     jnp.array([1, 2, 3]), jnp.ones(3), jnp.ones(1), jnp.array(3))
+    >>> print(delta)
+    [0.20201 0.22188 0.24145]
+    >>> print(mw)
+    [1.  1.1 1.2]
+    >>> print(vw)
+    [1.    1.003 1.008]
+    """
+    return _map_leaves(
+        _adam_step_leaf,
+        ("dcdw", "mw", "vw", "step", "beta1", "beta2", "epsilon"),
+        (dcdw, mw, vw, step, beta1, beta2, epsilon),
+        num_outputs=3,
+    )
+
+
+def optimizer_update(
+    w: ArrayTree,
+    effective_grad: ArrayTree,
+    lr: NumberOrTree,
+    *,
+    stop_gradients: bool = True,
+) -> ArrayTree:
+    """New weights ``w - lr * effective_grad``.
+
+    Args:
+      w: the weights.
+      effective_grad: the (true or effective) gradient of the cost.
+      lr: the learning rate: a number, or an array broadcasting against each
+        leaf of ``w`` (e.g. one rate per column), or a tree of those.
+      stop_gradients: if True, the new weights are gradient-stopped, so that
+        nothing flows back through them; pass False to differentiate through
+        the update (meta-learning, second-order use).
+
+    Returns:
+      The new weights, with the structure of the tree arguments.
+
+    Ivy's ``out=`` argument is not carried over: JAX arrays are immutable.
+
+    Example:
+
+    >>> import jax.numpy as jnp
+    >>> from functrain import seed_updates
+    >>> w = {'a': jnp.array([[1., 2.], [4., 5.]]), 'b': jnp.array([1., 1.])}
+    >>> new = seed_updates.optimizer_update(
+    ...     w, jnp.array([1., 10.]), jnp.array([0.1, 0.01]))
+    >>> print(new['a'])
+    [[0.9 1.9]
+     [3.9 4.9]]
+    >>> print(new['b'])
+    [0.9 0.9]
+    """
+    return _map_leaves(
+        lambda w_, g_, lr_: _optimizer_update_leaf(w_, g_, lr_, stop_gradients),
+        ("w", "effective_grad", "lr"),
+        (w, effective_grad, lr),
+    )
+
+
+def gradient_descent_update(
+    w: ArrayTree,
+    dcdw: ArrayTree,
+    lr: NumberOrTree,
+    *,
+    stop_gradients: bool = True,
+) -> ArrayTree:
+    """Plain gradient descent: ``w - lr * dcdw``.
+
+    The same as :func:`optimizer_update` with the gradient ``dcdw``.
+
+    Args:
+      w: the weights.
+      dcdw: gradient of the cost with respect to the weights.
+      lr: the learning rate (number, array broadcasting against each leaf, or
+        tree).
+      stop_gradients: if True, the new weights are gradient-stopped.
+
+    Returns:
+      The new weights.
+
+    Example:
+
+    >>> import jax.numpy as jnp
+    >>> from functrain import seed_updates
+    >>> w = [jnp.array([1., 2., 3.]), (jnp.array(4.),)]
+    >>> new = seed_updates.gradient_descent_update(w, jnp.array(1.), 0.5)
+    >>> print(new[0], new[1][0])
+    [0.5 1.5 2.5] 3.5
+    """
+    return optimizer_update(w, dcdw, lr, stop_gradients=stop_gradients)
+
+
+def adam_update(
+    w: ArrayTree,
+    dcdw: ArrayTree,
+    lr: NumberOrTree,
+    mw_tm1: ArrayTree,
+    vw_tm1: ArrayTree,
+    step: NumberOrTree,
+    *,
+    beta1: NumberOrTree = 0.9,
+    beta2: NumberOrTree = 0.999,
+    epsilon: NumberOrTree = 1e-7,
+    stop_gradients: bool = True,
+) -> Tuple[ArrayTree, ArrayTree, ArrayTree]:
+    """One Adam update: :func:`adam_step`, then :func:`optimizer_update`.
+
+    Args:
+      w: the weights.
+      dcdw: gradient of the cost with respect to the weights.
+      lr: the learning rate (number, array broadcasting against each leaf, or
+        tree).
+      mw_tm1: first moment from the previous step.
+      vw_tm1: second moment from the previous step.
+      step: the training step, counted from 1 (number or array, may be traced).
+      beta1: forgetting factor of the first moment.
+      beta2: forgetting factor of the second moment.
+      epsilon: added to both denominators of :func:`adam_step`.
+      stop_gradients: if True, the new weights are gradient-stopped (the
+        moments are returned as computed).
+
+    Returns:
+      ``(w_new, mw, vw)``.  The moments have the structure of
+      ``(dcdw, mw_tm1, vw_tm1, step)``'s tree arguments and ``w_new`` that of
+      ``w``: with a tree ``w`` and single-array gradients, the moments stay
+      single arrays, as in Ivy.
+
+    Example:
+
+    >>> import jax.numpy as jnp
+    >>> from functrain import seed_updates
+    >>> w_new, mw, vw = seed_updates.adam_update(
+    ...     jnp.array([1., 2., 3.]), jnp.array([0.5, 0.2, 0.1]), 0.1,
+    ...     jnp.zeros(3), jnp.zeros(1), 1)
+    >>> print(w_new)
+    [0.90000075 1.9000016  2.9000032 ]
+    >>> print(mw)
+    [0.05 0.02 0.01]
+    """
+    delta, mw, vw = adam_step(
+        dcdw, mw_tm1, vw_tm1, step, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
+    w_new = optimizer_update(w, delta, lr, stop_gradients=stop_gradients)
+    return w_new, mw, vw
+
+
+def lamb_update(
+    w: ArrayTree,
+    dcdw: ArrayTree,
+    lr: NumberOrTree,
+    mw_tm1: ArrayTree,
+    vw_tm1: ArrayTree,
+    step: NumberOrTree,
+    *,
+    beta1: NumberOrTree = 0.9,
+    beta2: NumberOrTree = 0.999,
+    epsilon: NumberOrTree = 1e-7,
+    max_trust_ratio: NumberOrTree = 10,
+    decay_lambda: NumberOrTree = 0,
+    stop_gradients: bool = True,
+) -> Tuple[ArrayTree, ArrayTree, ArrayTree]:
+    """One LAMB update (You et al., 2019, "Large Batch Optimization for Deep
+    Learning: Training BERT in 76 minutes").
+
+    Per leaf: ``eff`` is the :func:`adam_step` delta,
+    ``u = eff + decay_lambda * w``,
+    ``r = min(||w|| / (||u|| + 1e-12), max_trust_ratio)`` and
+    ``w_new = w - lr * r * u``.  Norms are per leaf (per layer).
+
+    With ``decay_lambda=0`` (the default) this gives Ivy's numbers.  With
+    weight decay it follows the LAMB paper, and so departs from Ivy: Ivy
+    includes the decay term in the norm of the trust ratio but then applies
+    ``lr * r * eff``, leaving the decay out of the step itself; functrain
+    applies ``lr * r * (eff + decay_lambda * w)``.
+
+    Args:
+      w: the weights.
+      dcdw: gradient of the cost with respect to the weights.
+      lr: the learning rate (number, array broadcasting against each leaf, or
+        tree).
+      mw_tm1: first moment from the previous step.
+      vw_tm1: second moment from the previous step.
+      step: the training step, counted from 1 (number or array, may be traced).
+      beta1: forgetting factor of the first moment.
+      beta2: forgetting factor of the second moment.
+      epsilon: added to both denominators of :func:`adam_step`.
+      max_trust_ratio: upper bound of the trust ratio ``r``.
+      decay_lambda: decoupled weight-decay factor.
+      stop_gradients: if True, the new weights are gradient-stopped.
+
+    Returns:
+      ``(w_new, mw, vw)``, structured as in :func:`adam_update`.
+
+    Example:
+
+    >>> import jax.numpy as jnp
+    >>> from functrain import seed_updates
+    >>> w_new, mw, vw = seed_updates.lamb_update(
+    ...     jnp.array([1., 2., 3.]), jnp.array([0.5, 0.2, 0.1]), 0.1,
+    ...     jnp.zeros(3), jnp.zeros(1), 1)
+    >>> print(w_new)
+    [0.784 1.784 2.784]
+    >>> w_new, _, _ = seed_updates.lamb_update(
+    ...     jnp.array([3., 4.]), jnp.array([1., 1.]), 0.1,
+    ...     jnp.zeros(2), jnp.zeros(2), 1, decay_lambda=0.5)
+    >>> print(w_new)
+    [2.67991 3.61589]
+    """
+    delta, mw, vw = adam_step(
+        dcdw, mw_tm1, vw_tm1, step, beta1=beta1, beta2=beta2, epsilon=epsilon
+    )
+    w_new = _map_leaves(
+        lambda w_, d_, lr_, mtr_, dl_: _lamb_leaf(w_, d_, lr_, mtr_, dl_, stop_gradients),
+        ("w", "adam_step delta", "lr", "max_trust_ratio", "decay_lambda"),
+        (w, delta, lr, max_trust_ratio, decay_lambda),
+    )
+    return w_new, mw, vw
+
+
+def lars_update(
+    w: ArrayTree,
+    dcdw: ArrayTree,
+    lr: NumberOrTree,
+    *,
+    decay_lambda: NumberOrTree = 0,
+    stop_gradients: bool = True,
+) -> ArrayTree:
+    """One LARS update (You et al., 2017, "Large Batch Training of
+    Convolutional Networks").
+
+    Per leaf:
+    ``local_lr = lr * ||w|| / (||dcdw|| + decay_lambda * ||w|| + 1e-12)`` and
+    ``w_new = w - local_lr * (dcdw + decay_lambda * w)``.  Norms are per leaf
+    (per layer).
+
+    With ``decay_lambda=0`` (the default) this gives Ivy's numbers.  With
+    weight decay it follows the LARS paper, and so departs from Ivy: Ivy
+    divides the local rate by ``||w|| * decay_lambda`` and steps along
+    ``dcdw`` alone; functrain puts ``decay_lambda * ||w||`` in the
+    denominator's sum and steps along ``dcdw + decay_lambda * w``.
+
+    Args:
+      w: the weights.
+      dcdw: gradient of the cost with respect to the weights.
+      lr: the global learning rate (number, array, or tree).
+      decay_lambda: weight-decay factor.
+      stop_gradients: if True, the new weights are gradient-stopped.
+
+    Returns:
+      The new weights.
+
+    Example:
+
+    >>> import jax.numpy as jnp
+    >>> from functrain import seed_updates
+    >>> w = {'a': jnp.array([3., 4.]), 'b': jnp.array([0., 1.])}
+    >>> new = seed_updates.lars_update(w, {'a': jnp.array([0., 2.]),
+    ...                                    'b': jnp.array([1., 0.])}, 0.1)
+    >>> print(new['a'])
+    [3.  3.5]
+    >>> print(new['b'])
+    [-0.1  1. ]
+    """
+    return _map_leaves(
+        lambda w_, g_, lr_, dl_: _lars_leaf(w_, g_, lr_, dl_, stop_gradients),
+        ("w", "dcdw", "lr", "decay_lambda"),
+        (w, dcdw, lr, decay_lambda),
+    )

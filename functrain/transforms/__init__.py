@@ -1,0 +1,1 @@
+"""Gradient transformations: the protocol, building blocks and optimizers."""

@@ -1,0 +1,420 @@
+"""Pytree math and the tree engine every functrain optimizer runs on.
+
+Two halves live here:
+
+* **Public tree math** (``functrain.tree.add``, ``scale``, ``vdot``, ``norm``,
+  ``zeros_like``, ``cast``, ...): small functions over whole pytrees, the same
+  ones the library uses internally.
+* **The engine** (``check_structure``, ``check_shapes``, ``flatten_like``,
+  ``compute_dtype``): structure and shape checks that name the offending leaf's
+  key path, and the dtype policy. The fused per-leaf update itself lives in
+  :mod:`functrain.transforms.base`, which calls these checks before any array
+  math.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+Array = jax.Array
+
+__all__ = [
+    "add", "sub", "mul", "scale", "add_scaled", "vdot", "sum", "norm",
+    "zeros_like", "ones_like", "full_like", "cast", "where", "map", "leaves",
+    "key_paths", "check_structure", "check_shapes", "MaskedNode",
+]
+
+
+class MaskedNode(tuple):
+    """Placeholder for a leaf that a mask left out: an empty pytree node.
+
+    It has no children, so masked-out leaves hold no state and no buffers.
+
+    >>> import jax
+    >>> jax.tree_util.tree_leaves({'a': MaskedNode(), 'b': 1.0})
+    [1.0]
+    """
+
+    __slots__ = ()
+
+    def __new__(cls) -> "MaskedNode":
+        return super().__new__(cls, ())
+
+    def __repr__(self) -> str:
+        return "MaskedNode()"
+
+
+jax.tree_util.register_pytree_node(
+    MaskedNode, lambda _: ((), None), lambda _aux, _children: MaskedNode())
+
+
+def _is_placeholder(x: Any) -> bool:
+    return x is None or isinstance(x, MaskedNode)
+
+
+# --------------------------------------------------------------------------
+# Public tree math
+# --------------------------------------------------------------------------
+
+def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree) -> PyTree:  # noqa: A001
+    """``fn`` applied leaf by leaf, with a path-naming error on mismatched trees.
+
+    >>> import jax.numpy as jnp
+    >>> map(lambda x, y: x * y, {'a': jnp.array(2.)}, {'a': jnp.array(3.)})
+    {'a': Array(6., dtype=float32)}
+    """
+    for i, other in enumerate(rest):
+        check_structure(tree, other, f"tree argument {i + 2}", "the first tree")
+    return jax.tree_util.tree_map(fn, tree, *rest)
+
+
+def add(x: PyTree, y: PyTree) -> PyTree:
+    """Leafwise ``x + y``.
+
+    >>> import jax.numpy as jnp
+    >>> add({'w': jnp.array([1., 2.])}, {'w': jnp.array([3., 4.])})
+    {'w': Array([4., 6.], dtype=float32)}
+    """
+    return map(jnp.add, x, y)
+
+
+def sub(x: PyTree, y: PyTree) -> PyTree:
+    """Leafwise ``x - y``.
+
+    >>> import jax.numpy as jnp
+    >>> sub([jnp.array(3.)], [jnp.array(1.)])
+    [Array(2., dtype=float32)]
+    """
+    return map(jnp.subtract, x, y)
+
+
+def mul(x: PyTree, y: PyTree) -> PyTree:
+    """Leafwise ``x * y``.
+
+    >>> import jax.numpy as jnp
+    >>> mul([jnp.array(3.)], [jnp.array(2.)])
+    [Array(6., dtype=float32)]
+    """
+    return map(jnp.multiply, x, y)
+
+
+def scale(s: Any, tree: PyTree) -> PyTree:
+    """Every leaf multiplied by the scalar ``s`` (leaf dtypes are kept).
+
+    >>> import jax.numpy as jnp
+    >>> scale(0.5, {'w': jnp.array([2., 4.])})
+    {'w': Array([1., 2.], dtype=float32)}
+    """
+    return jax.tree_util.tree_map(
+        lambda x: (jnp.asarray(s, _promote_float(x.dtype)) * x).astype(x.dtype), tree)
+
+
+def add_scaled(x: PyTree, s: Any, y: PyTree) -> PyTree:
+    """Leafwise ``x + s * y``.
+
+    >>> import jax.numpy as jnp
+    >>> add_scaled([jnp.array(1.)], 2., [jnp.array(3.)])
+    [Array(7., dtype=float32)]
+    """
+    return map(lambda a, b: (a + s * b).astype(a.dtype), x, y)
+
+
+def vdot(x: PyTree, y: PyTree) -> Array:
+    """The inner product of two trees: the sum over leaves of ``vdot(x, y)``.
+
+    >>> import jax.numpy as jnp
+    >>> vdot({'a': jnp.array([1., 2.])}, {'a': jnp.array([3., 4.])})
+    Array(11., dtype=float32)
+    """
+    parts = jax.tree_util.tree_leaves(
+        map(lambda a, b: jnp.vdot(a.ravel(), b.ravel()), x, y))
+    return _total(parts)
+
+
+def sum(tree: PyTree) -> Array:  # noqa: A001
+    """The sum of all entries of all leaves.
+
+    >>> import jax.numpy as jnp
+    >>> sum({'a': jnp.array([1., 2.]), 'b': jnp.array(3.)})
+    Array(6., dtype=float32)
+    """
+    return _total([jnp.sum(x) for x in jax.tree_util.tree_leaves(tree)])
+
+
+def norm(tree: PyTree, squared: bool = False) -> Array:
+    """The L2 norm of a whole tree, as if all leaves were one flat vector.
+
+    >>> import jax.numpy as jnp
+    >>> norm({'a': jnp.array([3.]), 'b': jnp.array([4.])})
+    Array(5., dtype=float32)
+    """
+    leaves = jax.tree_util.tree_leaves(tree)
+    sq = _total([jnp.sum(jnp.square(jnp.abs(x).astype(_promote_float(x.dtype))))
+                 for x in leaves])
+    return sq if squared else jnp.sqrt(sq)
+
+
+def zeros_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
+    """A tree of zeros shaped like ``tree`` (in ``dtype`` if given).
+
+    Sharded leaves keep their sharding: the zeros are placed like the input.
+
+    >>> import jax.numpy as jnp
+    >>> zeros_like({'w': jnp.ones(2)})
+    {'w': Array([0., 0.], dtype=float32)}
+    """
+    return full_like(tree, 0, dtype)
+
+
+def ones_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
+    """A tree of ones shaped like ``tree``.
+
+    >>> import jax.numpy as jnp
+    >>> ones_like([jnp.zeros(2)], dtype=jnp.int32)
+    [Array([1, 1], dtype=int32)]
+    """
+    return full_like(tree, 1, dtype)
+
+
+def full_like(tree: PyTree, fill_value: Any, dtype: Optional[Any] = None) -> PyTree:
+    """A tree shaped like ``tree`` filled with ``fill_value``.
+
+    >>> import jax.numpy as jnp
+    >>> full_like({'w': jnp.zeros(2)}, 0.5)
+    {'w': Array([0.5, 0.5], dtype=float32)}
+    """
+    return jax.tree_util.tree_map(lambda x: _full_like_leaf(x, fill_value, dtype), tree)
+
+
+def _full_like_leaf(x: Any, fill_value: Any, dtype: Optional[Any]) -> Array:
+    sharding = getattr(x, "sharding", None)
+    out_dtype = dtype if dtype is not None else x.dtype
+    if isinstance(x, jax.core.Tracer) or sharding is None or isinstance(x, jax.ShapeDtypeStruct):
+        return jnp.full(jnp.shape(x), fill_value, out_dtype)
+    return jnp.full(x.shape, fill_value, out_dtype, device=sharding)
+
+
+def cast(tree: PyTree, dtype: Optional[Any]) -> PyTree:
+    """Every floating leaf cast to ``dtype`` (``None`` leaves the tree unchanged).
+
+    >>> import jax.numpy as jnp
+    >>> cast({'w': jnp.ones(1)}, jnp.bfloat16)
+    {'w': Array([1], dtype=bfloat16)}
+    """
+    if dtype is None:
+        return tree
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def where(condition: Any, x: PyTree, y: PyTree) -> PyTree:
+    """Leafwise ``jnp.where(condition, x, y)`` with a scalar ``condition``.
+
+    >>> import jax.numpy as jnp
+    >>> where(jnp.array(False), [jnp.array(1.)], [jnp.array(2.)])
+    [Array(2., dtype=float32)]
+    """
+    return map(lambda a, b: jnp.where(condition, a, b), x, y)
+
+
+def leaves(tree: PyTree) -> list:
+    """The leaves of ``tree`` (``MaskedNode`` and ``None`` placeholders dropped).
+
+    >>> leaves({'a': 1, 'b': [2, None]})
+    [1, 2]
+    """
+    return jax.tree_util.tree_leaves(tree)
+
+
+def _total(parts: Sequence[Array]) -> Array:
+    if not parts:
+        return jnp.zeros((), jnp.float32)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
+
+
+def _promote_float(dtype: Any) -> Any:
+    """float32 for low-precision and integer dtypes, else the dtype itself."""
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize >= 4:
+        return dtype
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return dtype
+    return jnp.dtype(jnp.float32)
+
+
+def compute_dtype(dtype: Any) -> Any:
+    """The dtype per-leaf math runs in: float32 for 16-bit floats, else unchanged.
+
+    Running float16/bfloat16 math in float32 keeps ``eps`` from underflowing
+    (optax's adam gives NaN for float16 zero gradients); results are cast back.
+
+    >>> import jax.numpy as jnp
+    >>> compute_dtype(jnp.float16)
+    dtype('float32')
+    """
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
+        return jnp.dtype(jnp.float32)
+    return dtype
+
+
+# --------------------------------------------------------------------------
+# Structure and shape checks with key paths
+# --------------------------------------------------------------------------
+
+def key_paths(tree: PyTree) -> list[str]:
+    """Key paths of the leaves of ``tree`` (placeholders included), as strings.
+
+    >>> key_paths({'decoder': {'w': 1, 'b': 2}})
+    ["['decoder']['b']", "['decoder']['w']"]
+    """
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_placeholder)
+    return [jax.tree_util.keystr(p) for p, _ in flat]
+
+
+def _node_description(tree: PyTree) -> dict[str, str]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_placeholder)
+    return {jax.tree_util.keystr(p): type(x).__name__ for p, x in flat}
+
+
+def check_structure(reference: PyTree, other: PyTree, other_name: str,
+                    reference_name: str, *, prefix: bool = False) -> None:
+    """Raise a ``ValueError`` naming the key paths where two trees differ.
+
+    With ``prefix=True``, ``reference`` only has to be a prefix of ``other``.
+
+    >>> check_structure({'w': 1}, {'w': 2, 'b': 3}, 'grads', 'params')
+    Traceback (most recent call last):
+    ...
+    ValueError: grads and params have different tree structures: ['b'] in grads is missing from params.
+    """
+    ref_def = jax.tree_util.tree_structure(reference, is_leaf=_is_placeholder)
+    other_def = jax.tree_util.tree_structure(other, is_leaf=_is_placeholder)
+    if ref_def == other_def:
+        return
+    if prefix:
+        try:
+            ref_def.flatten_up_to(other)
+            return
+        except (ValueError, TypeError):
+            pass
+    ref_paths, other_paths = key_paths(reference), key_paths(other)
+    ref_set, other_set = set(ref_paths), set(other_paths)
+    problems = []
+    extra = [p for p in other_paths if p not in ref_set]
+    missing = [p for p in ref_paths if p not in other_set]
+    if extra:
+        problems.append(f"{_fmt_paths(extra)} in {other_name} "
+                        f"{'is' if len(extra) == 1 else 'are'} missing from {reference_name}")
+    if missing:
+        problems.append(f"{_fmt_paths(missing)} in {reference_name} "
+                        f"{'is' if len(missing) == 1 else 'are'} missing from {other_name}")
+    if not problems:
+        ref_nodes, other_nodes = _node_description(reference), _node_description(other)
+        diffs = [p for p in ref_paths if ref_nodes[p] != other_nodes.get(p)]
+        if diffs:
+            p = diffs[0]
+            problems.append(f"at {p or 'the root'} {reference_name} has {ref_nodes[p]} but "
+                            f"{other_name} has {other_nodes.get(p)}")
+        else:
+            problems.append(f"the container types differ ({reference_name}: {ref_def}; "
+                            f"{other_name}: {other_def})")
+    raise ValueError(f"{other_name} and {reference_name} have different tree structures: "
+                     + "; ".join(problems) + ".")
+
+
+def _fmt_paths(paths: Sequence[str], limit: int = 6) -> str:
+    shown = [p or "<root>" for p in paths[:limit]]
+    more = f" (and {len(paths) - limit} more)" if len(paths) > limit else ""
+    return ", ".join(shown) + more
+
+
+def check_shapes(paths: Sequence[str], reference: Sequence[Any], other: Sequence[Any],
+                 other_name: str, reference_name: str) -> None:
+    """Raise a ``ValueError`` naming the first leaf whose shapes differ.
+
+    >>> import jax.numpy as jnp
+    >>> check_shapes(["['w']"], [jnp.zeros(2)], [jnp.zeros(3)], 'grads', 'params')
+    Traceback (most recent call last):
+    ...
+    ValueError: grads leaf ['w'] has shape (3,) but params has shape (2,) there.
+    """
+    for path, a, b in zip(paths, reference, other):
+        if _is_placeholder(a) or _is_placeholder(b):
+            continue
+        sa, sb = np.shape(a), np.shape(b)
+        if sa != sb:
+            raise ValueError(f"{other_name} leaf {path or '<root>'} has shape {sb} but "
+                             f"{reference_name} has shape {sa} there.")
+
+
+def flatten_with_paths(tree: PyTree) -> tuple[list[str], list[Any], Any]:
+    """(key path strings, leaves, treedef) of ``tree``.
+
+    >>> flatten_with_paths({'a': 1})[:2]
+    (["['a']"], [1])
+    """
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return [jax.tree_util.keystr(p) for p, _ in flat], [x for _, x in flat], treedef
+
+
+def flatten_like(treedef: Any, tree: PyTree, tree_name: str, reference: PyTree,
+                 reference_name: str) -> list[Any]:
+    """Flatten ``tree`` up to ``treedef`` (placeholders kept), or raise naming paths.
+
+    >>> import jax
+    >>> td = jax.tree_util.tree_structure({'a': 0, 'b': 0})
+    >>> flatten_like(td, {'a': MaskedNode(), 'b': 2.}, 'state', {'a': 0, 'b': 0}, 'params')
+    [MaskedNode(), 2.0]
+    """
+    try:
+        return treedef.flatten_up_to(tree)
+    except (ValueError, TypeError):
+        check_structure(reference, tree, tree_name, reference_name)
+        raise
+
+
+def resolve_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
+    """Per-leaf Python bools from a mask tree, a prefix of ``tree``, or a function.
+
+    >>> resolve_mask({'w': True, 'b': False}, {'w': 1., 'b': 2.}, 'masked')
+    [False, True]
+    """
+    if mask is None:
+        return [True] * len(jax.tree_util.tree_leaves(tree, is_leaf=_is_placeholder))
+    if callable(mask):
+        mask = mask(tree)
+    if isinstance(mask, (bool, np.bool_)):
+        return [bool(mask)] * len(jax.tree_util.tree_leaves(tree, is_leaf=_is_placeholder))
+    treedef = jax.tree_util.tree_structure(tree, is_leaf=_is_placeholder)
+    try:
+        # The mask may be a prefix: broadcast each mask leaf over its subtree.
+        expanded = treedef.flatten_up_to(
+            jax.tree_util.tree_map(lambda m, sub: jax.tree_util.tree_map(
+                lambda _: m, sub, is_leaf=_is_placeholder), mask, _prefix_view(mask, tree)))
+    except (ValueError, TypeError):
+        check_structure(mask, tree, "params", f"the mask of {wrapper}", prefix=True)
+        raise ValueError(f"the mask of {wrapper} does not fit the params tree "
+                         f"(mask: {jax.tree_util.tree_structure(mask)}; "
+                         f"params: {treedef}).") from None
+    out = []
+    for path, m in zip(key_paths(tree), expanded):
+        if isinstance(m, jax.core.Tracer) or (hasattr(m, "shape") and np.shape(m) != ()):
+            raise TypeError(f"the mask of {wrapper} must hold Python bools; at {path} it "
+                            f"holds {type(m).__name__} {np.shape(m)}")
+        out.append(bool(m))
+    return out
+
+
+def _prefix_view(prefix: PyTree, tree: PyTree) -> PyTree:
+    """``tree`` cut into subtrees, one per leaf of ``prefix``."""
+    prefix_def = jax.tree_util.tree_structure(prefix)
+    return prefix_def.unflatten(prefix_def.flatten_up_to(tree))
