@@ -162,7 +162,7 @@ def piecewise_constant_schedule(
     1.0 0.5 0.25
   """
   steps = sorted((boundaries_and_scales or {}).items())
-  bad = [scale for _, scale in steps if not scale >= 0.0]
+  bad = [scale for _, scale in steps if scale < 0.0]
   if bad:
     raise ValueError('piecewise_constant_schedule expects non-negative scale '
                      f'factors in boundaries_and_scales, got {bad}.')
@@ -260,7 +260,7 @@ def cosine_decay_schedule(
     >>> print(float(sched(0)), float(sched(5)), float(sched(30)))
     1.0 0.55 0.1
   """
-  if decay_steps < 0:
+  if not decay_steps > 0:
     raise ValueError('cosine_decay_schedule requires a positive decay_steps, '
                      f'got decay_steps={decay_steps!r}.')
   decay_steps = _int_to_float(decay_steps)
