@@ -1,14 +1,11 @@
 """Schedules: functions of the step count that anneal a hyper-parameter.
 
-Every constructor here has the name, arguments, defaults and numbers of the
-schedule of the same name in optax 0.2.8. A schedule takes a step count (a
-Python int, or an integer or float array, traced under ``jax.jit`` included)
-and returns a scalar.
-
-Where optax quietly turns an argument into something else (a non-positive
-``transition_steps`` gives a constant schedule, a negative ``transition_begin``
-becomes 0), an INFO message is logged through absl, as optax does; where optax
-raises, a ``ValueError`` naming the argument is raised.
+Names, arguments, defaults and numbers are those of optax 0.2.8's schedules.
+Each constructor returns a ``Schedule``: a function that maps a step count
+(Python int or array, traced under ``jax.jit`` too) to a scalar. Where optax
+silently replaces an argument (non-positive ``transition_steps``, negative
+``transition_begin``) an absl INFO message is logged, as in optax; where optax
+raises, a ``ValueError`` names the argument.
 """
 
 from typing import Callable, Optional, Sequence
@@ -47,9 +44,6 @@ def constant_schedule(value: ArrayLike) -> Schedule:
   Args:
     value: the value held throughout.
 
-  Returns:
-    A function that maps step counts to values.
-
   Example:
     >>> sched = constant_schedule(0.1)
     >>> print(sched(0), sched(10**6))
@@ -84,9 +78,6 @@ def polynomial_schedule(
     transition_begin: steps during which ``init_value`` is held before the
       transition starts; a negative value is taken as 0.
 
-  Returns:
-    A function that maps step counts to values.
-
   Example:
     >>> sched = polynomial_schedule(1.0, 0.0, power=2, transition_steps=10)
     >>> print(float(sched(0)), float(sched(5)), float(sched(20)))
@@ -113,18 +104,7 @@ def linear_schedule(
 ) -> Schedule:
   """Linear transition from ``init_value`` to ``end_value``.
 
-  The same as :func:`polynomial_schedule` with ``power=1``.
-
-  Args:
-    init_value: value before and at the start of the transition.
-    end_value: value at and after the end of the transition.
-    transition_steps: length of the transition. If ``<= 0`` the schedule is
-      the constant ``init_value``.
-    transition_begin: steps during which ``init_value`` is held before the
-      transition starts; a negative value is taken as 0.
-
-  Returns:
-    A function that maps step counts to values.
+  :func:`polynomial_schedule` with ``power=1``; see it for the arguments.
 
   Example:
     >>> sched = linear_schedule(1.0, 0.5, transition_steps=10,
@@ -150,9 +130,6 @@ def piecewise_constant_schedule(
     boundaries_and_scales: ``{boundary_step: scale}``; scales must be
       non-negative.
 
-  Returns:
-    A function that maps step counts to values.
-
   Raises:
     ValueError: if a scale is negative (or NaN).
 
@@ -162,7 +139,7 @@ def piecewise_constant_schedule(
     1.0 0.5 0.25
   """
   steps = sorted((boundaries_and_scales or {}).items())
-  bad = [scale for _, scale in steps if scale < 0.0]
+  bad = [scale for _, scale in steps if not scale >= 0.0]
   if bad:
     raise ValueError('piecewise_constant_schedule expects non-negative scale '
                      f'factors in boundaries_and_scales, got {bad}.')
@@ -201,9 +178,6 @@ def exponential_decay(
       decay starts; a negative value is taken as 0.
     staircase: if True, decay at discrete intervals of ``transition_steps``.
     end_value: optional bound on the value (see above).
-
-  Returns:
-    A function that maps step counts to values.
 
   Example:
     >>> sched = exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
@@ -249,9 +223,6 @@ def cosine_decay_schedule(
     alpha: the final value as a fraction of ``init_value``.
     exponent: the power applied to ``c``.
 
-  Returns:
-    A function that maps step counts to values.
-
   Raises:
     ValueError: if ``decay_steps <= 0``.
 
@@ -285,9 +256,6 @@ def join_schedules(schedules: Sequence[Schedule],
     schedules: the schedules, in order.
     boundaries: the steps at which to move to the next schedule.
 
-  Returns:
-    A function that maps step counts to values.
-
   Example:
     >>> sched = join_schedules(
     ...     [constant_schedule(1.0), linear_schedule(1.0, 0.0, 10)], [5])
@@ -314,9 +282,6 @@ def warmup_constant_schedule(
     peak_value: the value from ``warmup_steps`` on.
     warmup_steps: length of the warmup. If ``<= 0`` the schedule is the
       constant ``init_value`` (as in optax).
-
-  Returns:
-    A function that maps step counts to values.
 
   Example:
     >>> sched = warmup_constant_schedule(0.0, 1.0, warmup_steps=4)
@@ -350,9 +315,6 @@ def warmup_cosine_decay_schedule(
     end_value: the value from ``decay_steps`` on.
     exponent: the power applied to the cosine factor, see
       :func:`cosine_decay_schedule`.
-
-  Returns:
-    A function that maps step counts to values.
 
   Raises:
     ValueError: if ``decay_steps <= warmup_steps``.
