@@ -26,6 +26,11 @@ from functrain.transforms.scaling import (ScaleByScheduleState, TraceState,
                                           add_decayed_weights, clip, clip_by_global_norm,
                                           scale, scale_by_learning_rate, scale_by_schedule,
                                           scale_by_trust_ratio, trace)
+# Learning-rate schedules.
+from functrain.schedules import (Schedule, constant_schedule, cosine_decay_schedule,
+                                 exponential_decay, join_schedules, linear_schedule,
+                                 piecewise_constant_schedule, polynomial_schedule,
+                                 warmup_constant_schedule, warmup_cosine_decay_schedule)
 # Optimizers.
 from functrain.transforms.optimizers import (adagrad, adam, adamw, lamb, lars, lion,
                                              rmsprop, sgd)

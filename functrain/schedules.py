@@ -250,7 +250,8 @@ def join_schedules(schedules: Sequence[Schedule],
   For ``boundaries[i-1] <= count < boundaries[i]`` the value is
   ``schedules[i](count - boundaries[i-1])``: each schedule counts from its own
   start. ``boundaries`` should be increasing and one shorter than
-  ``schedules``; as in optax, extra entries of either are ignored.
+  ``schedules``. Unlike optax, which silently ignores extra entries of
+  either, a length mismatch is a ``ValueError``.
 
   Args:
     schedules: the schedules, in order.
@@ -262,6 +263,11 @@ def join_schedules(schedules: Sequence[Schedule],
     >>> print(float(sched(4)), float(sched(5)), float(sched(10)))
     1.0 1.0 0.5
   """
+  if len(boundaries) != len(schedules) - 1:
+    raise ValueError(
+        f"join_schedules: boundaries must be one shorter than schedules, got "
+        f"{len(boundaries)} boundaries for {len(schedules)} schedules.")
+
   def schedule(count: ArrayLike) -> ArrayLike:
     value = schedules[0](count)
     for boundary, later in zip(boundaries, schedules[1:]):

@@ -287,3 +287,11 @@ def test_no_info_logged_for_valid_arguments(caplog):
     fs.polynomial_schedule(1.0, 0.0, 2, 5, 1)
     fs.exponential_decay(1.0, 5, 0.5, 1)
   assert not [r for r in caplog.records if r.name == 'absl']
+
+
+def test_join_rejects_mismatched_lengths():
+  """A boundary list that does not fit the schedules is an error, not ignored."""
+  with pytest.raises(ValueError, match='one shorter'):
+    fs.join_schedules([fs.constant_schedule(1.0)] * 2, [5, 10])
+  with pytest.raises(ValueError, match='one shorter'):
+    fs.join_schedules([fs.constant_schedule(1.0)] * 3, [5])
