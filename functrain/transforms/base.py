@@ -86,6 +86,10 @@ class LeafStage:
         norm); such a stage starts a new fused block.
       mask: ``None``, a tree (or prefix) of bools, or a function of params:
         leaves where it is False pass through and hold no state.
+      shaped_fields: the ``leaf_fields`` whose per-leaf state has the
+        parameter's shape (the engine checks those shapes); ``None`` means all
+        of them. Stages with reduced per-leaf state (Adafactor's factored
+        moments, SM3's per-dimension accumulators) list only the others.
 
     >>> import jax.numpy as jnp
     >>> double = stage_transform(LeafStage('double', lambda g, s, p, c: (2 * g, ())))
@@ -103,6 +107,7 @@ class LeafStage:
     needs_params: bool = False
     needs_updates: bool = False
     mask: Any = None
+    shaped_fields: Optional[tuple[str, ...]] = None
 
     def init_state(self, params: Params) -> OptState:
         """The stage's state for ``params``."""
@@ -176,7 +181,8 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
         for name in stage.leaf_fields:
             leaves = ft.flatten_like(treedef, getattr(state, name),
                                      f"{stage.name} state .{name}", updates, "updates")
-            ft.check_shapes(paths, gs, leaves, f"{stage.name} state .{name}", "updates")
+            if stage.shaped_fields is None or name in stage.shaped_fields:
+                ft.check_shapes(paths, gs, leaves, f"{stage.name} state .{name}", "updates")
             fields.append(leaves)
         global_fields = {k: getattr(state, k) for k in _global_names(stage)}
         ctx, new_global = stage.prepare(global_fields, updates if stage.needs_updates else None)
