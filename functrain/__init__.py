@@ -36,3 +36,14 @@ from functrain.transforms.optimizers import (adagrad, adam, adamw, lamb, lars, l
                                              rmsprop, sgd)
 
 __version__ = "0.1.0"
+
+# --- wrappers and more optimizers (issue 4) ---
+from functrain.transforms.wrappers import (AddNoiseState, ApplyIfFiniteState, EmaState,
+                                           InjectHyperparamsState, MaskedState,
+                                           MultiSteps, MultiStepsState,
+                                           MultiTransformState, NonNegativeParamsState,
+                                           PartitionState, SetToZeroState, ZeroNansState,
+                                           add_noise, apply_if_finite, ema, freeze,
+                                           inject_hyperparams, keep_params_nonnegative,
+                                           masked, multi_transform, named_chain, partition,
+                                           set_to_zero, zero_nans)
