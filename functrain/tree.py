@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.shard_alike import shard_alike as _shard_alike
 
 PyTree = Any
 Array = jax.Array
@@ -192,9 +193,18 @@ def full_like(tree: PyTree, fill_value: Any, dtype: Optional[Any] = None) -> PyT
 
 
 def _full_like_leaf(x: Any, fill_value: Any, dtype: Optional[Any]) -> Array:
-    sharding = getattr(x, "sharding", None)
     out_dtype = dtype if dtype is not None else x.dtype
-    if isinstance(x, jax.core.Tracer) or sharding is None or isinstance(x, jax.ShapeDtypeStruct):
+    if isinstance(x, jax.core.Tracer):
+        # Traced (jit, eval_shape, vmap): ``lax.full_like`` takes the typed sharding of
+        # explicit meshes, and ``shard_alike`` ties the result to ``x`` so the
+        # partitioner gives it ``x``'s sharding on auto meshes too. Values unchanged.
+        out = jax.lax.full_like(x, fill_value, out_dtype)
+        return _shard_alike(x, out)[1]
+    sharding = getattr(x, "sharding", None)
+    if sharding is None or isinstance(x, jax.ShapeDtypeStruct) or not getattr(
+            x, "committed", True):
+        # Uncommitted inputs get uncommitted state, so a jitted step's cache key
+        # does not change between the first call and the next (no recompile).
         return jnp.full(jnp.shape(x), fill_value, out_dtype)
     return jnp.full(x.shape, fill_value, out_dtype, device=sharding)
 
