@@ -1,0 +1,45 @@
+"""The benchmark script still runs: a tiny run of benchmarks/run.py (never timed).
+
+Timings are the benchmark's business (``make bench``); this test only checks that
+the script runs end to end on tiny trees and writes its JSON with the keys the
+README and the plot read.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_script_runs_and_writes_json(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"),
+           "--sizes", "4k", "--trees", "1,10", "--opts", "adam,lamb",
+           "--reps", "2", "--min-time", "0", "--out", str(tmp_path), "--name", "smoke",
+           "--no-plot"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "step functrain/optax" in proc.stdout  # the table was printed
+
+    with open(tmp_path / "smoke.json") as f:
+        results = json.load(f)
+    assert results["schema"] == "functrain-bench/1"
+    assert {"machine", "config", "cases", "date", "wall_s"} <= set(results)
+    assert results["config"]["libs"] == ["functrain", "optax"]
+    cases = results["cases"]
+    assert [(c["opt"], c["tree"]) for c in cases] == [
+        ("adam", "1"), ("lamb", "1"), ("adam", "10"), ("lamb", "10")]
+    for c in cases:
+        assert {"params", "leaves", "floor_s", "bandwidth_bytes_per_s", "ratios",
+                "max_rel_diff_vs_first", "libs"} <= set(c)
+        assert c["leaves"] == int(c["tree"])
+        assert set(c["libs"]) == {"functrain", "optax"}
+        for r in c["libs"].values():
+            assert {"step_s", "params_per_s", "bw_fraction", "lower_s", "compile_s",
+                    "total_compile_s", "peak_bytes", "temp_bytes"} <= set(r)
+            assert r["step_s"] > 0 and r["peak_bytes"] > 0
+        assert {"step", "compile", "peak_mem"} <= set(c["ratios"])
+        # Same steps from the same inputs: functrain and optax agree to float32 rounding.
+        assert c["max_rel_diff_vs_first"]["optax"] < 1e-4
+    assert (tmp_path / "smoke.md").read_text().count("|") > 10
