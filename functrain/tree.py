@@ -66,8 +66,8 @@ def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree) -> PyTree:  # noqa:
     """``fn`` applied leaf by leaf, with a path-naming error on mismatched trees.
 
     >>> import jax.numpy as jnp
-    >>> map(lambda x, y: x * y, {'a': jnp.array(2.)}, {'a': jnp.array(3.)})
-    {'a': Array(6., dtype=float32)}
+    >>> map(lambda x, y: x * y, {'a': jnp.array([2.])}, {'a': jnp.array([3.])})
+    {'a': Array([6.], dtype=float32)}
     """
     for i, other in enumerate(rest):
         check_structure(tree, other, f"tree argument {i + 2}", "the first tree")
@@ -88,8 +88,8 @@ def sub(x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``x - y``.
 
     >>> import jax.numpy as jnp
-    >>> sub([jnp.array(3.)], [jnp.array(1.)])
-    [Array(2., dtype=float32)]
+    >>> sub([jnp.array([3.])], [jnp.array([1.])])
+    [Array([2.], dtype=float32)]
     """
     return map(jnp.subtract, x, y)
 
@@ -98,8 +98,8 @@ def mul(x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``x * y``.
 
     >>> import jax.numpy as jnp
-    >>> mul([jnp.array(3.)], [jnp.array(2.)])
-    [Array(6., dtype=float32)]
+    >>> mul([jnp.array([3.])], [jnp.array([2.])])
+    [Array([6.], dtype=float32)]
     """
     return map(jnp.multiply, x, y)
 
@@ -226,8 +226,8 @@ def where(condition: Any, x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``jnp.where(condition, x, y)`` with a scalar ``condition``.
 
     >>> import jax.numpy as jnp
-    >>> where(jnp.array(False), [jnp.array(1.)], [jnp.array(2.)])
-    [Array(2., dtype=float32)]
+    >>> where(jnp.array(False), [jnp.array([1.])], [jnp.array([2.])])
+    [Array([2.], dtype=float32)]
     """
     return map(lambda a, b: jnp.where(condition, a, b), x, y)
 

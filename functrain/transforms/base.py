@@ -110,11 +110,11 @@ class LeafStage:
     shaped_fields: Optional[tuple[str, ...]] = None
 
     def init_state(self, params: Params) -> OptState:
-        """The stage's state for ``params``."""
+        """The stage's state for ``params`` (checks the mask fits them, too)."""
+        active = ft.resolve_mask(self.mask, params, self.name)
         if self.state_cls is None:
             return EmptyState()
         paths, leaves, treedef = ft.flatten_with_paths(params)
-        active = ft.resolve_mask(self.mask, params, self.name)
         per_field: list[list[Any]] = [[] for _ in self.leaf_fields]
         for p, on in zip(leaves, active):
             values = self.init_leaf(p) if on else (ft.MaskedNode(),) * len(self.leaf_fields)
@@ -160,7 +160,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     if params is not None:
         ft.check_structure(updates, params, "params", "updates")
         ps = treedef.flatten_up_to(params)
-        ft.check_shapes(paths, gs, ps, "params", "updates")
+        ft.check_shapes(paths, ps, gs, "updates", "params")
     else:
         needing = [s.name for s in stages if s.needs_params]
         if needing:
@@ -182,7 +182,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
             leaves = ft.flatten_like(treedef, getattr(state, name),
                                      f"{stage.name} state .{name}", updates, "updates")
             if stage.shaped_fields is None or name in stage.shaped_fields:
-                ft.check_shapes(paths, gs, leaves, f"{stage.name} state .{name}", "updates")
+                ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
             fields.append(leaves)
         global_fields = {k: getattr(state, k) for k in _global_names(stage)}
         ctx, new_global = stage.prepare(global_fields, updates if stage.needs_updates else None)

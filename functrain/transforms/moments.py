@@ -145,7 +145,7 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
     >>> tx = scale_by_rms(initial_scale=1.0)
     >>> updates, _ = tx.update([jnp.array(2.)], tx.init([jnp.array(0.)]))
     >>> print(round(float(updates[0]), 4))
-    1.674
+    1.7541
     """
     _check_betas("scale_by_rms", decay=decay)
     check_range("eps", eps, 0.0, owner="scale_by_rms")
@@ -186,7 +186,7 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
     >>> tx = scale_by_stddev(initial_scale=1.0)
     >>> updates, _ = tx.update([jnp.array(2.)], tx.init([jnp.array(0.)]))
     >>> print(round(float(updates[0]), 4))
-    1.6903
+    1.7817
     """
     _check_betas("scale_by_stddev", decay=decay)
     check_range("eps", eps, 0.0, owner="scale_by_stddev")
