@@ -37,6 +37,14 @@ from functrain.transforms.optimizers import (adagrad, adam, adamw, lamb, lars, l
 
 __version__ = "0.1.0"
 
+# --- seed gradient API (issue 3) ---
+# `functrain.grad` is the module functrain/grad.py, which is callable as the
+# gradient function: functrain.grad(f)(x).  See functrain/grad.py.
+from functrain import grad
+from functrain.grad import execute_with_gradients, jac, stop_gradient, value_and_grad
+from functrain.seed_updates import (adam_step, adam_update, gradient_descent_update,
+                                    lamb_update, lars_update, optimizer_update)
+
 # --- wrappers and more optimizers (issue 4) ---
 from functrain.transforms.wrappers import (AddNoiseState, ApplyIfFiniteState, EmaState,
                                            InjectHyperparamsState, MaskedState,

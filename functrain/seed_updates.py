@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 from jax import tree_util
 
+from functrain.tree import check_structure
+
 __all__ = [
     "adam_step",
     "optimizer_update",
@@ -57,31 +59,9 @@ _NORM_EPS = 1e-12
 
 
 def _is_tree(x: Any) -> bool:
-    """True when ``x`` is a pytree node rather than a single leaf."""
-    return not tree_util.treedef_is_leaf(tree_util.tree_structure(x))
-
-
-def _describe_mismatch(
-    ref: Any, ref_name: str, other: Any, other_name: str
-) -> str:
-    """A message naming the key paths where two trees' structures differ."""
-    ref_paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(ref)[0]]
-    other_paths = [
-        tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(other)[0]
-    ]
-    missing = [p for p in ref_paths if p not in set(other_paths)]
-    extra = [p for p in other_paths if p not in set(ref_paths)]
-    parts = [f"`{other_name}` does not have the tree structure of `{ref_name}`"]
-    if missing:
-        parts.append(f"key path(s) missing from `{other_name}`: {', '.join(missing)}")
-    if extra:
-        parts.append(f"key path(s) only in `{other_name}`: {', '.join(extra)}")
-    if not missing and not extra:
-        parts.append(
-            "same key paths but different container types: "
-            f"{tree_util.tree_structure(ref)} vs {tree_util.tree_structure(other)}"
-        )
-    return "; ".join(parts)
+    """True when ``x`` is a pytree node (even an empty one) rather than a leaf."""
+    treedef = tree_util.tree_structure(x)
+    return not (treedef.num_nodes == 1 and treedef.num_leaves == 1)
 
 
 def _map_leaves(
@@ -107,8 +87,13 @@ def _map_leaves(
     treedef = tree_util.tree_structure(args[ref_pos])
     for i in tree_positions[1:]:
         if tree_util.tree_structure(args[i]) != treedef:
+            # functrain.tree's check raises a ValueError naming the differing
+            # key paths.  It reads MaskedNode placeholders as leaves, so it may
+            # accept what a plain flatten does not: then raise here.
+            check_structure(args[ref_pos], args[i], f"`{names[i]}`", f"`{names[ref_pos]}`")
             raise ValueError(
-                _describe_mismatch(args[ref_pos], names[ref_pos], args[i], names[i])
+                f"`{names[i]}` and `{names[ref_pos]}` have different tree structures: "
+                f"{treedef} vs {tree_util.tree_structure(args[i])}"
             )
     columns = [
         tree_util.tree_leaves(a) if i in tree_positions else None
@@ -128,8 +113,12 @@ def _map_leaves(
     )
 
 
-def _float(x: Any) -> jax.Array:
-    """``x`` as an array, integers and booleans promoted to the default float."""
+def _float(x: Any) -> Union[float, jax.Array]:
+    """``x`` as a float: Python numbers as Python floats (weakly typed, so they
+    keep an array's dtype), arrays with integers and booleans promoted to the
+    default float dtype."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))
