@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import tree_util
 
-from functrain.tree import check_structure
+from functrain.tree import check_structure, leaf_norm
 
 __all__ = [
     "adam_step",
@@ -139,11 +139,6 @@ def _one_minus_power(beta: Any, step: jax.Array) -> jax.Array:
     return 1 - jnp.power(beta, step)
 
 
-def _norm(x: jax.Array) -> jax.Array:
-    """The Euclidean norm of all entries of one array."""
-    return jnp.sqrt(jnp.sum(jnp.square(x)))
-
-
 # --------------------------------------------------------------------------
 # Per-leaf math.
 # --------------------------------------------------------------------------
@@ -168,14 +163,16 @@ def _optimizer_update_leaf(w, effective_grad, lr, stop_gradients):
 def _lamb_leaf(w, effective_grad, lr, max_trust_ratio, decay_lambda, stop_gradients):
     w = _float(w)
     u = _float(effective_grad) + decay_lambda * w
-    ratio = jnp.minimum(_norm(w) / (_norm(u) + _NORM_EPS), max_trust_ratio)
+    ratio = jnp.minimum(leaf_norm(w) / (leaf_norm(u) + _NORM_EPS), max_trust_ratio)
+    ratio = ratio.astype(w.dtype)  # norms accumulate in float32; weights keep their dtype
     return _optimizer_update_leaf(w, u, _float(lr) * ratio, stop_gradients)
 
 
 def _lars_leaf(w, dcdw, lr, decay_lambda, stop_gradients):
     w, dcdw = _float(w), _float(dcdw)
-    w_norm = _norm(w)
-    local_lr = _float(lr) * w_norm / (_norm(dcdw) + decay_lambda * w_norm + _NORM_EPS)
+    w_norm = leaf_norm(w)
+    local_lr = w_norm / (leaf_norm(dcdw) + decay_lambda * w_norm + _NORM_EPS)
+    local_lr = _float(lr) * local_lr.astype(w.dtype)  # weights keep their dtype
     return _optimizer_update_leaf(w, dcdw + decay_lambda * w, local_lr, stop_gradients)
 
 

@@ -25,7 +25,7 @@ PyTree = Any
 Array = jax.Array
 
 __all__ = [
-    "add", "sub", "mul", "scale", "add_scaled", "vdot", "sum", "norm",
+    "add", "sub", "mul", "scale", "add_scaled", "vdot", "sum", "norm", "leaf_norm",
     "zeros_like", "ones_like", "full_like", "cast", "where", "map", "leaves",
     "key_paths", "check_structure", "check_shapes", "MaskedNode",
 ]
@@ -158,6 +158,25 @@ def norm(tree: PyTree, squared: bool = False) -> Array:
     sq = _total([jnp.sum(jnp.square(jnp.abs(x).astype(_promote_float(x.dtype))))
                  for x in leaves])
     return sq if squared else jnp.sqrt(sq)
+
+
+def leaf_norm(x: Array) -> Array:
+    """The L2 norm of one array, accumulated in at least float32.
+
+    Safe to differentiate: at an all-zero array the norm is 0 and its gradient
+    is 0, not NaN.
+
+    >>> import jax, jax.numpy as jnp
+    >>> leaf_norm(jnp.array([[3.], [4.]]))
+    Array(5., dtype=float32)
+    >>> jax.grad(leaf_norm)(jnp.zeros(2))
+    Array([0., 0.], dtype=float32)
+    """
+    x = jnp.asarray(x)
+    x = x.astype(_promote_float(x.dtype))
+    sq = jnp.sum(jnp.real(x * jnp.conj(x)))
+    positive = sq > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0)
 
 
 def zeros_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import functrain
 from functrain import seed_updates
 from functrain.seed_updates import (
     adam_step,
@@ -587,3 +588,20 @@ def test_low_precision_weights_keep_their_dtype():
     assert adam_update(w, g, 1, g, g * g, 2)[0].dtype == jnp.bfloat16
     assert lamb_update(w, g, 1, g, g * g, 2, decay_lambda=0.1)[0].dtype == jnp.bfloat16
     assert lars_update(w, g, 1, decay_lambda=0.1).dtype == jnp.bfloat16
+
+
+def test_gradients_through_zero_weights_are_finite():
+    """lamb_update / lars_update with stop_gradients=False at all-zero weights: no NaN."""
+    w = jnp.zeros(3)
+    g = jnp.array([0.1, -0.2, 0.3])
+
+    def through_lamb(w):
+        new_w, _, _ = functrain.lamb_update(w, g, 0.1, jnp.zeros(3), jnp.zeros(3), 1,
+                                            stop_gradients=False)
+        return jnp.sum(new_w ** 2)
+
+    def through_lars(w):
+        return jnp.sum(functrain.lars_update(w, g, 0.1, stop_gradients=False) ** 2)
+
+    for fn in (through_lamb, through_lars):
+        assert bool(jnp.all(jnp.isfinite(jax.grad(fn)(w))))

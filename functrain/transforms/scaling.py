@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
+from functrain.tree import leaf_norm  # noqa: F401  (the per-array norm every family uses)
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
                                        check_range, safe_increment, stage_transform,
                                        zero_count)
@@ -123,17 +124,6 @@ def add_decayed_weights(weight_decay: Any = 0.0,
     return stage_transform(LeafStage(
         "add_decayed_weights", lambda g, s, p, c: (g + weight_decay * p, ()),
         needs_params=True, mask=mask))
-
-
-def leaf_norm(x: Array) -> Array:
-    """The L2 norm of one array, accumulated in at least float32.
-
-    >>> import jax.numpy as jnp
-    >>> leaf_norm(jnp.array([[3.], [4.]]))
-    Array(5., dtype=float32)
-    """
-    x = x.astype(ft.compute_dtype(x.dtype))
-    return jnp.sqrt(jnp.sum(x * x))
 
 
 def trust_ratio(p: Array, u: Array, *, trust_coefficient: Any = 1.0, eps: Any = 0.0,
