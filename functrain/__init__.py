@@ -55,3 +55,18 @@ from functrain.transforms.wrappers import (AddNoiseState, ApplyIfFiniteState, Em
                                            inject_hyperparams, keep_params_nonnegative,
                                            masked, multi_transform, named_chain, partition,
                                            set_to_zero, zero_nans)
+from functrain.transforms.more import (ScaleByAdaDeltaState, ScaleByOptimisticGradientState,
+                                       ScaleByRpropState, ScaleBySM3State, adadelta, fromage,
+                                       noisy_sgd, optimistic_gradient_descent, polyak_sgd,
+                                       rprop, scale_by_adadelta, scale_by_optimistic_gradient,
+                                       scale_by_polyak, scale_by_rprop, scale_by_sign,
+                                       scale_by_sm3, sign_sgd, signum, sm3)
+from functrain.transforms.adaptive import (ScaleByAmsgradState, ScaleByBeliefState,
+                                           ScaleByNovogradState, adabelief, adamax, adamaxw,
+                                           amsgrad, nadam, nadamw, novograd, radam,
+                                           scale_by_adamax, scale_by_amsgrad, scale_by_belief,
+                                           scale_by_novograd, scale_by_radam, scale_by_yogi,
+                                           yogi)
+from functrain.transforms.adafactor import (FactoredState, adafactor, clip_by_block_rms,
+                                            scale_by_factored_rms, scale_by_param_block_norm,
+                                            scale_by_param_block_rms)
