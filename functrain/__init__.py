@@ -46,15 +46,16 @@ from functrain.seed_updates import (adam_step, adam_update, gradient_descent_upd
                                     lamb_update, lars_update, optimizer_update)
 
 # --- wrappers and more optimizers (issue 4) ---
-from functrain.transforms.wrappers import (AddNoiseState, ApplyIfFiniteState, EmaState,
-                                           InjectHyperparamsState, MaskedState,
-                                           MultiSteps, MultiStepsState,
-                                           MultiTransformState, NonNegativeParamsState,
-                                           PartitionState, SetToZeroState, ZeroNansState,
-                                           add_noise, apply_if_finite, ema, freeze,
-                                           inject_hyperparams, keep_params_nonnegative,
-                                           masked, multi_transform, named_chain, partition,
-                                           set_to_zero, zero_nans)
+from functrain.transforms.wrappers import (MaskedState, MultiTransformState, PartitionState,
+                                           SetToZeroState, freeze, masked, multi_transform,
+                                           named_chain, partition, set_to_zero)
+from functrain.transforms.control import (ApplyIfFiniteState, HyperparamsDict,
+                                          InjectHyperparamsState,
+                                          MultiSteps, MultiStepsState, apply_if_finite,
+                                          inject_hyperparams)
+from functrain.transforms.leafwise import (AddNoiseState, EmaState, NonNegativeParamsState,
+                                           ZeroNansState, add_noise, ema,
+                                           keep_params_nonnegative, zero_nans)
 from functrain.transforms.more import (ScaleByAdaDeltaState, ScaleByOptimisticGradientState,
                                        ScaleByRpropState, ScaleBySM3State, adadelta, fromage,
                                        noisy_sgd, optimistic_gradient_descent, polyak_sgd,

@@ -29,7 +29,7 @@ from functrain.transforms.base import (EmptyState, GradientTransformation, LeafS
 from functrain.transforms.more import weight_decay_stage
 from functrain.transforms.scaling import (MaskOrFn, ScalarOrSchedule, leaf_norm, scale,
                                           scale_by_learning_rate)
-from functrain.transforms.wrappers import ema
+from functrain.transforms.leafwise import ema
 
 Array = jax.Array
 

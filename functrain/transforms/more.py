@@ -31,7 +31,7 @@ from functrain.transforms.base import (EmptyState, GradientTransformation, LeafS
 from functrain.transforms.optimizers import sgd
 from functrain.transforms.scaling import (MaskOrFn, ScalarOrSchedule, add_decayed_weights,
                                           scale, scale_by_learning_rate, scale_by_trust_ratio)
-from functrain.transforms.wrappers import add_noise, ema
+from functrain.transforms.leafwise import add_noise, ema
 
 Array = jax.Array
 
