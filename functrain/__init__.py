@@ -71,3 +71,6 @@ from functrain.transforms.adaptive import (ScaleByAmsgradState, ScaleByBeliefSta
 from functrain.transforms.adafactor import (FactoredState, adafactor, clip_by_block_rms,
                                             scale_by_factored_rms, scale_by_param_block_norm,
                                             scale_by_param_block_rms)
+
+# --- sharding (issue 6) ---
+from functrain import sharding
