@@ -392,3 +392,26 @@ def test_functrain_wrappers_accept_optax_and_optax_chain_accepts_them():
     np.testing.assert_allclose(u["w"], -0.1, rtol=1e-5)
     np.testing.assert_allclose(u["b"], 1.0)
 
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ft.masked(ft.adamw(0.1, mask=by_ndim), {"w": True, "b": False}),
+    lambda: ft.multi_transform({"x": ft.adam(0.1), "y": ft.lion(0.1)}, {"w": "x", "b": "y"}),
+    lambda: ft.MultiSteps(ft.adam(0.1), 2).gradient_transformation(),
+    lambda: ft.apply_if_finite(ft.adam(0.1), 2),
+    lambda: ft.inject_hyperparams(ft.adamw)(0.1, b1=0.9, b2=0.9),
+    lambda: ft.named_chain(("ema", ft.ema(0.9)), ("sgd", ft.sgd(0.1, momentum=0.9))),
+], ids=["masked", "multi_transform", "MultiSteps", "apply_if_finite", "inject_hyperparams",
+        "named_chain"])
+def test_state_can_be_donated_and_abstractly_initialised(make):
+    opt = make()
+    params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    abstract = jax.eval_shape(opt.init, params)
+    state = opt.init(params)
+    assert jax.tree_util.tree_structure(abstract) == jax.tree_util.tree_structure(state)
+    buffers = [id(x) for x in jax.tree_util.tree_leaves(state)]
+    assert len(buffers) == len(set(buffers))
+    step = jax.jit(lambda p, s, g: opt.update(g, s, p), donate_argnums=1)
+    for _ in range(2):
+        _, state = step(params, state, {"w": jnp.ones((2, 2)), "b": jnp.ones(2)})
+    jax.block_until_ready(state)

@@ -67,9 +67,11 @@ class MultiSteps:
     ``k`` gradients. ``every_k_schedule`` is an int or a function of the
     number of real updates so far. ``should_skip_update_fn(updates,
     gradient_step, params) -> (bool, info)`` can reject a micro-batch as if it
-    never happened. The accumulator is stored in ``accumulator_dtype``; the
-    wrapped optimizer gets it cast back to the incoming gradients' dtype, so
-    bfloat16 params with float32 gradients work (an optax bug). Works under
+    never happened. The accumulator is stored in ``accumulator_dtype``
+    (float32 by default, as optax; pass ``jnp.float64`` to accumulate float64
+    gradients in full precision, or ``None`` for the gradients' own dtype);
+    the wrapped optimizer gets it cast back to the incoming gradients' dtype,
+    so bfloat16 params with float32 gradients work (an optax bug). Works under
     ``jax.jit``, ``jax.lax.scan`` and sharded jit; the inner optimizer runs
     only on real-update steps (a ``lax.cond``).
 
