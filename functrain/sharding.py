@@ -64,14 +64,17 @@ def state_shardings(opt: Any, params: PyTree) -> PyTree:
     """The sharding tree of ``opt.init(params)``, derived without allocating.
 
     ``params`` may hold arrays or ``jax.ShapeDtypeStruct`` leaves (with their
-    ``sharding`` set, e.g. the params' target layout). Every params-shaped
-    subtree of the state (``mu``, ``nu``, momentum traces, accumulated
-    gradients, ...) gets the params' shardings leaf by leaf; every other state
-    buffer (step counts, scalar hyperparameters) is replicated over the params'
-    mesh. Leaves whose params carry no sharding get the default device. This is
-    what ``jax.jit(opt.init)(params)`` returns for every functrain optimizer
-    and wrapper, so the tree is usable as ``in_shardings`` / ``out_shardings``
-    of a train step or as a checkpoint restore target.
+    ``sharding`` set, e.g. the params' target layout). In every subtree of the
+    state laid out like the params (``mu``, ``nu``, momentum traces,
+    accumulated gradients, ...), a buffer with its parameter's shape gets that
+    parameter's sharding; every other buffer (step counts, scalar
+    hyperparameters, factored statistics of another shape) is replicated over
+    the params' mesh. Parameters without a sharding mean the default device.
+    For params-shaped buffers and scalars this is what
+    ``jax.jit(opt.init)(params)`` returns; the tree is usable as
+    ``in_shardings`` / ``out_shardings`` of a train step (which also pins the
+    layout of odd-shaped buffers that jit would leave to XLA) or as a
+    checkpoint restore target.
 
     Args:
       opt: a ``GradientTransformation`` (anything with ``init``).
@@ -105,10 +108,10 @@ def state_shardings(opt: Any, params: PyTree) -> PyTree:
         for e, p, s in zip(entries, p_leaves, p_shardings):
             if _is_placeholder(e):
                 out.append(e)
-            elif _is_array(e) and tuple(e.shape) == tuple(np.shape(p)):
-                out.append(s)
-            else:
+            elif not _is_array(e):
                 return None
+            else:  # a buffer of another shape (e.g. factored statistics): replicated
+                out.append(s if tuple(e.shape) == tuple(np.shape(p)) else replicated)
         return treedef.unflatten(out)
 
     def assign(sub: Any) -> PyTree:

@@ -135,6 +135,20 @@ def test_state_shardings_follow_a_mesh_on_one_device() -> None:
     assert masked.inner_state[0].mu["w"].spec == P("data", "model")
 
 
+def test_state_shardings_odd_shaped_buffers_are_replicated() -> None:
+    # sm3 keeps, per matrix, one vector of row+column statistics (shape (7,) for a
+    # (4, 3) weight): it has no parameter layout to follow, so it is replicated,
+    # while same-shaped buffers beside it follow their parameter.
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+    specs = {"w": P("data", "model"), "b": P("model"), "s": P()}
+    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, specs[k]))
+                for k, v in PARAMS.items()}
+    shardings = fs.state_shardings(functrain.sm3(1e-3), abstract)[0]
+    assert shardings.mu["w"].spec == P() and shardings.mu["s"].spec == P()
+    assert shardings.mu["b"].spec == P("model")
+    assert shardings.nu["w"].spec == P("data", "model")
+
+
 def test_zero_shardings_on_one_device_mesh() -> None:
     mesh = jax.make_mesh((1,), ("data",))
     state = functrain.adam(1e-3).init(PARAMS)
