@@ -14,7 +14,7 @@ Two halves live here:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -441,6 +441,20 @@ def resolve_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
                             f"holds {type(m).__name__} {np.shape(m)}")
         out.append(bool(m))
     return out
+
+
+def resolve_leaf_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
+    """:func:`resolve_mask` for the array leaves only (placeholder slots dropped).
+
+    This is what the engine indexes by: one flag per leaf of ``tree_leaves(tree)``.
+
+    >>> resolve_leaf_mask({'a': True, 'b': False, 'c': True},
+    ...                   {'a': MaskedNode(), 'b': 1., 'c': 2.}, 'm')
+    [False, True]
+    """
+    flags = resolve_mask(mask, tree, wrapper)
+    slots = jax.tree_util.tree_leaves(tree, is_leaf=_is_placeholder)
+    return [f for f, x in zip(flags, slots) if not _is_placeholder(x)]
 
 
 def _prefix_view(prefix: PyTree, tree: PyTree) -> PyTree:

@@ -77,6 +77,9 @@ CASES = {
     "clip_adam_schedule": lambda m: m.chain(
         m.clip(2.0), m.adam((ft if m is ft else optax).exponential_decay(1e-2, 5, 0.9))),
     "clip_sgd": lambda m: m.chain(m.clip_by_global_norm(10.0), m.sgd(1e-3, momentum=0.9)),
+    "decay_schedule": lambda m: m.chain(
+        m.scale_by_adam(), m.add_decayed_weights(lambda c: 1e-2 / (1.0 + c), mask=mask_fn),
+        m.scale(-1e-2)),
     "building_blocks": lambda m: m.chain(
         m.scale_by_adam(), m.add_decayed_weights(1e-3), m.scale_by_trust_ratio(),
         m.trace(0.5), m.scale_by_schedule(lambda c: 1e-3 / (1 + c)), m.scale(-1.0)),

@@ -415,3 +415,17 @@ def test_state_can_be_donated_and_abstractly_initialised(make):
     for _ in range(2):
         _, state = step(params, state, {"w": jnp.ones((2, 2)), "b": jnp.ones(2)})
     jax.block_until_ready(state)
+
+
+def test_stage_mask_inside_a_placeholder_tree_hits_the_right_leaves():
+    """A masked optimizer behind apply_if_finite inside masked: flags index real leaves."""
+    params = {'a': jnp.array([1.]), 'b': jnp.array([1.]), 'c': jnp.array([1.])}
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    results = []
+    for lib in (ft, optax):
+        opt = lib.masked(lib.apply_if_finite(
+            lib.adamw(0.1, weight_decay=0.5, mask={'a': True, 'b': False, 'c': False}), 2),
+            {'a': False, 'b': True, 'c': True})
+        results.append(opt.update(grads, opt.init(params), params)[0])
+    for x, y in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])):
+        np.testing.assert_allclose(x, y, rtol=1e-6)

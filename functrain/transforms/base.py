@@ -111,7 +111,7 @@ class LeafStage:
 
     def init_state(self, params: Params) -> OptState:
         """The stage's state for ``params`` (checks the mask fits them, too)."""
-        active = ft.resolve_mask(self.mask, params, self.name)
+        active = ft.resolve_leaf_mask(self.mask, params, self.name)
         if self.state_cls is None:
             return EmptyState()
         paths, leaves, treedef = ft.flatten_with_paths(params)
@@ -176,7 +176,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
             raise TypeError(f"{stage.name} expected its state as {stage.state_cls.__name__}, "
                             f"got {type(state).__name__}: was the state made by this "
                             f"optimizer's init?")
-        active = ft.resolve_mask(stage.mask, mask_source, stage.name)
+        active = ft.resolve_leaf_mask(stage.mask, mask_source, stage.name)
         fields = []
         for name in stage.leaf_fields:
             leaves = ft.flatten_like(treedef, getattr(state, name),

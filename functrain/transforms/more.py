@@ -26,10 +26,10 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, chain,
-                                       check_range, identity, run_block, safe_increment,
-                                       stage_transform, zero_count)
+                                       check_range, identity, run_block, stage_transform)
 from functrain.transforms.optimizers import sgd
 from functrain.transforms.scaling import (MaskOrFn, ScalarOrSchedule, add_decayed_weights,
+                                          decayed_weights_stage,
                                           scale, scale_by_learning_rate, scale_by_trust_ratio)
 from functrain.transforms.leafwise import add_noise, ema
 
@@ -47,16 +47,6 @@ def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTr
     return identity() if learning_rate is None else scale_by_learning_rate(learning_rate)
 
 
-class WeightDecayScheduleState(NamedTuple):
-    """State of :func:`weight_decay_stage` with a scheduled weight decay.
-
-    >>> WeightDecayScheduleState(count=0)
-    WeightDecayScheduleState(count=0)
-    """
-
-    count: Array
-
-
 def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] = None, *,
                        signed: bool = False) -> GradientTransformation:
     """``updates + weight_decay * params`` where ``mask`` is True; the decay may be a schedule.
@@ -72,21 +62,12 @@ def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] 
     >>> tx.update([jnp.zeros(1)], state, params)[0]
     [Array([2.], dtype=float32)]
     """
-    if not callable(weight_decay):
-        if isinstance(weight_decay, (int, float)) and weight_decay == 0:
-            return identity()
-        if not signed:
-            return add_decayed_weights(weight_decay, mask)
-        return stage_transform(LeafStage(
-            "add_decayed_weights", lambda g, s, p, c: (g + weight_decay * p, ()),
-            needs_params=True, mask=mask))
-
-    def prepare(glob: dict, _: Any) -> tuple:
-        return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
-
-    return stage_transform(LeafStage(
-        "add_decayed_weights", lambda g, s, p, wd: (g + wd * p, ()), WeightDecayScheduleState,
-        (), lambda p: (), zero_count, prepare, needs_params=True, mask=mask))
+    if not callable(weight_decay) and isinstance(weight_decay, (int, float)) \
+            and weight_decay == 0:
+        return identity()
+    if not signed:
+        return add_decayed_weights(weight_decay, mask)
+    return decayed_weights_stage(weight_decay, mask)
 
 
 # --------------------------------------------------------------------------

@@ -107,11 +107,18 @@ def trace(decay: float, nesterov: bool = False,
         lambda p: (ft.zeros_like(p, accumulator_dtype),)))
 
 
-def add_decayed_weights(weight_decay: Any = 0.0,
+class WeightDecayScheduleState(NamedTuple):
+    """State of :func:`add_decayed_weights` with a scheduled decay: the step count."""
+
+    count: Array
+
+
+def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
                         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """Add ``weight_decay * params`` to the updates, where ``mask`` is True.
 
-    ``mask`` is a tree (or prefix) of bools, or a function of the params
+    ``weight_decay`` is a number, a scalar array, or a schedule of the step
+    count. ``mask`` is a tree (or prefix) of bools, or a function of the params
     returning one; masked-out leaves pass through unchanged.
 
     >>> import jax.numpy as jnp
@@ -121,9 +128,31 @@ def add_decayed_weights(weight_decay: Any = 0.0,
     {'b': Array([0.], dtype=float32), 'w': Array([0.1], dtype=float32)}
     """
     check_range("weight_decay", weight_decay, 0.0, owner="add_decayed_weights")
+    return decayed_weights_stage(weight_decay, mask)
+
+
+def decayed_weights_stage(weight_decay: ScalarOrSchedule,
+                          mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+    """:func:`add_decayed_weights` without the sign check (Fromage shrinks with ``< 0``).
+
+    >>> import jax.numpy as jnp
+    >>> tx = decayed_weights_stage(lambda count: -0.5 * (count + 1))
+    >>> params = [jnp.array([2.])]
+    >>> _, state = tx.update([jnp.zeros(1)], tx.init(params), params)
+    >>> tx.update([jnp.zeros(1)], state, params)[0]
+    [Array([-2.], dtype=float32)]
+    """
+    if not callable(weight_decay):
+        return stage_transform(LeafStage(
+            "add_decayed_weights", lambda g, s, p, c: (g + weight_decay * p, ()),
+            needs_params=True, mask=mask))
+
+    def prepare(glob: dict, _: Any) -> tuple:
+        return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
+
     return stage_transform(LeafStage(
-        "add_decayed_weights", lambda g, s, p, c: (g + weight_decay * p, ()),
-        needs_params=True, mask=mask))
+        "add_decayed_weights", lambda g, s, p, wd: (g + wd * p, ()), WeightDecayScheduleState,
+        (), lambda p: (), zero_count, prepare, needs_params=True, mask=mask))
 
 
 def trust_ratio(p: Array, u: Array, *, trust_coefficient: Any = 1.0, eps: Any = 0.0,

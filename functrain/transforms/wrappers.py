@@ -59,15 +59,6 @@ def _check_state(state: Any, cls: type, wrapper: str) -> None:
                         f"{type(state).__name__}: was the state made by this wrapper's init?")
 
 
-def _leaf_flags(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
-    """Per-leaf bools of ``mask`` for the array leaves of ``tree`` (placeholders dropped)."""
-    flags = ft.resolve_mask(mask, tree, wrapper)
-    slots = jax.tree_util.tree_leaves(tree, is_leaf=_placeholder)
-    if len(flags) == len(slots):
-        flags = [f for f, x in zip(flags, slots) if not _placeholder(x)]
-    return flags
-
-
 def _mask_tree(tree: PyTree, flags: list[bool]) -> PyTree:
     """``tree`` with the leaves where ``flags`` is False replaced by ``MaskedNode``."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -117,7 +108,7 @@ def _masked_stage(stage: LeafStage, mask: MaskOrFn, wrapper: str) -> LeafStage:
         prepare = stage.prepare
 
         def masked_prepare(glob: dict, updates: Updates) -> tuple:
-            return prepare(glob, _mask_tree(updates, _leaf_flags(combined, updates, wrapper)))
+            return prepare(glob, _mask_tree(updates, ft.resolve_leaf_mask(combined, updates, wrapper)))
 
         new = dataclasses.replace(new, prepare=masked_prepare)
     return new
@@ -127,13 +118,13 @@ def _generic_masked(inner: Any, mask: MaskOrFn, wrapper: str,
                     mask_compatible_extra_args: bool) -> GradientTransformation:
     """Mask any transformation by handing it trees with ``MaskedNode`` placeholders."""
     def init_fn(params: Params) -> OptState:
-        return inner.init(_mask_tree(params, _leaf_flags(mask, params, wrapper)))
+        return inner.init(_mask_tree(params, ft.resolve_leaf_mask(mask, params, wrapper)))
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:
         if params is not None:
             ft.check_structure(updates, params, "params", "updates")
-        flags = _leaf_flags(mask, params if params is not None else updates, wrapper)
+        flags = ft.resolve_leaf_mask(mask, params if params is not None else updates, wrapper)
         if mask_compatible_extra_args:
             structure = jax.tree_util.tree_structure(updates)
             extra_args = {k: _mask_tree(v, flags)
@@ -259,24 +250,6 @@ class PartitionState(NamedTuple):
 
 
 MultiTransformState = PartitionState
-
-
-def _leaf_labels(param_labels: Any, tree: PyTree, wrapper: str) -> list[Any]:
-    """One label per leaf slot of ``tree`` (placeholders included)."""
-    labels = param_labels(tree) if callable(param_labels) else param_labels
-    label_def = jax.tree_util.tree_structure(labels)
-    try:
-        subtrees = label_def.flatten_up_to(tree)
-    except (ValueError, TypeError):
-        ft.check_structure(labels, tree, "params", f"the param_labels of {wrapper}",
-                           prefix=True)
-        raise ValueError(f"the param_labels of {wrapper} do not fit the params tree "
-                         f"(labels: {label_def}; params: "
-                         f"{jax.tree_util.tree_structure(tree)}).") from None
-    out = []
-    for label, sub in zip(jax.tree_util.tree_leaves(labels), subtrees):
-        out.extend([label] * len(jax.tree_util.tree_leaves(sub, is_leaf=_placeholder)))
-    return out
 
 
 def _leaf_labels(param_labels: Any, tree: PyTree, wrapper: str) -> list[Any]:
