@@ -19,7 +19,6 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.shard_alike import shard_alike as _shard_alike
 
 PyTree = Any
 Array = jax.Array
@@ -214,11 +213,14 @@ def full_like(tree: PyTree, fill_value: Any, dtype: Optional[Any] = None) -> PyT
 def _full_like_leaf(x: Any, fill_value: Any, dtype: Optional[Any]) -> Array:
     out_dtype = dtype if dtype is not None else x.dtype
     if isinstance(x, jax.core.Tracer):
-        # Traced (jit, eval_shape, vmap): ``lax.full_like`` takes the typed sharding of
-        # explicit meshes, and ``shard_alike`` ties the result to ``x`` so the
-        # partitioner gives it ``x``'s sharding on auto meshes too. Values unchanged.
-        out = jax.lax.full_like(x, fill_value, out_dtype)
-        return _shard_alike(x, out)[1]
+        # Traced (jit, eval_shape, vmap): derive the fill from ``x`` arithmetically,
+        # so the partitioner gives it ``x``'s sharding (auto and explicit meshes).
+        # ``shard_alike`` is not usable here: in jax 0.10 its lowering is cached per
+        # shape, so every same-shaped leaf lands in ONE sharding group and params
+        # with different shardings would share one layout. Non-finite entries are
+        # zeroed first, so the fill is exact (never NaN) whatever ``x`` holds.
+        zero = jnp.where(jnp.isfinite(x), x, jnp.zeros((), x.dtype)) * jnp.zeros((), x.dtype)
+        return zero.astype(out_dtype) + jnp.asarray(fill_value, out_dtype)
     sharding = getattr(x, "sharding", None)
     if sharding is None or isinstance(x, jax.ShapeDtypeStruct) or not getattr(
             x, "committed", True):

@@ -75,3 +75,12 @@ def test_resolve_mask_prefix_function_and_errors():
 
 def test_masked_node_holds_no_leaves():
     assert jax.tree_util.tree_leaves({"a": ft.MaskedNode()}) == []
+
+
+def test_traced_full_like_is_exact_for_non_finite_params():
+    """Under jit the fill is derived from the param; inf/NaN entries never leak in."""
+    x = jnp.array([jnp.inf, -jnp.inf, jnp.nan, -2.0, 0.0])
+    out = jax.jit(lambda x: ft.full_like(x, 0.25))(x)
+    np.testing.assert_array_equal(out, np.full(5, 0.25, np.float32))
+    zeros = jax.jit(lambda x: ft.zeros_like(x, jnp.bfloat16))(x)
+    assert zeros.dtype == jnp.bfloat16 and not bool(jnp.any(zeros != 0))
