@@ -324,6 +324,25 @@ def expect_init_follows_params(names: tuple, params: dict, mesh: Any, what: str)
 
 
 @check
+def check_same_shape_leaves_keep_their_own_sharding() -> None:
+    """Two params of one shape, one split over ``model`` and one replicated: under
+    ``jax.jit(opt.init)`` each state buffer follows its own param (not its twin's)."""
+    mesh = mesh_2d(AxisType.Auto)
+    params = {"split": jax.device_put(jnp.ones(1024), NamedSharding(mesh, P("model"))),
+              "replicated": jax.device_put(jnp.ones(1024), NamedSharding(mesh, P())),
+              "rows": jax.device_put(jnp.ones(1024), NamedSharding(mesh, P("data")))}
+    for opt in (ft.adam(1e-3), ft.lamb(1e-3), ft.sgd(1e-3, momentum=0.9)):
+        state = jax.jit(opt.init)(params)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+            if leaf.shape != (1024,):
+                continue
+            key = path[-1].key
+            want = params[key].sharding
+            assert leaf.sharding.is_equivalent_to(want, 1), (
+                f"{keystr(path)}: {leaf.sharding} but its param has {want}")
+
+
+@check
 def check_model_parallel_state_follows_params() -> None:
     """4x2 mesh (auto axes), params split over both axes, every optimizer and wrapper;
     the ``CORE`` ones also match one device after 10 steps."""
