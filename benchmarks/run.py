@@ -26,7 +26,8 @@ Usage::
 
     python benchmarks/run.py                      # the full run (~10 min on 2 cores)
     python benchmarks/run.py --quick              # a minute or so
-    python benchmarks/run.py --sizes 1M --trees 1,100 --opts adam,lamb --reps 5
+    python benchmarks/run.py --cases 1@4M,1000@4M --opts adam,lamb --reps 5
+    python benchmarks/run.py --sizes 1M,4M --trees 1,100   # every tree at every size
 
 Writes ``results/latest.json``, ``results/latest.md`` and ``results/latest.png``
 (``--out`` changes the folder) and prints the table.
@@ -266,12 +267,19 @@ def build_step(lib: dict, opt_name: str, params: Any, grads: Any) -> dict:
         compiled = lowered.compile()
         t2 = time.perf_counter()
     mem = compiled.memory_analysis()
-    peak = getattr(mem, "peak_memory_in_bytes", 0) or (
-        mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-        + mem.temp_size_in_bytes)
+    # Live bytes while the step runs: inputs, outputs not aliased to a donated
+    # input, and XLA's temporaries (e.g. a materialized update direction).
+    peak = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+            + mem.temp_size_in_bytes)
     return {"compiled": compiled, "state": state, "lower_s": t1 - t0, "compile_s": t2 - t1,
             "temp_bytes": int(mem.temp_size_in_bytes), "peak_bytes": int(peak),
-            "hlo_chars": len(lowered.as_text())}
+            "xla_peak_bytes": int(getattr(mem, "peak_memory_in_bytes", 0) or 0),
+            "hlo_ops": _count_ops(lowered)}
+
+
+def _count_ops(lowered: Any) -> int:
+    """Operations in the lowered (StableHLO) module: what XLA has to compile."""
+    return sum(1 for ln in lowered.as_text().splitlines() if " = " in ln)
 
 
 def bench_case(opt_name: str, kind: str, n: int, libs: dict[str, dict], reps: int,
@@ -338,7 +346,7 @@ def bench_case(opt_name: str, kind: str, n: int, libs: dict[str, dict], reps: in
             "lower_s": b["lower_s"], "compile_s": b["compile_s"],
             "total_compile_s": b["lower_s"] + b["compile_s"],
             "temp_bytes": b["temp_bytes"], "peak_bytes": b["peak_bytes"],
-            "hlo_chars": b["hlo_chars"]}
+            "xla_peak_bytes": b["xla_peak_bytes"], "hlo_ops": b["hlo_ops"]}
     return out
 
 
@@ -424,20 +432,40 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def lamb_vs_adam(results: dict) -> list[str]:
-    """functrain's lamb step over its adam step, tree by tree (target <= 1.6)."""
-    lib = results["config"]["libs"][0]
+def check_targets(results: dict) -> list[dict]:
+    """The issue's targets, each checked on this run's ratios (first lib / second lib)."""
+    libs = results["config"]["libs"]
+    if len(libs) < 2:
+        return []
+    base, peer = libs[0], libs[1]
     by = {(c["opt"], c["tree"], c["size"]): c for c in results["cases"]}
-    lines = []
+    out = []
+
+    def add(what: str, case: dict, value: float, limit: float) -> None:
+        out.append({"target": what, "tree": case["tree"], "params": case["params"],
+                    "value": value, "limit": limit, "met": bool(value <= limit)})
+
     for (opt, kind, size), c in by.items():
+        r = c.get("ratios")
+        if not r:
+            continue
+        step_limit = 0.6 if opt in ("lamb", "lars") else 1.0
+        add(f"{opt} step {base}/{peer} <= {step_limit}", c, r["step"], step_limit)
+        add(f"{opt} peak memory {base}/{peer} <= 1", c, r["peak_mem"], 1.0)
+        if c["leaves"] == 1000:
+            lim = 0.25 if opt in ("lamb", "lars") else 0.5 if opt == "adam" else None
+            if lim is not None:
+                add(f"{opt} compile {base}/{peer} <= {lim} (1000 leaves)", c, r["compile"], lim)
         if opt == "lamb" and ("adam", kind, size) in by:
-            a = by[("adam", kind, size)]["libs"]
-            for nm in results["config"]["libs"]:
-                if nm in c["libs"] and nm in a:
-                    lines.append(f"lamb/adam step, {nm}, tree {kind} ({fmt_size(c['params'])}): "
-                                 f"{c['libs'][nm]['step_s'] / a[nm]['step_s']:.2f}")
-    del lib
-    return lines
+            a = by[("adam", kind, size)]["libs"][base]
+            add(f"lamb step / adam step ({base}) <= 1.6", c,
+                c["libs"][base]["step_s"] / a["step_s"], 1.6)
+    return out
+
+
+def targets_text(checks: list[dict]) -> list[str]:
+    return [f"{'met ' if t['met'] else 'MISS'}  {t['target']:<44} tree {t['tree']:<11} "
+            f"{fmt_size(t['params']):>6}: {t['value']:.2f}" for t in checks]
 
 
 def plot(results: dict, path: str) -> None:
@@ -499,21 +527,37 @@ def plot(results: dict, path: str) -> None:
 # Main
 # --------------------------------------------------------------------------
 
-DEFAULT_SIZES = "2M,16M"
-DEFAULT_TREES = "1,100,1000,transformer"
-QUICK = dict(sizes="1M", trees="1,100,transformer", reps=5, min_time=0.2)
+# Compile time depends on the leaf count, not the size, and 1000-leaf steps take
+# the longest to compile: the default runs the leaf sweep at 16M, the cheap
+# trees at two sizes too, and the transformer at two sizes.
+DEFAULT_CASES = "1@2M,100@2M,transformer@2M,1@16M,100@16M,1000@16M,transformer@16M"
+QUICK = dict(cases="1@1M,100@1M,transformer@1M", reps=5, min_time=0.2)
+
+
+def parse_cases(text: str) -> list[tuple[str, int]]:
+    """'1@2M,transformer@16M' -> [('1', 2_000_000), ('transformer', 16_000_000)]."""
+    out = []
+    for item in text.split(","):
+        kind, _, size = item.strip().partition("@")
+        if not size:
+            raise ValueError(f"case {item!r} is not TREE@SIZE (e.g. 100@2M)")
+        if kind != "transformer" and not kind.isdigit():
+            raise ValueError(f"case {item!r}: the tree is a leaf count or 'transformer'")
+        out.append((kind, parse_size(size)))
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
-                    help=f"small run: sizes {QUICK['sizes']}, trees {QUICK['trees']}, "
-                         f"{QUICK['reps']} reps")
-    ap.add_argument("--sizes", help=f"total parameter counts, e.g. 2M,16M "
-                                    f"(default {DEFAULT_SIZES})")
-    ap.add_argument("--trees", help=f"1 (one leaf), a leaf count, or transformer "
-                                    f"(default {DEFAULT_TREES})")
+                    help=f"small run: cases {QUICK['cases']}, {QUICK['reps']} reps")
+    ap.add_argument("--cases", help=f"TREE@SIZE list; TREE is a leaf count (1 = one big "
+                                    f"leaf) or transformer (default {DEFAULT_CASES})")
+    ap.add_argument("--sizes", help="total parameter counts, e.g. 2M,16M: with --trees, "
+                                    "every tree at every size (instead of --cases)")
+    ap.add_argument("--trees", help="leaf counts and/or transformer, e.g. 1,100,transformer "
+                                    "(with --sizes; default size 2M)")
     ap.add_argument("--opts", default=",".join(OPTIMIZERS),
                     help=f"optimizers (default {','.join(OPTIMIZERS)})")
     ap.add_argument("--libs", default="functrain,optax",
@@ -528,10 +572,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-plot", action="store_true", help="skip the PNG")
     args = ap.parse_args(argv)
 
-    sizes = [parse_size(s) for s in (args.sizes or (QUICK["sizes"] if args.quick
-                                                    else DEFAULT_SIZES)).split(",")]
-    trees = [t.strip() for t in (args.trees or (QUICK["trees"] if args.quick
-                                                 else DEFAULT_TREES)).split(",")]
+    if args.sizes or args.trees:
+        if args.cases:
+            ap.error("give either --cases or --sizes/--trees")
+        cases = [(t.strip(), parse_size(s)) for s in (args.sizes or "2M").split(",")
+                 for t in (args.trees or "1,100,1000,transformer").split(",")]
+    else:
+        try:
+            cases = parse_cases(args.cases or (QUICK["cases"] if args.quick else DEFAULT_CASES))
+        except ValueError as e:
+            ap.error(str(e))
     opts = [o.strip() for o in args.opts.split(",")]
     for o in opts:
         if o not in BYTES_PER_PARAM:
@@ -545,7 +595,8 @@ def main(argv: list[str] | None = None) -> dict:
     t_run = time.perf_counter()
     results = {"schema": SCHEMA, "date": datetime.datetime.now().isoformat(timespec="seconds"),
                "machine": machine_info(),
-               "config": {"sizes": sizes, "trees": trees, "opts": opts, "libs": lib_names,
+               "config": {"cases": [f"{k}@{fmt_size(n)}" for k, n in cases], "opts": opts,
+                          "libs": lib_names,
                           "reps": reps, "min_time_s": min_time, "lr": LR,
                           "weight_decay": WD, "bytes_per_param": BYTES_PER_PARAM},
                "cases": []}
@@ -554,29 +605,31 @@ def main(argv: list[str] | None = None) -> dict:
           flush=True)
     base, peer = lib_names[0], lib_names[1] if len(lib_names) > 1 else lib_names[0]
     order = 0
-    for size in sizes:
-        for kind in trees:
-            for opt in opts:
-                t0 = time.perf_counter()
-                case = bench_case(opt, kind, size, libs, reps, min_time, order)
-                order += 1
-                add_ratios(case, base, peer)
-                results["cases"].append(case)
-                L = case["libs"]
-                print(f"  {opt:>12} tree={kind:<11} {fmt_size(case['params']):>6} "
-                      f"leaves={case['leaves']:<5} " + "  ".join(
-                          f"{nm}: {_ms(L[nm]['step_s'])} ms / {L[nm]['total_compile_s']:.2f} s"
-                          for nm in lib_names)
-                      + f"  floor {_ms(case['floor_s'])} ms "
-                        f"({case['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s)"
-                      + f"  [{time.perf_counter() - t0:.1f} s]", flush=True)
+    for kind, size in cases:
+        for opt in opts:
+            t0 = time.perf_counter()
+            case = bench_case(opt, kind, size, libs, reps, min_time, order)
+            order += 1
+            add_ratios(case, base, peer)
+            results["cases"].append(case)
+            L = case["libs"]
+            print(f"  {opt:>12} tree={kind:<11} {fmt_size(case['params']):>6} "
+                  f"leaves={case['leaves']:<5} " + "  ".join(
+                      f"{nm}: {_ms(L[nm]['step_s'])} ms / {L[nm]['total_compile_s']:.2f} s"
+                      for nm in lib_names)
+                  + f"  floor {_ms(case['floor_s'])} ms "
+                    f"({case['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s)"
+                  + f"  [{time.perf_counter() - t0:.1f} s]", flush=True)
     results["wall_s"] = time.perf_counter() - t_run
 
     os.makedirs(args.out, exist_ok=True)
     head, rows = table_rows(results)
     table = text_table(head, rows)
-    extra = lamb_vs_adam(results)
-    print("\n" + table + "\n" + "\n".join(extra))
+    results["targets"] = check_targets(results)
+    extra = targets_text(results["targets"])
+    met = sum(t["met"] for t in results["targets"])
+    print("\n" + table + f"\n\n# targets met: {met} of {len(results['targets'])}\n"
+          + "\n".join(extra))
     print(f"\n# wall time {results['wall_s']:.0f} s")
     stem = os.path.join(args.out, args.name)
     with open(stem + ".json", "w") as f:
@@ -591,7 +644,8 @@ def main(argv: list[str] | None = None) -> dict:
                 f"%bw = bandwidth floor / step time (floor = bytes the optimizer must "
                 f"move / bandwidth measured in the same case).\n\n")
         f.write(markdown_table(head, rows) + "\n\n")
-        f.write("\n".join(f"- {ln}" for ln in extra) + "\n")
+        f.write(f"Targets met: {met} of {len(results['targets'])}.\n\n```\n"
+                + "\n".join(extra) + "\n```\n")
     if not args.no_plot:
         try:
             plot(results, stem + ".png")
