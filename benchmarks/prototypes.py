@@ -3,37 +3,35 @@
 Nothing here is imported by functrain: these are experiments for the engine's
 owner, run against the real functrain stages (the ``LeafStage`` plan that
 ``chain`` records on its update function), so the per-leaf math is exactly
-functrain's and only the *schedule* changes. Use them as libraries::
+functrain's and only the *schedule* changes. Use them as libraries (``lib`` below parses the names)::
 
-    python benchmarks/run.py --libs functrain,optax,proto-group --trees 1000
+    python benchmarks/run.py --libs functrain,optax,proto-tr-stacked-max16 --cases 1000@4M
 
-* ``proto-group``: leaves with the same shape, dtypes and masks are stacked
-  and the fused per-leaf function runs once per group under ``jax.vmap``
-  (norms stay per leaf: ``vmap`` reduces over each leaf's own axes). The
-  state keeps functrain's layout (one array per leaf), so params, grads and
-  every state leaf are stacked and unstacked inside the step.
-* ``proto-group-stacked``: the same, with the optimizer state stored stacked
-  per group (a different state layout): only params and grads are stacked
-  and only the updates unstacked.
-* ``proto-group-copy`` / ``proto-group-stacked-copy``: the stacks are
-  materialized (an ``optimization_barrier`` after ``jnp.stack``), so XLA does
-  not fuse a k-operand concatenate into every consumer.
-* ``proto-group-max<K>`` / ``proto-group-stacked-max<K>``: groups split into
-  chunks of at most K leaves (XLA:CPU compiles k slices of one array in
-  O(k^2) time).
-* ``proto-tr``: functrain with the trust ratio's zero test moved to the
-  squared norms (bit-identical; one scalar kernel per leaf instead of three).
-  ``proto-tr-group-max<K>`` / ``proto-tr-group-stacked-max<K>`` combine it
-  with grouping.
-* ``proto-group-min<N>``: ``proto-group`` that only groups leaves smaller than
-  N elements (big leaves run one by one, where stacking costs more than it
-  saves).
+* ``group``: leaves with the same shape, dtypes and masks are stacked and the
+  fused per-leaf function runs once per group under ``jax.vmap`` (norms stay
+  per leaf: ``vmap`` reduces over each leaf's own axes). The state keeps
+  functrain's layout (one array per leaf), so params, grads and every state
+  leaf are stacked and unstacked inside the step.
+* ``stacked``: the same, with the optimizer state stored stacked per group (a
+  different state layout): only params and grads are stacked and only the
+  updates unstacked.
+* ``max<K>``: groups split into chunks of at most K leaves (XLA:CPU compiles
+  k slices of one array in O(k^2) time: 1000 slices take 35 s).
+* ``small<N>``: only leaves of at most N elements are grouped.
+* ``copy``: the stacks are materialized (an ``optimization_barrier`` after
+  ``jnp.stack``), so XLA does not fuse a k-operand concatenate into every
+  consumer.
+* ``scratch``: the trust-ratio stage keeps a params-shaped scratch buffer in
+  its state (donated), so the materialized update direction is not a fresh
+  allocation each step.
+* ``tr``: the trust ratio's zero test on the squared norms (bit-identical;
+  one scalar kernel per leaf instead of three).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -196,8 +194,8 @@ def grouped(tx: Any, **kw: Any) -> functrain.GradientTransformation:
 # Stacked state: the state holds one [k, *shape] array per group
 # --------------------------------------------------------------------------
 
-def grouped_stacked(tx: Any, materialize: bool = False,
-                    max_group: int = 0) -> functrain.GradientTransformation:
+def grouped_stacked(tx: Any, materialize: bool = False, max_group: int = 0,
+                    max_leaf_size: Optional[int] = None) -> functrain.GradientTransformation:
     """Like :func:`grouped`, with each group's state stored stacked.
 
     The state is ``(groups, per-stage globals)``; ``groups`` maps a group id to
@@ -214,7 +212,8 @@ def grouped_stacked(tx: Any, materialize: bool = False,
         ps, treedef = jax.tree_util.tree_flatten(params)
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(ps):
-            groups.setdefault((p.shape, p.dtype), []).append(i)
+            big = max_leaf_size is not None and p.size > max_leaf_size
+            groups.setdefault((i,) if big else (p.shape, p.dtype), []).append(i)
         return ps, treedef, _chunk(groups.values(), max_group)
 
     def init(params):
@@ -284,6 +283,40 @@ def trust_ratio_one_kernel(p: jax.Array, u: jax.Array, trust_coefficient: Any = 
     return ratio
 
 
+class ScratchState(NamedTuple):
+    """State of the scratch trust-ratio stage: a params-shaped buffer."""
+
+    scratch: Any
+
+
+def with_scratch_trust_ratio(tx: Any) -> functrain.GradientTransformation:
+    """The same chain, with the trust-ratio stage keeping a params-shaped
+    scratch buffer in its state and writing the update direction into it.
+
+    The direction ``u`` has two consumers (its norm and the final scaling), so
+    XLA materializes it; as a fresh temporary it is a new allocation every
+    step (for a 64 MB leaf glibc serves it with mmap, and the page faults cost
+    about as much as two passes over the array). As a donated state output it
+    lands in the same buffer every step.
+    """
+    import dataclasses  # noqa: PLC0415
+
+    plan = getattr(tx.update, PLAN_ATTR)
+    new_stages = []
+    for _, s in plan:
+        if s.name == "scale_by_trust_ratio":
+            inner = s.update_leaf
+
+            def leaf(g, st, p, ctx, inner=inner):
+                u, _ = inner(g, (), p, ctx)
+                return u, (g,)
+            s = dataclasses.replace(s, update_leaf=leaf, state_cls=ScratchState,
+                                    leaf_fields=("scratch",),
+                                    init_leaf=lambda p: (ft.zeros_like(p),))
+        new_stages.append(functrain.stage_transform(s))
+    return functrain.chain(*new_stages)
+
+
 def with_one_kernel_trust_ratio(tx: Any) -> functrain.GradientTransformation:
     """The same chain with ``scale_by_trust_ratio``'s leaf math swapped for
     :func:`trust_ratio_one_kernel` (hyperparameters read from the original's
@@ -310,35 +343,45 @@ def with_one_kernel_trust_ratio(tx: Any) -> functrain.GradientTransformation:
 # --------------------------------------------------------------------------
 
 def lib(name: str) -> dict:
-    """A ``--libs`` entry of run.py: make / apply / ctx for prototype ``name``."""
+    """A ``--libs`` entry of run.py for prototype ``name``.
+
+    ``name`` is ``proto-`` and dash-separated features: ``tr`` (one-kernel
+    trust ratio), ``group`` (grouped, per-leaf state) or ``stacked`` (grouped,
+    stacked state), ``max<K>`` (at most K leaves a group), ``small<N>`` (group
+    only leaves of at most N elements, e.g. ``small64k``), ``copy``
+    (materialize the stacks). E.g. ``proto-tr-stacked-max16-small64k``.
+    """
     import run  # noqa: PLC0415 (benchmarks/run.py, on sys.path when it imports us)
 
-    if name == "proto-tr":
-        wrap = with_one_kernel_trust_ratio
-    elif name.startswith("proto-tr-group-max"):
-        k = int(name[len("proto-tr-group-max"):])
-        wrap = lambda tx: grouped(with_one_kernel_trust_ratio(tx), max_group=k)  # noqa: E731
-    elif name.startswith("proto-tr-group-stacked-max"):
-        k = int(name[len("proto-tr-group-stacked-max"):])
-        wrap = lambda tx: grouped_stacked(with_one_kernel_trust_ratio(tx), max_group=k)  # noqa: E731
-    elif name == "proto-group":
-        wrap = grouped
-    elif name == "proto-group-copy":
-        wrap = lambda tx: grouped(tx, materialize=True)  # noqa: E731
-    elif name == "proto-group-stacked-copy":
-        wrap = lambda tx: grouped_stacked(tx, materialize=True)  # noqa: E731
-    elif name.startswith("proto-group-stacked-max"):
-        k = int(name[len("proto-group-stacked-max"):])
-        wrap = lambda tx: grouped_stacked(tx, max_group=k)  # noqa: E731
-    elif name.startswith("proto-group-max"):
-        k = int(name[len("proto-group-max"):])
-        wrap = lambda tx: grouped(tx, max_group=k)  # noqa: E731
-    elif name.startswith("proto-group-min"):
-        limit = int(run.parse_size(name[len("proto-group-min"):]))
-        wrap = lambda tx: grouped(tx, max_leaf_size=limit)  # noqa: E731
-    elif name == "proto-group-stacked":
-        wrap = grouped_stacked
-    else:
+    feats = name.split("-")[1:]
+    if not feats or feats[0] == "":
         raise ValueError(f"unknown prototype {name!r}")
+    tr = "tr" in feats
+    scratch = "scratch" in feats
+    kw: dict = {}
+    mode = None
+    for f in feats:
+        if f in ("group", "stacked"):
+            mode = f
+        elif f.startswith("max"):
+            kw["max_group"] = int(f[3:])
+        elif f.startswith("small"):
+            kw["max_leaf_size"] = run.parse_size(f[5:])
+        elif f == "copy":
+            kw["materialize"] = True
+        elif f not in ("tr", "scratch"):
+            raise ValueError(f"unknown prototype feature {f!r} in {name!r}")
+
+    def wrap(tx):
+        if tr:
+            tx = with_one_kernel_trust_ratio(tx)
+        if scratch:
+            tx = with_scratch_trust_ratio(tx)
+        if mode == "group":
+            return grouped(tx, **kw)
+        if mode == "stacked":
+            return grouped_stacked(tx, **kw)
+        return tx
+
     return dict(make=lambda o: wrap(run._make(functrain, o)), apply=functrain.apply_updates,
                 ctx=contextlib.nullcontext)

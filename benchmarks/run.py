@@ -271,7 +271,14 @@ def build_step(lib: dict, opt_name: str, params: Any, grads: Any) -> dict:
     # input, and XLA's temporaries (e.g. a materialized update direction).
     peak = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
             + mem.temp_size_in_bytes)
+    try:
+        cost = compiled.cost_analysis() or {}
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    except Exception:  # noqa: BLE001 (cost analysis is optional diagnostics)
+        cost = {}
     return {"compiled": compiled, "state": state, "lower_s": t1 - t0, "compile_s": t2 - t1,
+            "xla_bytes_accessed": float(cost.get("bytes accessed", 0.0)),
+            "xla_flops": float(cost.get("flops", 0.0)),
             "temp_bytes": int(mem.temp_size_in_bytes), "peak_bytes": int(peak),
             "xla_peak_bytes": int(getattr(mem, "peak_memory_in_bytes", 0) or 0),
             "hlo_ops": _count_ops(lowered)}
@@ -346,7 +353,8 @@ def bench_case(opt_name: str, kind: str, n: int, libs: dict[str, dict], reps: in
             "lower_s": b["lower_s"], "compile_s": b["compile_s"],
             "total_compile_s": b["lower_s"] + b["compile_s"],
             "temp_bytes": b["temp_bytes"], "peak_bytes": b["peak_bytes"],
-            "xla_peak_bytes": b["xla_peak_bytes"], "hlo_ops": b["hlo_ops"]}
+            "xla_peak_bytes": b["xla_peak_bytes"], "hlo_ops": b["hlo_ops"],
+            "xla_bytes_accessed": b["xla_bytes_accessed"], "xla_flops": b["xla_flops"]}
     return out
 
 
@@ -373,6 +381,8 @@ def machine_info() -> dict:
         info["cpu"] = models[0] if models else platform.processor()
     except OSError:
         info["cpu"] = platform.processor()
+    info["env"] = {k: v for k, v in os.environ.items()
+                   if k.startswith(("MALLOC_", "XLA_", "JAX_", "FUNCTRAIN_")) or k == "LD_PRELOAD"}
     try:
         info["loadavg_at_start"] = os.getloadavg()
     except OSError:
@@ -512,13 +522,14 @@ def plot(results: dict, path: str) -> None:
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
         axes[0, j].set_title(opt)
-    axes[0, 0].legend(fontsize=7)
-    axes[1, 0].legend(fontsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7,
+               frameon=False)
     m = results["machine"]
     fig.suptitle(f"functrain vs optax, jitted donated step - {m.get('cpu', '?')}, "
                  f"{m['cpu_count']} cores, {m['backend']}, jax {m['jax']}, "
                  f"optax {m['optax']} ({results['date']})", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03 + 0.018 * math.ceil(len(handles) / 6), 1, 0.97))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
