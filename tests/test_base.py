@@ -154,3 +154,24 @@ def test_functrain_and_optax_transformations_are_interchangeable_tuples():
     init, update = ft.adam(1e-3)
     assert callable(init) and callable(update)
     assert isinstance(ft.adam(1e-3), ft.GradientTransformation)
+
+
+def test_fusion_switch_changes_the_schedule_not_the_numbers(monkeypatch):
+    """FUNCTRAIN_ENGINE_OPT=0 runs one block per stage; results are identical."""
+    import functrain.transforms.base as base
+    params = make_params()
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    opt = ft.chain(ft.clip_by_global_norm(1.0), ft.lamb(1e-2, weight_decay=0.1))
+    blocks = []
+    real = base.run_block
+    monkeypatch.setattr(base, "run_block",
+                        lambda stages, *a: blocks.append(len(stages)) or real(stages, *a))
+    fused, _ = opt.update(grads, opt.init(params), params)
+    assert blocks == [5]  # the global norm is read first, then one pass for all five
+    blocks.clear()
+    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "0")
+    assert not base.fusion_enabled()
+    unfused, _ = opt.update(grads, opt.init(params), params)
+    assert blocks == [1, 1, 1, 1, 1]
+    for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(unfused)):
+        np.testing.assert_array_equal(a, b)
