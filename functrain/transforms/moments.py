@@ -20,7 +20,12 @@ Array = jax.Array
 
 
 class ScaleByAdamState(NamedTuple):
-    """State of :func:`scale_by_adam`: step count and first/second moments."""
+    """State of :func:`scale_by_adam`: step count and first/second moments.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_adam().init({'w': jnp.zeros(2)}).count
+    Array(0, dtype=int32)
+    """
 
     count: Array
     mu: Any
@@ -28,27 +33,47 @@ class ScaleByAdamState(NamedTuple):
 
 
 class ScaleByRmsState(NamedTuple):
-    """State of :func:`scale_by_rms` without bias correction."""
+    """State of :func:`scale_by_rms` without bias correction.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_rms(initial_scale=1.0).init([jnp.zeros(2)]).nu
+    [Array([1., 1.], dtype=float32)]
+    """
 
     nu: Any
 
 
 class ScaleByRmsWithCountState(NamedTuple):
-    """State of :func:`scale_by_rms` with bias correction."""
+    """State of :func:`scale_by_rms` with bias correction.
+
+    >>> import jax.numpy as jnp
+    >>> type(scale_by_rms(bias_correction=True).init([jnp.zeros(2)])).__name__
+    'ScaleByRmsWithCountState'
+    """
 
     count: Array
     nu: Any
 
 
 class ScaleByRStdDevState(NamedTuple):
-    """State of :func:`scale_by_stddev` without bias correction."""
+    """State of :func:`scale_by_stddev` without bias correction.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_stddev().init([jnp.zeros(1)]).mu
+    [Array([0.], dtype=float32)]
+    """
 
     mu: Any
     nu: Any
 
 
 class ScaleByRStdDevWithCountState(NamedTuple):
-    """State of :func:`scale_by_stddev` with bias correction."""
+    """State of :func:`scale_by_stddev` with bias correction.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_stddev(bias_correction=True).init([jnp.zeros(1)]).count
+    Array(0, dtype=int32)
+    """
 
     count: Array
     mu: Any
@@ -56,13 +81,23 @@ class ScaleByRStdDevWithCountState(NamedTuple):
 
 
 class ScaleByRssState(NamedTuple):
-    """State of :func:`scale_by_rss`: the running sum of squared gradients."""
+    """State of :func:`scale_by_rss`: the running sum of squared gradients.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_rss().init([jnp.zeros(2)]).sum_of_squares
+    [Array([0.1, 0.1], dtype=float32)]
+    """
 
     sum_of_squares: Any
 
 
 class ScaleByLionState(NamedTuple):
-    """State of :func:`scale_by_lion`: step count and momentum."""
+    """State of :func:`scale_by_lion`: step count and momentum.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_lion().init([jnp.zeros(2)]).mu
+    [Array([0., 0.], dtype=float32)]
+    """
 
     count: Array
     mu: Any

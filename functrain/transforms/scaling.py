@@ -19,13 +19,23 @@ MaskOrFn = Any
 
 
 class ScaleByScheduleState(NamedTuple):
-    """State of :func:`scale_by_schedule`: the step count fed to the schedule."""
+    """State of :func:`scale_by_schedule`: the step count fed to the schedule.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_schedule(lambda c: 0.1).init([jnp.zeros(1)])
+    ScaleByScheduleState(count=Array(0, dtype=int32))
+    """
 
     count: Array
 
 
 class TraceState(NamedTuple):
-    """State of :func:`trace`: the momentum buffer."""
+    """State of :func:`trace`: the momentum buffer.
+
+    >>> import jax.numpy as jnp
+    >>> trace(0.9).init([jnp.ones(2)])
+    TraceState(trace=[Array([0., 0.], dtype=float32)])
+    """
 
     trace: Any
 
@@ -108,7 +118,12 @@ def trace(decay: float, nesterov: bool = False,
 
 
 class WeightDecayScheduleState(NamedTuple):
-    """State of :func:`add_decayed_weights` with a scheduled decay: the step count."""
+    """State of :func:`add_decayed_weights` with a scheduled decay: the step count.
+
+    >>> import jax.numpy as jnp
+    >>> add_decayed_weights(lambda c: 1e-4).init([jnp.ones(2)])
+    WeightDecayScheduleState(count=Array(0, dtype=int32))
+    """
 
     count: Array
 
