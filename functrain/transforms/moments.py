@@ -117,6 +117,16 @@ def _bias_corrections(count: Array, *decays: Any) -> tuple:
     return tuple(1 - d ** count for d in decays)
 
 
+def _counted_bias_correction(decay: Any, enabled: bool) -> Any:
+    """``prepare`` of the RMS family: ``1 - decay**count`` when bias correction is on."""
+    def prepare(glob: dict, _: Any) -> tuple:
+        if not enabled:
+            return None, {}
+        count = safe_increment(glob["count"])
+        return _bias_corrections(count, decay), {"count": count}
+    return prepare
+
+
 def _check_betas(owner: str, **betas: Any) -> None:
     for name, value in betas.items():
         check_range(name, value, 0.0, 1.0, owner=owner)
@@ -186,11 +196,7 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
     check_range("eps", eps, 0.0, owner="scale_by_rms")
     state_cls = ScaleByRmsWithCountState if bias_correction else ScaleByRmsState
 
-    def prepare(glob: dict, _: Any) -> tuple:
-        if not bias_correction:
-            return None, {}
-        count = safe_increment(glob["count"])
-        return _bias_corrections(count, decay), {"count": count}
+    prepare = _counted_bias_correction(decay, bias_correction)
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         nu = ema(g * g, state[0], decay)
@@ -227,11 +233,7 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
     check_range("eps", eps, 0.0, owner="scale_by_stddev")
     state_cls = ScaleByRStdDevWithCountState if bias_correction else ScaleByRStdDevState
 
-    def prepare(glob: dict, _: Any) -> tuple:
-        if not bias_correction:
-            return None, {}
-        count = safe_increment(glob["count"])
-        return _bias_corrections(count, decay), {"count": count}
+    prepare = _counted_bias_correction(decay, bias_correction)
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         mu, nu = ema(g, state[0], decay), ema(g * g, state[1], decay)
