@@ -200,8 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "demo_out")
-    parser.add_argument("--no-docs-copy", action="store_true",
-                        help="do not copy the plot to docs/demo_loss.png")
+    parser.add_argument("--docs-copy", action="store_true",
+                        help="also copy the plot to docs/demo_loss.png (the README's picture)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
 
     png = args.out / "demo_loss.png"
     plot(results, png, window=max(1, results["lamb"]["steps_per_epoch"]))
-    if not args.no_docs_copy:
+    if args.docs_copy:
         (ROOT / "docs").mkdir(exist_ok=True)
         shutil.copyfile(png, ROOT / "docs" / "demo_loss.png")
     elapsed = time.perf_counter() - start
