@@ -257,30 +257,10 @@ def grouped_stacked(tx: Any, materialize: bool = False, max_group: int = 0,
 # Trust ratio with one scalar kernel per leaf
 # --------------------------------------------------------------------------
 
-def trust_ratio_one_kernel(p: jax.Array, u: jax.Array, trust_coefficient: Any = 1.0,
-                           eps: Any = 0.0, min_norm: Any = 0.0,
-                           max_trust_ratio: Optional[Any] = None) -> jax.Array:
-    """functrain's ``trust_ratio`` with the zero test on the squared norms.
-
-    ``sqrt(x) == 0`` exactly when ``x == 0`` (x >= 0, NaN compares false either
-    way), so the result is bit-identical; but each ``sqrt`` now has a single
-    user, so XLA:CPU fuses the per-leaf scalar math into one kernel instead of
-    three (two ``sqrt`` kernels and a ratio kernel).
-    """
-    cd = ft.compute_dtype(p.dtype)
-    pp = jnp.sum(jnp.square(p.astype(cd)))
-    uu = jnp.sum(jnp.square(u.astype(cd)))
-    if isinstance(min_norm, (int, float)) and min_norm == 0:
-        zero = (pp == 0) | (uu == 0)
-        pn, un = jnp.sqrt(pp), jnp.sqrt(uu)
-    else:
-        pn = jnp.maximum(jnp.sqrt(pp), min_norm)
-        un = jnp.maximum(jnp.sqrt(uu), min_norm)
-        zero = (pn == 0) | (un == 0)
-    ratio = jnp.where(zero, 1.0, trust_coefficient * pn / jnp.where(zero, 1.0, un + eps))
-    if max_trust_ratio is not None:
-        ratio = jnp.minimum(ratio, max_trust_ratio)
-    return ratio
+# P1 was adopted: functrain's own ``trust_ratio`` now tests zero on the squared
+# norms (one scalar kernel per leaf). The ``tr`` variant therefore measures the
+# same math as plain functrain; it is kept so old command lines still run.
+from functrain.transforms.scaling import trust_ratio as trust_ratio_one_kernel  # noqa: E402
 
 
 class ScratchState(NamedTuple):
