@@ -132,13 +132,16 @@ def _libs(names: list[str]) -> dict[str, dict]:
         elif name == "optax":
             libs[name] = dict(make=lambda o: _make(optax, o), apply=optax.apply_updates,
                               ctx=contextlib.nullcontext)
+        elif name == "functrain-grouped":  # opt-in functrain.grouped (issue 5, P2)
+            libs[name] = dict(make=lambda o: functrain.grouped(_make(functrain, o)),
+                              apply=functrain.apply_updates, ctx=contextlib.nullcontext)
         elif name.startswith("proto"):  # prototypes of engine changes (benchmarks/prototypes.py)
             sys.path.insert(0, HERE)
             import prototypes  # noqa: PLC0415
             libs[name] = prototypes.lib(name)
         else:
             raise ValueError(f"unknown library {name!r}: functrain, optax, "
-                             f"functrain-noopt or proto-*")
+                             f"functrain-noopt, functrain-grouped or proto-*")
     return libs
 
 
@@ -622,6 +625,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--libs", default="functrain,optax",
                     help="libraries; the first two are compared in the ratios "
                          "(also: functrain-noopt = functrain with FUNCTRAIN_ENGINE_OPT=0, "
+                         "functrain-grouped = functrain.grouped(...), "
                          "proto-* = benchmarks/prototypes.py)")
     ap.add_argument("--reps", type=int, help="timed steps per library and case (default 15)")
     ap.add_argument("--min-time", type=float,

@@ -74,3 +74,6 @@ from functrain.transforms.adafactor import (FactoredState, adafactor, clip_by_bl
 
 # --- sharding (issue 6) ---
 from functrain import sharding
+
+# --- opt-in grouped engine (issue 5) ---
+from functrain.transforms.grouped import GroupedState, grouped
