@@ -18,7 +18,7 @@ def make_params():
     }
 
 
-def make_grads(params, steps, seed=1):
+def make_grads(params, steps=50, seed=1):
     """Gradients whose magnitudes span 1e-3..1e3, stacked over ``steps``."""
     rng = np.random.default_rng(seed)
 

@@ -12,6 +12,7 @@ import optax
 import pytest
 
 import functrain as ft
+from conftest import make_grads  # noqa: F401  (also used by test_wrappers)
 
 STEPS = 50
 # Test-only: XLA's cheapest CPU codegen halves compile time; numerics are unchanged.
@@ -27,18 +28,6 @@ def make_params(scalar=True):
     if scalar:
         params["scalar"] = jnp.asarray(0.7, jnp.float32)
     return params
-
-
-def make_grads(params, steps=STEPS, seed=1):
-    """Gradients whose magnitudes span 1e-3..1e3, stacked over ``steps``."""
-    rng = np.random.default_rng(seed)
-
-    def leaf(p):
-        shape = (steps,) + p.shape
-        mag = 10.0 ** rng.uniform(-3, 3, shape)
-        return jnp.asarray(rng.standard_normal(shape) * mag, p.dtype)
-
-    return jax.tree_util.tree_map(leaf, params)
 
 
 def loss_value(params):
@@ -60,6 +49,19 @@ def trajectory(opt, apply_updates, params, grads, with_value=False):
         params, state = step(params, state, jax.tree_util.tree_map(lambda x: x[t], grads))
         out.append(params)
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *out)
+
+
+def assert_same_trajectories(name, ours, theirs, params):
+    """Every step equal to optax's (rtol 2e-5), and the params really moved."""
+    moved = False
+    for (path, x), y, p0 in zip(jax.tree_util.tree_flatten_with_path(ours)[0],
+                                jax.tree_util.tree_leaves(theirs),
+                                jax.tree_util.tree_leaves(params)):
+        assert x.dtype == y.dtype
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6,
+                                   err_msg=f"{name} {jax.tree_util.keystr(path)}")
+        moved |= bool(np.any(np.asarray(x[-1]) != np.asarray(p0)))
+    assert moved, f"{name} never moved the params: the comparison would be vacuous"
 
 
 def mask_fn(params):
@@ -119,15 +121,7 @@ def test_matches_optax_every_step(name):
     grads = make_grads(params)
     ours = trajectory(make(ft), ft.apply_updates, params, grads, with_value)
     theirs = trajectory(make(optax), optax.apply_updates, params, grads, with_value)
-    moved = False
-    for (path, x), y, p0 in zip(jax.tree_util.tree_flatten_with_path(ours)[0],
-                                jax.tree_util.tree_leaves(theirs),
-                                jax.tree_util.tree_leaves(params)):
-        assert x.dtype == y.dtype
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6,
-                                   err_msg=f"{name} {jax.tree_util.keystr(path)}")
-        moved |= bool(np.any(np.asarray(x[-1]) != np.asarray(p0)))
-    assert moved, f"{name} never moved the params: the comparison would be vacuous"
+    assert_same_trajectories(name, ours, theirs, params)
 
 
 # --------------------------------------------------------------------------

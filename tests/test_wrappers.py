@@ -12,7 +12,8 @@ import pytest
 
 import functrain as ft
 from functrain.tree import MaskedNode
-from test_more_optimizers import make_grads, make_params, trajectory
+from test_more_optimizers import (assert_same_trajectories, make_grads, make_params,
+                                  trajectory)
 
 
 def by_ndim(params):
@@ -87,15 +88,7 @@ def test_matches_optax_every_step(name):
         grads = with_bad_steps(grads)
     ours = trajectory(CASES[name](ft), ft.apply_updates, params, grads)
     theirs = trajectory(CASES[name](optax), optax.apply_updates, params, grads)
-    moved = False
-    for (path, x), y, p0 in zip(jax.tree_util.tree_flatten_with_path(ours)[0],
-                                jax.tree_util.tree_leaves(theirs),
-                                jax.tree_util.tree_leaves(params)):
-        assert x.dtype == y.dtype
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=1e-6,
-                                   err_msg=f"{name} {jax.tree_util.keystr(path)}")
-        moved |= bool(np.any(np.asarray(x[-1]) != np.asarray(p0)))
-    assert moved
+    assert_same_trajectories(name, ours, theirs, params)
 
 
 # --------------------------------------------------------------------------
