@@ -99,16 +99,19 @@ OPTIMIZERS = tuple(BYTES_PER_PARAM)
 # --------------------------------------------------------------------------
 
 
-def engine_switch(enabled: bool) -> contextlib.AbstractContextManager:
+def engine_switch(enabled: "bool | str") -> contextlib.AbstractContextManager:
     """A context in which functrain's engine optimizations are on or off.
 
     The engine reads ``FUNCTRAIN_ENGINE_OPT`` when it traces a step ("0" turns
-    its leaf grouping off), so a variant is fixed when its step is compiled.
+    fusion and the trust-ratio recompute off, "fuse" keeps only fusion), so a
+    variant is fixed when its step is compiled. A string is used as the value.
     """
+    value = enabled if isinstance(enabled, str) else ("1" if enabled else "0")
+
     @contextlib.contextmanager
     def ctx():
         old = os.environ.get("FUNCTRAIN_ENGINE_OPT")
-        os.environ["FUNCTRAIN_ENGINE_OPT"] = "1" if enabled else "0"
+        os.environ["FUNCTRAIN_ENGINE_OPT"] = value
         try:
             yield
         finally:
@@ -129,6 +132,10 @@ def _libs(names: list[str]) -> dict[str, dict]:
             libs[name] = dict(make=lambda o: _make(functrain, o),
                               apply=functrain.apply_updates,
                               ctx=lambda: engine_switch(False))
+        elif name.startswith("functrain@"):  # functrain@fuse: FUNCTRAIN_ENGINE_OPT=fuse
+            libs[name] = dict(make=lambda o: _make(functrain, o),
+                              apply=functrain.apply_updates,
+                              ctx=lambda v=name.split("@", 1)[1]: engine_switch(v))
         elif name == "optax":
             libs[name] = dict(make=lambda o: _make(optax, o), apply=optax.apply_updates,
                               ctx=contextlib.nullcontext)
@@ -140,8 +147,9 @@ def _libs(names: list[str]) -> dict[str, dict]:
             import prototypes  # noqa: PLC0415
             libs[name] = prototypes.lib(name)
         else:
-            raise ValueError(f"unknown library {name!r}: functrain, optax, "
-                             f"functrain-noopt, functrain-grouped or proto-*")
+            raise ValueError(f"unknown library {name!r}: functrain, optax, functrain-noopt, "
+                             f"functrain@<FUNCTRAIN_ENGINE_OPT value>, functrain-grouped "
+                             f"or proto-*")
     return libs
 
 
@@ -625,6 +633,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--libs", default="functrain,optax",
                     help="libraries; the first two are compared in the ratios "
                          "(also: functrain-noopt = functrain with FUNCTRAIN_ENGINE_OPT=0, "
+                         "functrain@VALUE = functrain with FUNCTRAIN_ENGINE_OPT=VALUE, e.g. "
+                         "functrain@fuse, "
                          "functrain-grouped = functrain.grouped(...), "
                          "proto-* = benchmarks/prototypes.py)")
     ap.add_argument("--reps", type=int, help="timed steps per library and case (default 15)")

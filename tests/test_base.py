@@ -175,3 +175,101 @@ def test_fusion_switch_changes_the_schedule_not_the_numbers(monkeypatch):
     assert blocks == [1, 1, 1, 1, 1]
     for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(unfused)):
         np.testing.assert_array_equal(a, b)
+
+
+def _lamb_step_outputs(opt, params, grads, steps=4):
+    @jax.jit
+    def run(params):
+        state = opt.init(params)
+        for _ in range(steps):
+            updates, state = opt.update(grads, state, params)
+            params = ft.apply_updates(params, updates)
+        return params, state
+    return run(params)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda: ft.lamb(1e-2, weight_decay=0.1),
+    lambda: ft.lamb(1e-2, weight_decay=0.1, mask=lambda p: jax.tree_util.tree_map(
+        lambda x: x.ndim > 1, p), trust_ratio_mask=lambda p: jax.tree_util.tree_map(
+        lambda x: x.ndim > 0, p)),
+    lambda: ft.lars(0.1, weight_decay=1e-3, momentum=0.9),
+    lambda: ft.chain(ft.clip_by_global_norm(1.0), ft.lamb(1e-2, nu_dtype=jnp.bfloat16)),
+], ids=["lamb", "lamb-masks", "lars", "clip-lamb-bf16-nu"])
+def test_trust_ratio_recompute_changes_only_rounding(make_opt, monkeypatch):
+    """Recomputing the trust ratio's input changes the schedule, not the result beyond rounding.
+
+    The same operations run on the same values; XLA may sum the norm in another
+    order, so float32 results agree to a few ulps (bfloat16 leaves to one ulp).
+    """
+    import functrain.transforms.base as base
+    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    params = make_params()
+    params["bf16"] = jnp.linspace(-1, 1, 12, dtype=jnp.bfloat16).reshape(3, 4)
+    grads = jax.tree_util.tree_map(lambda p: jnp.cos(3 * p.astype(jnp.float32)).astype(p.dtype),
+                                   params)
+    assert base.recompute_enabled()
+    on = _lamb_step_outputs(make_opt(), params, grads)
+    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+    assert base.fusion_enabled() and not base.recompute_enabled()
+    off = _lamb_step_outputs(make_opt(), params, grads)
+    for a, b in zip(jax.tree_util.tree_leaves(on), jax.tree_util.tree_leaves(off)):
+        assert a.dtype == b.dtype
+        tol = 1e-2 if a.dtype == jnp.bfloat16 else 2e-6
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=tol, atol=tol * 1e-2)
+
+
+def test_trust_ratio_recompute_removes_the_params_sized_temporary(monkeypatch):
+    """A 40 MB leaf: storing LAMB's direction needs a 40 MB XLA temporary; the recompute none."""
+    params = {"w": jax.ShapeDtypeStruct((10_000_000,), jnp.float32)}
+    opt = ft.lamb(1e-3, weight_decay=0.01)
+
+    def temp_bytes():
+        state = jax.eval_shape(opt.init, params)
+
+        def step(p, s, g):
+            u, s = opt.update(g, s, p)
+            return ft.apply_updates(p, u), s
+        compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, params).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    with_recompute = temp_bytes()
+    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+    stored = temp_bytes()
+    assert stored >= 40_000_000
+    assert with_recompute < 1_000_000
+
+
+def test_trust_ratio_recompute_under_grad_vmap_and_grouped(monkeypatch):
+    """The recomputed input works under jax.grad and jax.vmap (grouped engine) too."""
+    import functrain.transforms.base as base
+    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    params = make_params()
+    grads = jax.tree_util.tree_map(lambda p: jnp.sin(p) + 0.1, params)
+
+    def loss(p, opt):  # through both norms of the trust ratio and the decay
+        updates, _ = opt.update(grads, opt.init(params), p)
+        return sum(jnp.sum(u ** 2) for u in jax.tree_util.tree_leaves(updates))
+
+    opt = ft.lamb(1e-2, weight_decay=0.1)
+    d_on = jax.grad(loss)(params, opt)
+    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+    d_off = jax.grad(loss)(params, opt)
+    for a, b in zip(jax.tree_util.tree_leaves(d_on), jax.tree_util.tree_leaves(d_off)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-9)
+    assert any(float(jnp.max(jnp.abs(a))) > 1e-6 for a in jax.tree_util.tree_leaves(d_on))
+    monkeypatch.delenv("FUNCTRAIN_ENGINE_OPT")
+    grouped = _lamb_step_outputs(ft.grouped(ft.lamb(1e-2, weight_decay=0.1)), params, grads)[0]
+    plain = _lamb_step_outputs(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
+    for a, b in zip(jax.tree_util.tree_leaves(grouped), jax.tree_util.tree_leaves(plain)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_engine_switch_rejects_unknown_values(monkeypatch):
+    import functrain.transforms.base as base
+    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse,turbo")
+    with pytest.raises(ValueError, match="turbo"):
+        base.fusion_enabled()
+    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "off")
+    assert not base.fusion_enabled() and not base.recompute_enabled()

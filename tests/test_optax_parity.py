@@ -103,3 +103,15 @@ def test_optax_inside_functrain_chain_and_back():
     b = trajectory(reference, optax.apply_updates, params, grads)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6)
+
+
+TRUST_RATIO_CASES = ["lamb", "lamb_decay", "lamb_masked", "lars", "lars_settings", "lars_masks",
+                     "clip_lamb_schedule"]
+
+
+@pytest.mark.parametrize("name", TRUST_RATIO_CASES)
+def test_trust_ratio_recompute_matches_optax(name, monkeypatch):
+    """The engine's trust-ratio recompute, forced on for these small trees, keeps optax's numbers."""
+    import functrain.transforms.base as base
+    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    assert_same_trajectory(CASES[name](ft), CASES[name](optax))

@@ -29,6 +29,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jex_core
 
 from functrain import tree as ft
 
@@ -91,6 +92,14 @@ class LeafStage:
         parameter's shape (the engine checks those shapes); ``None`` means all
         of them. Stages with reduced per-leaf state (Adafactor's factored
         moments, SM3's per-dimension accumulators) list only the others.
+      norm_of_input: ``update_leaf`` reduces its input (e.g. takes its norm)
+        and then also uses the input itself, like a trust ratio. When earlier
+        stages of the same fused block produced that input, the engine may
+        call ``update_leaf(..., x_for_norm=y)`` with ``y`` an equal value
+        computed separately, so the compiler can fuse the reduction with the
+        input's producers instead of storing the input in a temporary buffer
+        (see :func:`run_block`). The stage must take its reductions from
+        ``x_for_norm`` when given, and everything else from its input.
 
     >>> import jax.numpy as jnp
     >>> double = stage_transform(LeafStage('double', lambda g, s, p, c: (2 * g, ())))
@@ -109,6 +118,7 @@ class LeafStage:
     needs_updates: bool = False
     mask: Any = None
     shaped_fields: Optional[tuple[str, ...]] = None
+    norm_of_input: bool = False
 
     def init_state(self, params: Params) -> OptState:
         """The stage's state for ``params`` (checks the mask fits them, too)."""
@@ -191,18 +201,30 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
 
     out_updates = []
     new_fields = [[[] for _ in s.leaf_fields] for s in stages]
+    recompute = recompute_enabled() and _recompute_pays(stages, plans, gs, ps)
+    jaxprs: dict = {}  # prefix jaxprs, shared by leaves of one shape (this trace only)
     for i, (g, p) in enumerate(zip(gs, ps)):
         cd = ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
         x = g.astype(cd)
+        x0 = x
         pc = None if p is None else p.astype(cd)
+        ran: list = []  # per stage: None (masked) or (olds in compute dtype, new states)
         for k, stage in enumerate(stages):
             active, fields, ctx, _ = plans[k]
             olds = tuple(f[i] for f in fields)
             if not active[i]:
                 news = olds
+                ran.append(None)
             else:
-                x, news = stage.update_leaf(
-                    x, tuple(o.astype(_compute(o, cd)) for o in olds), pc, ctx)
+                olds_c = tuple(o.astype(_compute(o, cd)) for o in olds)
+                extra = {}
+                if stage.norm_of_input and recompute and any(r is not None for r in ran):
+                    y = _input_for_norm(stages[:k], [pl[2] for pl in plans[:k]], ran, x0, pc,
+                                        jaxprs, (k, i, cd))
+                    if y is not None:
+                        extra["x_for_norm"] = y
+                x, news = stage.update_leaf(x, olds_c, pc, ctx, **extra)
+                ran.append((olds_c, news))
                 news = tuple(n.astype(o.dtype) for n, o in zip(news, olds))
             for lst, n in zip(new_fields[k], news):
                 lst.append(n)
@@ -218,6 +240,117 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
             values[name] = treedef.unflatten(lst)
         new_states.append(stage.state_cls(**values))
     return treedef.unflatten(out_updates), new_states
+
+
+# Recompute a trust ratio's input only when the temporaries it saves would be
+# big: measured on XLA:CPU (2-core AMD EPYC, jax 0.10.2), storing LAMB's
+# direction costs a page-faulting fresh allocation per step once the block's
+# temporaries pass glibc's 32 MiB mmap threshold (16M params: 50 -> 35 ms),
+# while below it the recomputing reduction is the slower kernel (2M: 3.7 ->
+# 4.5 ms). Tests set it to 0 to exercise the recompute on small trees.
+RECOMPUTE_MIN_BYTES = 32 * 2**20
+
+
+def _recompute_pays(stages: Sequence[LeafStage], plans: list, gs: list, ps: list) -> bool:
+    """Whether the temporaries a recompute would save reach RECOMPUTE_MIN_BYTES."""
+    total = 0
+    for k, stage in enumerate(stages):
+        if not stage.norm_of_input or k == 0:
+            continue
+        for i, g in enumerate(gs):
+            if plans[k][0][i] and any(plans[j][0][i] for j in range(k)):
+                p = ps[i]
+                cd = ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
+                total += int(np.prod(g.shape)) * jnp.dtype(cd).itemsize
+    return total >= RECOMPUTE_MIN_BYTES
+
+
+def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
+                    x0: jax.Array, pc: Any, cache: dict, key: tuple) -> Optional[jax.Array]:
+    """The input of a ``norm_of_input`` stage, computed a second time for its norm.
+
+    A trust ratio needs the norm of its input ``u`` (e.g. LAMB's Adam direction)
+    before it can scale ``u``. If ``u`` has these two consumers, XLA computes
+    it once and stores it: a params-sized temporary per leaf, allocated every
+    step (on CPU, glibc serves blocks over 32 MB with ``mmap``, so every step
+    page-faults through it). Here the prefix stages are re-evaluated from
+    their jaxpr with their float literals (``eps``, the weight decay, ...)
+    passed through ``optimization_barrier``: the copy is no longer identical
+    to ``u``, so XLA neither merges the two nor materializes ``u``, and the
+    norm's reduction fuses with the arithmetic that produces it (constants
+    left inline would be materialized as broadcast arrays by XLA:CPU's
+    reduction fusions). The new optimizer states are not recomputed: the
+    copy reads the ones already computed. Every operation is the same as in
+    ``u`` with the same values; only the order in which XLA sums the norm may
+    differ (float32 rounding: 3e-7 relative in the tests).
+    Returns ``None`` when there is nothing to make opaque.
+    """
+    olds = [None if r is None else r[0] for r in ran]
+
+    def prefix_fn(x: jax.Array, olds: list, p: Any) -> tuple:
+        news = []
+        for stage, ctx, o in zip(prefix, ctxs, olds):
+            if o is not None:
+                x, n = stage.update_leaf(x, o, p, ctx)
+                news.append(n)
+        return x, news
+
+    sig = (key[0], key[2], tuple(r is None for r in ran),
+           tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves((x0, olds, pc))))
+    if sig not in cache:
+        cache[sig] = jax.make_jaxpr(prefix_fn)(x0, olds, pc)
+    closed = cache[sig]
+    jaxpr = closed.jaxpr
+    literals = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if (_is_literal(v) and np.shape(v.val) == ()
+                    and jnp.issubdtype(v.aval.dtype, jnp.floating)):
+                literals.setdefault((float(v.val), str(v.aval.dtype)), v.aval.dtype)
+    scalar_consts = [i for i, (v, c) in enumerate(zip(jaxpr.constvars, closed.consts))
+                     if v.aval.shape == () and jnp.issubdtype(v.aval.dtype, jnp.floating)]
+    if not literals and not scalar_consts:
+        return None
+    consts = list(closed.consts)
+    hidden = jax.lax.optimization_barrier((
+        tuple(jnp.asarray(val, dt) for (val, _), dt in literals.items()),
+        tuple(consts[i] for i in scalar_consts)))
+    opaque = dict(zip(literals, hidden[0]))
+    for i, c in zip(scalar_consts, hidden[1]):
+        consts[i] = c
+
+    env: dict = {}
+    args = jax.tree_util.tree_leaves((x0, olds, pc))
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    known = {}  # the prefix's state outputs -> the values computed in the main pass
+    news_real = jax.tree_util.tree_leaves([r[1] for r in ran if r is not None])
+    known.update((v, n) for v, n in zip(jaxpr.outvars[1:], news_real) if not _is_literal(v))
+
+    def read(v: Any) -> Any:
+        if _is_literal(v):
+            k = (float(v.val), str(v.aval.dtype)) if np.shape(v.val) == () else None
+            return opaque.get(k, v.val) if k is not None else v.val
+        return env[v]
+
+    for eqn in jaxpr.eqns:
+        if eqn.outvars and all(v in known for v in eqn.outvars):
+            env.update((v, known[v]) for v in eqn.outvars)
+            continue
+        params = eqn.primitive.get_bind_params(eqn.params)
+        subfuns: Any = ()
+        if isinstance(params, tuple):  # older JAX: (subfuns, params)
+            subfuns, params = params
+        outs = eqn.primitive.bind(*subfuns, *[read(v) for v in eqn.invars], **params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, o in zip(eqn.outvars, outs):
+            env[v] = known.get(v, o)
+    return read(jaxpr.outvars[0])
+
+
+def _is_literal(v: Any) -> bool:
+    return isinstance(v, jex_core.Literal)
 
 
 def _compute(x: jax.Array, cd: Any) -> Any:
@@ -278,18 +411,54 @@ def _plan_of(tx: Any) -> tuple:
     return plan if plan is not None else (((), tx),)
 
 
+_OFF = ("0", "false", "off", "no")
+_ENGINE_OPTIMIZATIONS = ("fuse", "recompute")
+
+
+def _engine_opts() -> frozenset:
+    value = os.environ.get("FUNCTRAIN_ENGINE_OPT", "1").strip().lower()
+    if value in _OFF:
+        return frozenset()
+    if value in ("", "1", "true", "on", "yes", "all"):
+        return frozenset(_ENGINE_OPTIMIZATIONS)
+    chosen = frozenset(v.strip() for v in value.split(",") if v.strip())
+    unknown = sorted(chosen - set(_ENGINE_OPTIMIZATIONS))
+    if unknown:
+        raise ValueError(f"FUNCTRAIN_ENGINE_OPT={value!r}: unknown optimization(s) {unknown}; "
+                         f"use 1 (all), 0 (none) or a comma-separated subset of "
+                         f"{list(_ENGINE_OPTIMIZATIONS)}")
+    return chosen
+
+
 def fusion_enabled() -> bool:
     """Whether ``chain`` fuses consecutive stages (read when a step is traced).
 
-    Set the environment variable ``FUNCTRAIN_ENGINE_OPT=0`` to turn fusion off
-    (one walk over the tree per transformation, as optax does), e.g. to compare
-    speed; the numbers are the same either way.
+    Set the environment variable ``FUNCTRAIN_ENGINE_OPT=0`` to turn the
+    engine's optimizations off (one walk over the tree per transformation, as
+    optax does), e.g. to compare speed; the numbers are the same either way.
+    ``FUNCTRAIN_ENGINE_OPT=fuse`` keeps fusion but not the trust-ratio
+    recompute (see :func:`recompute_enabled`); the default is all of them.
 
     >>> fusion_enabled()
     True
     """
-    return os.environ.get("FUNCTRAIN_ENGINE_OPT", "1").strip().lower() not in (
-        "0", "false", "off", "no")
+    return "fuse" in _engine_opts()
+
+
+def recompute_enabled() -> bool:
+    """Whether fused trust ratios take their norm from a recomputed input.
+
+    See ``LeafStage.norm_of_input``: the engine recomputes the update
+    direction for the norm instead of storing it in a params-sized temporary.
+    It needs fusion (the direction must come from the same block); set
+    ``FUNCTRAIN_ENGINE_OPT=fuse`` (fusion only) or ``0`` (nothing) to turn it
+    off. The numbers agree either way up to float32 rounding (XLA may sum the
+    norm in another order).
+
+    >>> recompute_enabled()
+    True
+    """
+    return {"fuse", "recompute"} <= _engine_opts()
 
 
 def chain(*transforms: Any) -> GradientTransformation:

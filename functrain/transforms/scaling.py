@@ -225,13 +225,15 @@ def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
     if max_trust_ratio is not None:
         check_range("max_trust_ratio", max_trust_ratio, 0.0, owner="scale_by_trust_ratio")
 
-    def leaf(g: Array, s: tuple, p: Array, ctx: Any) -> tuple:
-        r = trust_ratio(p, g, trust_coefficient=trust_coefficient, eps=eps,
+    def leaf(g: Array, s: tuple, p: Array, ctx: Any, x_for_norm: Optional[Array] = None
+             ) -> tuple:
+        r = trust_ratio(p, g if x_for_norm is None else x_for_norm,
+                        trust_coefficient=trust_coefficient, eps=eps,
                         min_norm=min_norm, max_trust_ratio=max_trust_ratio)
         return g * r, ()
 
     return stage_transform(LeafStage("scale_by_trust_ratio", leaf, needs_params=True,
-                                     mask=mask))
+                                     mask=mask, norm_of_input=True))
 
 
 def clip(max_delta: Any) -> GradientTransformation:
