@@ -393,7 +393,22 @@ def check_explicit_axes_state_follows_params() -> None:
 
 @check
 def check_trust_ratio_uses_whole_leaf() -> None:
-    """lamb/lars on a leaf split over both mesh axes: the trust ratio is the whole leaf's."""
+    """lamb/lars on a leaf split over both mesh axes: the trust ratio is the whole leaf's.
+
+    Run twice: as the engine runs small trees (the direction stored), and with
+    its trust-ratio recompute forced on (the norm from a recomputed direction).
+    """
+    import functrain.transforms.base as base
+    default = base.RECOMPUTE_MIN_BYTES
+    try:
+        for threshold in (default, 0):
+            base.RECOMPUTE_MIN_BYTES = threshold
+            _trust_ratio_uses_whole_leaf()
+    finally:
+        base.RECOMPUTE_MIN_BYTES = default
+
+
+def _trust_ratio_uses_whole_leaf() -> None:
     mesh = mesh_2d()
     leaf = NamedSharding(mesh, P("data", "model"))
     rng = np.random.default_rng(3)

@@ -273,3 +273,33 @@ def test_engine_switch_rejects_unknown_values(monkeypatch):
         base.fusion_enabled()
     monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "off")
     assert not base.fusion_enabled() and not base.recompute_enabled()
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: m.inject_hyperparams(m.lamb)(learning_rate=1e-2, weight_decay=0.05),
+    lambda m: m.MultiSteps(m.lamb(1e-2, weight_decay=0.05), every_k_schedule=2),
+    lambda m: m.chain(m.add_decayed_weights(lambda c: 1e-2 / (1.0 + c)),
+                      m.scale_by_trust_ratio(), m.scale_by_learning_rate(1e-2)),
+    lambda m: m.apply_if_finite(m.lars(0.1, weight_decay=1e-3), 3),
+], ids=["inject_hyperparams(lamb)", "MultiSteps(lamb)", "scheduled-decay-trust-ratio",
+        "apply_if_finite(lars)"])
+def test_trust_ratio_recompute_in_wrappers_matches_optax(make, monkeypatch):
+    """Traced hyperparameters, conds and schedules inside the recomputed prefix."""
+    import functrain.transforms.base as base
+    from test_optax_parity import assert_same_trajectory
+    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    assert_same_trajectory(make(ft), make(optax))
+
+
+def test_trust_ratio_recompute_in_float64(monkeypatch):
+    """x64: float64 literals go through the barrier as float64; same numbers as without it."""
+    import functrain.transforms.base as base
+    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    with jax.enable_x64(True):
+        params = {"w": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float64).reshape(3, 4)}
+        grads = {"w": jnp.cos(params["w"])}
+        on = _lamb_step_outputs(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
+        monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+        off = _lamb_step_outputs(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
+        assert on["w"].dtype == jnp.float64
+        np.testing.assert_allclose(on["w"], off["w"], rtol=1e-14)
