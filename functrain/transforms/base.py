@@ -298,26 +298,10 @@ def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
     sig = (key[0], key[2], tuple(r is None for r in ran),
            tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves((x0, olds, pc))))
     if sig not in cache:
-        cache[sig] = jax.make_jaxpr(prefix_fn)(x0, olds, pc)
-    closed = cache[sig]
-    jaxpr = closed.jaxpr
-    literals = {}
-    for eqn in jaxpr.eqns:
-        for v in eqn.invars:
-            if (_is_literal(v) and np.shape(v.val) == ()
-                    and jnp.issubdtype(v.aval.dtype, jnp.floating)):
-                literals.setdefault((float(v.val), str(v.aval.dtype)), v.aval.dtype)
-    scalar_consts = [i for i, (v, c) in enumerate(zip(jaxpr.constvars, closed.consts))
-                     if v.aval.shape == () and jnp.issubdtype(v.aval.dtype, jnp.floating)]
-    if not literals and not scalar_consts:
+        cache[sig] = _opaque_prefix(jax.make_jaxpr(prefix_fn)(x0, olds, pc))
+    if cache[sig] is None:
         return None
-    consts = list(closed.consts)
-    hidden = jax.lax.optimization_barrier((
-        tuple(jnp.asarray(val, dt) for (val, _), dt in literals.items()),
-        tuple(consts[i] for i in scalar_consts)))
-    opaque = dict(zip(literals, hidden[0]))
-    for i, c in zip(scalar_consts, hidden[1]):
-        consts[i] = c
+    jaxpr, consts, opaque = cache[sig]
 
     env: dict = {}
     args = jax.tree_util.tree_leaves((x0, olds, pc))
@@ -347,6 +331,31 @@ def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
         for v, o in zip(eqn.outvars, outs):
             env[v] = known.get(v, o)
     return read(jaxpr.outvars[0])
+
+
+def _opaque_prefix(closed: Any) -> Optional[tuple]:
+    """``(jaxpr, consts, opaque literals)`` with scalar floats behind a barrier, or None.
+
+    Computed once per jaxpr and shared by every leaf that uses it.
+    """
+    jaxpr = closed.jaxpr
+    literals = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if (_is_literal(v) and np.shape(v.val) == ()
+                    and jnp.issubdtype(v.aval.dtype, jnp.floating)):
+                literals.setdefault((float(v.val), str(v.aval.dtype)), v.aval.dtype)
+    scalar_consts = [i for i, v in enumerate(jaxpr.constvars)
+                     if v.aval.shape == () and jnp.issubdtype(v.aval.dtype, jnp.floating)]
+    if not literals and not scalar_consts:
+        return None
+    consts = list(closed.consts)
+    hidden = jax.lax.optimization_barrier((
+        tuple(np.asarray(val, dt) for (val, _), dt in literals.items()),
+        tuple(consts[i] for i in scalar_consts)))
+    for i, c in zip(scalar_consts, hidden[1]):
+        consts[i] = c
+    return jaxpr, consts, dict(zip(literals, hidden[0]))
 
 
 def _is_literal(v: Any) -> bool:
