@@ -220,7 +220,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
                 extra = {}
                 if stage.norm_of_input and recompute and any(r is not None for r in ran):
                     y = _input_for_norm(stages[:k], [pl[2] for pl in plans[:k]], ran, x0, pc,
-                                        jaxprs, (k, i, cd))
+                                        jaxprs)
                     if y is not None:
                         extra["x_for_norm"] = y
                 x, news = stage.update_leaf(x, olds_c, pc, ctx, **extra)
@@ -266,7 +266,7 @@ def _recompute_pays(stages: Sequence[LeafStage], plans: list, gs: list, ps: list
 
 
 def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
-                    x0: jax.Array, pc: Any, cache: dict, key: tuple) -> Optional[jax.Array]:
+                    x0: jax.Array, pc: Any, cache: dict) -> Optional[jax.Array]:
     """The input of a ``norm_of_input`` stage, computed a second time for its norm.
 
     A trust ratio needs the norm of its input ``u`` (e.g. LAMB's Adam direction)
@@ -295,7 +295,7 @@ def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
                 news.append(n)
         return x, news
 
-    sig = (key[0], key[2], tuple(r is None for r in ran),
+    sig = (len(prefix), tuple(r is None for r in ran),
            tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves((x0, olds, pc))))
     if sig not in cache:
         cache[sig] = _opaque_prefix(jax.make_jaxpr(prefix_fn)(x0, olds, pc))
