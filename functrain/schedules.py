@@ -18,41 +18,41 @@ Schedule = Callable[[ArrayLike], ArrayLike]
 
 
 def _int_to_float(x: ArrayLike) -> ArrayLike:
-  """Python ints become floats, so counts past 2**31 do not overflow int32."""
-  return float(x) if isinstance(x, int) else x
+    """Python ints become floats, so counts past 2**31 do not overflow int32."""
+    return float(x) if isinstance(x, int) else x
 
 
 def _constant_init(init_value: ArrayLike, kind: str, reason: str) -> Schedule:
-  logging.info(
-      'A %s schedule was set with %s; this results in a constant schedule '
-      'with value `init_value`.', kind, reason)
-  return constant_schedule(init_value)
+    logging.info(
+        'A %s schedule was set with %s; this results in a constant schedule '
+        'with value `init_value`.', kind, reason)
+    return constant_schedule(init_value)
 
 
 def _begin_at_least_zero(transition_begin: int, kind: str) -> int:
-  if transition_begin < 0:
-    logging.info(
-        'A %s schedule was set with a negative `transition_begin` value; '
-        '`transition_begin` falls back to `0`.', kind)
-    return 0
-  return transition_begin
+    if transition_begin < 0:
+        logging.info(
+            'A %s schedule was set with a negative `transition_begin` value; '
+            '`transition_begin` falls back to `0`.', kind)
+        return 0
+    return transition_begin
 
 
 def constant_schedule(value: ArrayLike) -> Schedule:
-  """A schedule that returns ``value`` (unchanged) at every step.
+    """A schedule that returns ``value`` (unchanged) at every step.
 
-  Args:
-    value: the value held throughout.
+    Args:
+      value: the value held throughout.
 
-  Example:
-    >>> sched = constant_schedule(0.1)
-    >>> print(sched(0), sched(10**6))
-    0.1 0.1
-  """
-  def schedule(count: ArrayLike) -> ArrayLike:
-    del count
-    return value
-  return schedule
+    Example:
+      >>> sched = constant_schedule(0.1)
+      >>> print(sched(0), sched(10**6))
+      0.1 0.1
+    """
+    def schedule(count: ArrayLike) -> ArrayLike:
+        del count
+        return value
+    return schedule
 
 
 def polynomial_schedule(
@@ -62,38 +62,38 @@ def polynomial_schedule(
     transition_steps: int,
     transition_begin: int = 0,
 ) -> Schedule:
-  """Polynomial transition from ``init_value`` to ``end_value``.
+    """Polynomial transition from ``init_value`` to ``end_value``.
 
-  With ``t = clip(count - transition_begin, 0, transition_steps)`` the value is
-  ``end_value + (init_value - end_value) * (1 - t / transition_steps) ** power``:
-  ``init_value`` up to ``transition_begin``, ``end_value`` from
-  ``transition_begin + transition_steps`` on.
+    With ``t = clip(count - transition_begin, 0, transition_steps)`` the value is
+    ``end_value + (init_value - end_value) * (1 - t / transition_steps) ** power``:
+    ``init_value`` up to ``transition_begin``, ``end_value`` from
+    ``transition_begin + transition_steps`` on.
 
-  Args:
-    init_value: value before and at the start of the transition.
-    end_value: value at and after the end of the transition.
-    power: the power of the polynomial.
-    transition_steps: length of the transition. If ``<= 0`` the schedule is
-      the constant ``init_value``.
-    transition_begin: steps during which ``init_value`` is held before the
-      transition starts; a negative value is taken as 0.
+    Args:
+      init_value: value before and at the start of the transition.
+      end_value: value at and after the end of the transition.
+      power: the power of the polynomial.
+      transition_steps: length of the transition. If ``<= 0`` the schedule is
+        the constant ``init_value``.
+      transition_begin: steps during which ``init_value`` is held before the
+        transition starts; a negative value is taken as 0.
 
-  Example:
-    >>> sched = polynomial_schedule(1.0, 0.0, power=2, transition_steps=10)
-    >>> print(float(sched(0)), float(sched(5)), float(sched(20)))
-    1.0 0.25 0.0
-  """
-  if transition_steps <= 0:
-    return _constant_init(
-        init_value, 'polynomial', 'a non-positive `transition_steps` value')
-  transition_begin = _begin_at_least_zero(transition_begin, 'polynomial')
+    Example:
+      >>> sched = polynomial_schedule(1.0, 0.0, power=2, transition_steps=10)
+      >>> print(float(sched(0)), float(sched(5)), float(sched(20)))
+      1.0 0.25 0.0
+    """
+    if transition_steps <= 0:
+        return _constant_init(
+            init_value, 'polynomial', 'a non-positive `transition_steps` value')
+    transition_begin = _begin_at_least_zero(transition_begin, 'polynomial')
 
-  def schedule(count: ArrayLike) -> ArrayLike:
-    elapsed = jnp.clip(_int_to_float(count) - transition_begin, 0,
-                       transition_steps)
-    remaining = 1 - elapsed / transition_steps
-    return (init_value - end_value) * remaining**power + end_value
-  return schedule
+    def schedule(count: ArrayLike) -> ArrayLike:
+        elapsed = jnp.clip(_int_to_float(count) - transition_begin, 0,
+                           transition_steps)
+        remaining = 1 - elapsed / transition_steps
+        return (init_value - end_value) * remaining**power + end_value
+    return schedule
 
 
 def linear_schedule(
@@ -102,54 +102,54 @@ def linear_schedule(
     transition_steps: int,
     transition_begin: int = 0,
 ) -> Schedule:
-  """Linear transition from ``init_value`` to ``end_value``.
+    """Linear transition from ``init_value`` to ``end_value``.
 
-  :func:`polynomial_schedule` with ``power=1``; see it for the arguments.
+    :func:`polynomial_schedule` with ``power=1``; see it for the arguments.
 
-  Example:
-    >>> sched = linear_schedule(1.0, 0.5, transition_steps=10,
-    ...                         transition_begin=5)
-    >>> print(float(sched(5)), float(sched(10)), float(sched(100)))
-    1.0 0.75 0.5
-  """
-  return polynomial_schedule(init_value, end_value, 1, transition_steps,
-                             transition_begin)
+    Example:
+      >>> sched = linear_schedule(1.0, 0.5, transition_steps=10,
+      ...                         transition_begin=5)
+      >>> print(float(sched(5)), float(sched(10)), float(sched(100)))
+      1.0 0.75 0.5
+    """
+    return polynomial_schedule(init_value, end_value, 1, transition_steps,
+                               transition_begin)
 
 
 def piecewise_constant_schedule(
     init_value: ArrayLike,
     boundaries_and_scales: Optional[dict[int, float]] = None,
 ) -> Schedule:
-  """``init_value`` times the scales of all boundaries reached so far.
+    """``init_value`` times the scales of all boundaries reached so far.
 
-  At step ``count`` the value is ``init_value`` multiplied by every ``scale``
-  of ``boundaries_and_scales`` whose ``boundary <= count``.
+    At step ``count`` the value is ``init_value`` multiplied by every ``scale``
+    of ``boundaries_and_scales`` whose ``boundary <= count``.
 
-  Args:
-    init_value: the value before the first boundary.
-    boundaries_and_scales: ``{boundary_step: scale}``; scales must be
-      non-negative.
+    Args:
+      init_value: the value before the first boundary.
+      boundaries_and_scales: ``{boundary_step: scale}``; scales must be
+        non-negative.
 
-  Raises:
-    ValueError: if a scale is negative (or NaN).
+    Raises:
+      ValueError: if a scale is negative (or NaN).
 
-  Example:
-    >>> sched = piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.5})
-    >>> print(float(sched(9)), float(sched(10)), float(sched(25)))
-    1.0 0.5 0.25
-  """
-  steps = sorted((boundaries_and_scales or {}).items())
-  bad = [scale for _, scale in steps if not scale >= 0.0]
-  if bad:
-    raise ValueError('piecewise_constant_schedule expects non-negative scale '
-                     f'factors in boundaries_and_scales, got {bad}.')
+    Example:
+      >>> sched = piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.5})
+      >>> print(float(sched(9)), float(sched(10)), float(sched(25)))
+      1.0 0.5 0.25
+    """
+    steps = sorted((boundaries_and_scales or {}).items())
+    bad = [scale for _, scale in steps if not scale >= 0.0]
+    if bad:
+        raise ValueError('piecewise_constant_schedule expects non-negative scale '
+                         f'factors in boundaries_and_scales, got {bad}.')
 
-  def schedule(count: ArrayLike) -> ArrayLike:
-    value = init_value
-    for boundary, scale in steps:
-      value = jnp.where(count >= boundary, scale * value, value)
-    return value
-  return schedule
+    def schedule(count: ArrayLike) -> ArrayLike:
+        value = init_value
+        for boundary, scale in steps:
+            value = jnp.where(count >= boundary, scale * value, value)
+        return value
+    return schedule
 
 
 def exponential_decay(
@@ -160,47 +160,47 @@ def exponential_decay(
     staircase: bool = False,
     end_value: Optional[ArrayLike] = None,
 ) -> Schedule:
-  """Continuous or staircase exponential decay.
+    """Continuous or staircase exponential decay.
 
-  With ``t = count - transition_begin`` the value is ``init_value`` for
-  ``t <= 0`` and ``init_value * decay_rate ** (t / transition_steps)`` after
-  (the exponent rounded down if ``staircase``). If ``end_value`` is given the
-  result is then bounded by it: from below when ``decay_rate < 1``, from above
-  otherwise (before the transition too).
+    With ``t = count - transition_begin`` the value is ``init_value`` for
+    ``t <= 0`` and ``init_value * decay_rate ** (t / transition_steps)`` after
+    (the exponent rounded down if ``staircase``). If ``end_value`` is given the
+    result is then bounded by it: from below when ``decay_rate < 1``, from above
+    otherwise (before the transition too).
 
-  Args:
-    init_value: the initial value.
-    transition_steps: steps per factor of ``decay_rate``. If ``<= 0`` the
-      schedule is the constant ``init_value``.
-    decay_rate: the decay rate. If 0 the schedule is the constant
-      ``init_value``.
-    transition_begin: steps during which ``init_value`` is held before the
-      decay starts; a negative value is taken as 0.
-    staircase: if True, decay at discrete intervals of ``transition_steps``.
-    end_value: optional bound on the value (see above).
+    Args:
+      init_value: the initial value.
+      transition_steps: steps per factor of ``decay_rate``. If ``<= 0`` the
+        schedule is the constant ``init_value``.
+      decay_rate: the decay rate. If 0 the schedule is the constant
+        ``init_value``.
+      transition_begin: steps during which ``init_value`` is held before the
+        decay starts; a negative value is taken as 0.
+      staircase: if True, decay at discrete intervals of ``transition_steps``.
+      end_value: optional bound on the value (see above).
 
-  Example:
-    >>> sched = exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
-    >>> print(float(sched(10)), float(sched(15)), float(sched(20)))
-    0.5 0.3535... 0.25
-  """
-  if transition_steps <= 0:
-    return _constant_init(init_value, 'exponential',
-                          'a non-positive `transition_steps` value')
-  if decay_rate == 0:
-    return _constant_init(init_value, 'exponential', 'a zero `decay_rate`')
-  transition_begin = _begin_at_least_zero(transition_begin, 'exponential')
-  bound = jnp.maximum if decay_rate < 1.0 else jnp.minimum
+    Example:
+      >>> sched = exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
+      >>> print(float(sched(10)), float(sched(15)), float(sched(20)))
+      0.5 0.3535... 0.25
+    """
+    if transition_steps <= 0:
+        return _constant_init(init_value, 'exponential',
+                              'a non-positive `transition_steps` value')
+    if decay_rate == 0:
+        return _constant_init(init_value, 'exponential', 'a zero `decay_rate`')
+    transition_begin = _begin_at_least_zero(transition_begin, 'exponential')
+    bound = jnp.maximum if decay_rate < 1.0 else jnp.minimum
 
-  def schedule(count: ArrayLike) -> ArrayLike:
-    elapsed = _int_to_float(count) - transition_begin
-    exponent = elapsed / transition_steps
-    if staircase:
-      exponent = jnp.floor(exponent)
-    value = jnp.where(elapsed <= 0, init_value,
-                      init_value * jnp.power(decay_rate, exponent))
-    return value if end_value is None else bound(value, end_value)
-  return schedule
+    def schedule(count: ArrayLike) -> ArrayLike:
+        elapsed = _int_to_float(count) - transition_begin
+        exponent = elapsed / transition_steps
+        if staircase:
+            exponent = jnp.floor(exponent)
+        value = jnp.where(elapsed <= 0, init_value,
+                          init_value * jnp.power(decay_rate, exponent))
+        return value if end_value is None else bound(value, end_value)
+    return schedule
 
 
 def cosine_decay_schedule(
@@ -209,71 +209,71 @@ def cosine_decay_schedule(
     alpha: ArrayLike = 0.0,
     exponent: ArrayLike = 1.0,
 ) -> Schedule:
-  """Cosine decay from ``init_value`` to ``alpha * init_value``.
+    """Cosine decay from ``init_value`` to ``alpha * init_value``.
 
-  With ``t = min(count, decay_steps)`` and
-  ``c = (1 + cos(pi * t / decay_steps)) / 2`` the value is
-  ``init_value * ((1 - alpha) * c ** exponent + alpha)``. As in optax, the
-  count is not clipped from below: a negative count gives the value at
-  ``|count|`` (the cosine is even) for ``-decay_steps <= count < 0``.
+    With ``t = min(count, decay_steps)`` and
+    ``c = (1 + cos(pi * t / decay_steps)) / 2`` the value is
+    ``init_value * ((1 - alpha) * c ** exponent + alpha)``. As in optax, the
+    count is not clipped from below: a negative count gives the value at
+    ``|count|`` (the cosine is even) for ``-decay_steps <= count < 0``.
 
-  Args:
-    init_value: the initial value.
-    decay_steps: positive number of steps of the decay.
-    alpha: the final value as a fraction of ``init_value``.
-    exponent: the power applied to ``c``.
+    Args:
+      init_value: the initial value.
+      decay_steps: positive number of steps of the decay.
+      alpha: the final value as a fraction of ``init_value``.
+      exponent: the power applied to ``c``.
 
-  Raises:
-    ValueError: if ``decay_steps <= 0``.
+    Raises:
+      ValueError: if ``decay_steps <= 0``.
 
-  Example:
-    >>> sched = cosine_decay_schedule(1.0, decay_steps=10, alpha=0.1)
-    >>> print(float(sched(0)), float(sched(5)), float(sched(30)))
-    1.0 0.55 0.1
-  """
-  if not decay_steps > 0:
-    raise ValueError('cosine_decay_schedule requires a positive decay_steps, '
-                     f'got decay_steps={decay_steps!r}.')
-  decay_steps = _int_to_float(decay_steps)
+    Example:
+      >>> sched = cosine_decay_schedule(1.0, decay_steps=10, alpha=0.1)
+      >>> print(float(sched(0)), float(sched(5)), float(sched(30)))
+      1.0 0.55 0.1
+    """
+    if not decay_steps > 0:
+        raise ValueError('cosine_decay_schedule requires a positive decay_steps, '
+                         f'got decay_steps={decay_steps!r}.')
+    decay_steps = _int_to_float(decay_steps)
 
-  def schedule(count: ArrayLike) -> ArrayLike:
-    t = jnp.minimum(_int_to_float(count), decay_steps)
-    c = 0.5 * (1 + jnp.cos(jnp.pi * t / decay_steps))
-    return init_value * ((1 - alpha) * c**exponent + alpha)
-  return schedule
+    def schedule(count: ArrayLike) -> ArrayLike:
+        t = jnp.minimum(_int_to_float(count), decay_steps)
+        c = 0.5 * (1 + jnp.cos(jnp.pi * t / decay_steps))
+        return init_value * ((1 - alpha) * c**exponent + alpha)
+    return schedule
 
 
 def join_schedules(schedules: Sequence[Schedule],
                    boundaries: Sequence[int]) -> Schedule:
-  """Runs ``schedules`` one after another, switching at ``boundaries``.
+    """Runs ``schedules`` one after another, switching at ``boundaries``.
 
-  For ``boundaries[i-1] <= count < boundaries[i]`` the value is
-  ``schedules[i](count - boundaries[i-1])``: each schedule counts from its own
-  start. ``boundaries`` should be increasing and one shorter than
-  ``schedules``. Unlike optax, which silently ignores extra entries of
-  either, a length mismatch is a ``ValueError``.
+    For ``boundaries[i-1] <= count < boundaries[i]`` the value is
+    ``schedules[i](count - boundaries[i-1])``: each schedule counts from its own
+    start. ``boundaries`` should be increasing and one shorter than
+    ``schedules``. Unlike optax, which silently ignores extra entries of
+    either, a length mismatch is a ``ValueError``.
 
-  Args:
-    schedules: the schedules, in order.
-    boundaries: the steps at which to move to the next schedule.
+    Args:
+      schedules: the schedules, in order.
+      boundaries: the steps at which to move to the next schedule.
 
-  Example:
-    >>> sched = join_schedules(
-    ...     [constant_schedule(1.0), linear_schedule(1.0, 0.0, 10)], [5])
-    >>> print(float(sched(4)), float(sched(5)), float(sched(10)))
-    1.0 1.0 0.5
-  """
-  if len(boundaries) != len(schedules) - 1:
-    raise ValueError(
-        f"join_schedules: boundaries must be one shorter than schedules, got "
-        f"{len(boundaries)} boundaries for {len(schedules)} schedules.")
+    Example:
+      >>> sched = join_schedules(
+      ...     [constant_schedule(1.0), linear_schedule(1.0, 0.0, 10)], [5])
+      >>> print(float(sched(4)), float(sched(5)), float(sched(10)))
+      1.0 1.0 0.5
+    """
+    if len(boundaries) != len(schedules) - 1:
+        raise ValueError(
+            f"join_schedules: boundaries must be one shorter than schedules, got "
+            f"{len(boundaries)} boundaries for {len(schedules)} schedules.")
 
-  def schedule(count: ArrayLike) -> ArrayLike:
-    value = schedules[0](count)
-    for boundary, later in zip(boundaries, schedules[1:]):
-      value = jnp.where(count < boundary, value, later(count - boundary))
-    return value
-  return schedule
+    def schedule(count: ArrayLike) -> ArrayLike:
+        value = schedules[0](count)
+        for boundary, later in zip(boundaries, schedules[1:]):
+            value = jnp.where(count < boundary, value, later(count - boundary))
+        return value
+    return schedule
 
 
 def warmup_constant_schedule(
@@ -281,20 +281,20 @@ def warmup_constant_schedule(
     peak_value: ArrayLike,
     warmup_steps: int,
 ) -> Schedule:
-  """Linear warmup from ``init_value`` to ``peak_value``, then constant.
+    """Linear warmup from ``init_value`` to ``peak_value``, then constant.
 
-  Args:
-    init_value: the value at step 0.
-    peak_value: the value from ``warmup_steps`` on.
-    warmup_steps: length of the warmup. If ``<= 0`` the schedule is the
-      constant ``init_value`` (as in optax).
+    Args:
+      init_value: the value at step 0.
+      peak_value: the value from ``warmup_steps`` on.
+      warmup_steps: length of the warmup. If ``<= 0`` the schedule is the
+        constant ``init_value`` (as in optax).
 
-  Example:
-    >>> sched = warmup_constant_schedule(0.0, 1.0, warmup_steps=4)
-    >>> print(float(sched(1)), float(sched(4)), float(sched(100)))
-    0.25 1.0 1.0
-  """
-  return linear_schedule(init_value, peak_value, warmup_steps)
+    Example:
+      >>> sched = warmup_constant_schedule(0.0, 1.0, warmup_steps=4)
+      >>> print(float(sched(1)), float(sched(4)), float(sched(100)))
+      0.25 1.0 1.0
+    """
+    return linear_schedule(init_value, peak_value, warmup_steps)
 
 
 def warmup_cosine_decay_schedule(
@@ -305,41 +305,41 @@ def warmup_cosine_decay_schedule(
     end_value: ArrayLike = 0.0,
     exponent: ArrayLike = 1.0,
 ) -> Schedule:
-  """Linear warmup to ``peak_value``, then cosine decay to ``end_value``.
+    """Linear warmup to ``peak_value``, then cosine decay to ``end_value``.
 
-  The warmup is :func:`linear_schedule` over ``warmup_steps``; from step
-  ``warmup_steps`` on, :func:`cosine_decay_schedule` with ``init_value =
-  peak_value``, ``decay_steps = decay_steps - warmup_steps`` and ``alpha =
-  end_value / peak_value`` (0 if ``peak_value == 0``, so that the decay then
-  ends at 0 whatever ``end_value``) counts from ``warmup_steps``.
+    The warmup is :func:`linear_schedule` over ``warmup_steps``; from step
+    ``warmup_steps`` on, :func:`cosine_decay_schedule` with ``init_value =
+    peak_value``, ``decay_steps = decay_steps - warmup_steps`` and ``alpha =
+    end_value / peak_value`` (0 if ``peak_value == 0``, so that the decay then
+    ends at 0 whatever ``end_value``) counts from ``warmup_steps``.
 
-  Args:
-    init_value: the value at step 0.
-    peak_value: the value at the end of the warmup.
-    warmup_steps: length of the warmup.
-    decay_steps: total length of the schedule, warmup included.
-    end_value: the value from ``decay_steps`` on.
-    exponent: the power applied to the cosine factor, see
-      :func:`cosine_decay_schedule`.
+    Args:
+      init_value: the value at step 0.
+      peak_value: the value at the end of the warmup.
+      warmup_steps: length of the warmup.
+      decay_steps: total length of the schedule, warmup included.
+      end_value: the value from ``decay_steps`` on.
+      exponent: the power applied to the cosine factor, see
+        :func:`cosine_decay_schedule`.
 
-  Raises:
-    ValueError: if ``decay_steps <= warmup_steps``.
+    Raises:
+      ValueError: if ``decay_steps <= warmup_steps``.
 
-  Example:
-    >>> sched = warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=10,
-    ...                                      decay_steps=30, end_value=0.1)
-    >>> print(float(sched(5)), float(sched(10)), float(sched(20)),
-    ...       float(sched(99)))
-    0.5 1.0 0.55 0.1
-  """
-  if not decay_steps - warmup_steps > 0:
-    raise ValueError(
-        'warmup_cosine_decay_schedule requires decay_steps > warmup_steps '
-        '(the cosine part lasts decay_steps - warmup_steps), got '
-        f'decay_steps={decay_steps!r}, warmup_steps={warmup_steps!r}.')
-  alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
-  return join_schedules(
-      [linear_schedule(init_value, peak_value, warmup_steps),
-       cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha,
-                             exponent)],
-      [warmup_steps])
+    Example:
+      >>> sched = warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=10,
+      ...                                      decay_steps=30, end_value=0.1)
+      >>> print(float(sched(5)), float(sched(10)), float(sched(20)),
+      ...       float(sched(99)))
+      0.5 1.0 0.55 0.1
+    """
+    if not decay_steps - warmup_steps > 0:
+        raise ValueError(
+            'warmup_cosine_decay_schedule requires decay_steps > warmup_steps '
+            '(the cosine part lasts decay_steps - warmup_steps), got '
+            f'decay_steps={decay_steps!r}, warmup_steps={warmup_steps!r}.')
+    alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
+    return join_schedules(
+        [linear_schedule(init_value, peak_value, warmup_steps),
+         cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha,
+                               exponent)],
+        [warmup_steps])
