@@ -177,7 +177,7 @@ def test_fusion_switch_changes_the_schedule_not_the_numbers(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
-def _lamb_step_outputs(opt, params, grads, steps=4):
+def _jitted_steps(opt, params, grads, steps=4):
     @jax.jit
     def run(params):
         state = opt.init(params)
@@ -209,10 +209,10 @@ def test_trust_ratio_recompute_changes_only_rounding(make_opt, monkeypatch):
     grads = jax.tree_util.tree_map(lambda p: jnp.cos(3 * p.astype(jnp.float32)).astype(p.dtype),
                                    params)
     assert base.recompute_enabled()
-    on = _lamb_step_outputs(make_opt(), params, grads)
+    on = _jitted_steps(make_opt(), params, grads)
     monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
     assert base.fusion_enabled() and not base.recompute_enabled()
-    off = _lamb_step_outputs(make_opt(), params, grads)
+    off = _jitted_steps(make_opt(), params, grads)
     for a, b in zip(jax.tree_util.tree_leaves(on), jax.tree_util.tree_leaves(off)):
         assert a.dtype == b.dtype
         tol = 1e-2 if a.dtype == jnp.bfloat16 else 2e-6
@@ -260,8 +260,8 @@ def test_trust_ratio_recompute_under_grad_vmap_and_grouped(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-9)
     assert any(float(jnp.max(jnp.abs(a))) > 1e-6 for a in jax.tree_util.tree_leaves(d_on))
     monkeypatch.delenv("FUNCTRAIN_ENGINE_OPT")
-    grouped = _lamb_step_outputs(ft.grouped(ft.lamb(1e-2, weight_decay=0.1)), params, grads)[0]
-    plain = _lamb_step_outputs(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
+    grouped = _jitted_steps(ft.grouped(ft.lamb(1e-2, weight_decay=0.1)), params, grads)[0]
+    plain = _jitted_steps(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
     for a, b in zip(jax.tree_util.tree_leaves(grouped), jax.tree_util.tree_leaves(plain)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
@@ -298,8 +298,8 @@ def test_trust_ratio_recompute_in_float64(monkeypatch):
     with jax.enable_x64(True):
         params = {"w": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float64).reshape(3, 4)}
         grads = {"w": jnp.cos(params["w"])}
-        on = _lamb_step_outputs(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
+        on = _jitted_steps(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
         monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
-        off = _lamb_step_outputs(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
+        off = _jitted_steps(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
         assert on["w"].dtype == jnp.float64
         np.testing.assert_allclose(on["w"], off["w"], rtol=1e-14)

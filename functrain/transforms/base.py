@@ -204,7 +204,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     recompute = recompute_enabled() and _recompute_pays(stages, plans, gs, ps)
     jaxprs: dict = {}  # prefix jaxprs, shared by leaves of one shape (this trace only)
     for i, (g, p) in enumerate(zip(gs, ps)):
-        cd = ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
+        cd = _leaf_compute_dtype(g, p)
         x = g.astype(cd)
         x0 = x
         pc = None if p is None else p.astype(cd)
@@ -259,8 +259,7 @@ def _recompute_pays(stages: Sequence[LeafStage], plans: list, gs: list, ps: list
             continue
         for i, g in enumerate(gs):
             if plans[k][0][i] and any(plans[j][0][i] for j in range(k)):
-                p = ps[i]
-                cd = ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
+                cd = _leaf_compute_dtype(g, ps[i])
                 total += int(np.prod(g.shape)) * jnp.dtype(cd).itemsize
     return total >= RECOMPUTE_MIN_BYTES
 
@@ -295,8 +294,8 @@ def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
                 news.append(n)
         return x, news
 
-    sig = (len(prefix), tuple(r is None for r in ran),
-           tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves((x0, olds, pc))))
+    args = jax.tree_util.tree_leaves((x0, olds, pc))
+    sig = (len(prefix), tuple(r is None for r in ran), tuple((a.shape, a.dtype) for a in args))
     if sig not in cache:
         cache[sig] = _opaque_prefix(jax.make_jaxpr(prefix_fn)(x0, olds, pc))
     if cache[sig] is None:
@@ -304,7 +303,6 @@ def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
     jaxpr, consts, opaque = cache[sig]
 
     env: dict = {}
-    args = jax.tree_util.tree_leaves((x0, olds, pc))
     env.update(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     known = {}  # the prefix's state outputs -> the values computed in the main pass
@@ -313,8 +311,7 @@ def _input_for_norm(prefix: Sequence[LeafStage], ctxs: Sequence[Any], ran: list,
 
     def read(v: Any) -> Any:
         if _is_literal(v):
-            k = (float(v.val), str(v.aval.dtype)) if np.shape(v.val) == () else None
-            return opaque.get(k, v.val) if k is not None else v.val
+            return opaque.get(_opaque_key(v), v.val)
         return env[v]
 
     for eqn in jaxpr.eqns:
@@ -342,9 +339,9 @@ def _opaque_prefix(closed: Any) -> Optional[tuple]:
     literals = {}
     for eqn in jaxpr.eqns:
         for v in eqn.invars:
-            if (_is_literal(v) and np.shape(v.val) == ()
-                    and jnp.issubdtype(v.aval.dtype, jnp.floating)):
-                literals.setdefault((float(v.val), str(v.aval.dtype)), v.aval.dtype)
+            key = _opaque_key(v)
+            if key is not None:
+                literals.setdefault(key, v.aval.dtype)
     scalar_consts = [i for i, v in enumerate(jaxpr.constvars)
                      if v.aval.shape == () and jnp.issubdtype(v.aval.dtype, jnp.floating)]
     if not literals and not scalar_consts:
@@ -360,6 +357,19 @@ def _opaque_prefix(closed: Any) -> Optional[tuple]:
 
 def _is_literal(v: Any) -> bool:
     return isinstance(v, jex_core.Literal)
+
+
+def _opaque_key(v: Any) -> Optional[tuple]:
+    """``(value, dtype)`` of a scalar float literal (one the recompute hides), else None."""
+    if (_is_literal(v) and np.shape(v.val) == ()
+            and jnp.issubdtype(v.aval.dtype, jnp.floating)):
+        return float(v.val), str(v.aval.dtype)
+    return None
+
+
+def _leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
+    """The dtype one leaf's math runs in: grads promoted with params, 16-bit as float32."""
+    return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
 
 
 def _compute(x: jax.Array, cd: Any) -> Any:
