@@ -43,6 +43,8 @@ import jax
 import jax.numpy as jnp
 from jax import tree_util
 
+from functrain import tree as ft
+
 __all__ = [
     "grad",
     "value_and_grad",
@@ -197,66 +199,6 @@ def stop_gradient(x: ArrayTree, *, preserve_type: bool = True) -> ArrayTree:
 # --------------------------------------------------------------------------
 
 
-def _is_leaf(x: Any) -> bool:
-    """True for a single leaf; False for any pytree node, even an empty one."""
-    treedef = tree_util.tree_structure(x)
-    return treedef.num_nodes == 1 and treedef.num_leaves == 1
-
-
-def _key_value(entry: Any) -> Any:
-    """The plain key of one jax key-path entry (index, dict key, attribute)."""
-    for attr in ("idx", "key", "name"):
-        if hasattr(entry, attr):
-            return getattr(entry, attr)
-    return entry
-
-
-def _one_level(node: Any, where: str) -> Tuple[list, list, Any]:
-    """The direct children of a pytree node: (keys, children, treedef)."""
-    if _is_leaf(node):
-        raise KeyError(f"{where}: cannot index into a leaf of type {type(node).__name__}")
-    pairs, treedef = tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
-    keys = [path[0] for path, _ in pairs]
-    children = [child for _, child in pairs]
-    return keys, children, treedef
-
-
-def _child_position(keys: list, key: Hashable, where: str) -> int:
-    """Which child ``key`` names: by its key, or by position in a NamedTuple."""
-    for i, entry in enumerate(keys):
-        value = _key_value(entry)
-        if type(value) is type(key) and value == key:
-            return i
-    n = len(keys)
-    positional = all(
-        isinstance(e, (tree_util.SequenceKey, tree_util.GetAttrKey)) for e in keys
-    )
-    if positional and isinstance(key, int) and not isinstance(key, bool) and -n <= key < n:
-        return key % n
-    raise KeyError(
-        f"{where}: no child {key!r}; the node's keys are "
-        f"{[_key_value(e) for e in keys]}"
-    )
-
-
-def _get_at(tree: Any, path: Tuple[Hashable, ...], where: str) -> Any:
-    for depth, key in enumerate(path):
-        keys, children, _ = _one_level(tree, f"{where} at {path[:depth + 1]!r}")
-        tree = children[_child_position(keys, key, f"{where} at {path[:depth + 1]!r}")]
-    return tree
-
-
-def _set_at(tree: Any, path: Tuple[Hashable, ...], value: Any) -> Any:
-    """A copy of ``tree`` with the sub-tree at ``path`` replaced by ``value``."""
-    if not path:
-        return value
-    keys, children, treedef = _one_level(tree, "set")
-    i = _child_position(keys, path[0], "set")
-    children = list(children)
-    children[i] = _set_at(children[i], path[1:], value)
-    return tree_util.tree_unflatten(treedef, children)
-
-
 def _normalize_paths(
     tree: Any, idxs: Optional[Sequence[IndexPath]], arg_name: str, tree_name: str
 ) -> Optional[Tuple[Tuple[Hashable, ...], ...]]:
@@ -276,7 +218,7 @@ def _normalize_paths(
     paths = tuple(paths)
     if not paths:
         raise ValueError(f"{arg_name} selects nothing; pass None to select all of {tree_name}")
-    if paths == ((0,),) and (_is_leaf(tree) or isinstance(tree, Mapping)):
+    if paths == ((0,),) and (ft.is_single_leaf(tree) or isinstance(tree, Mapping)):
         # Ivy's rule: for a single array or a Container (here: a mapping) the
         # default ((0,),) means "everything".
         return None
@@ -285,7 +227,7 @@ def _normalize_paths(
             if a[: len(b)] == b or b[: len(a)] == a:
                 raise ValueError(f"{arg_name}: paths {a!r} and {b!r} overlap")
     for p in paths:
-        _get_at(tree, p, f"{arg_name} path {p!r} into {tree_name}")
+        ft.get_path(tree, p, f"{arg_name} path {p!r} into {tree_name}")
     return paths
 
 
@@ -405,21 +347,21 @@ def execute_with_gradients(
 
     else:
         for path in x_paths:
-            xs = _set_at(xs, path, _promote_to_float(_get_at(xs, path, "xs")))
+            xs = ft.set_path(xs, path, _promote_to_float(ft.get_path(xs, path, "xs")))
         base = xs
         if len(x_paths) == 1:
-            primal = _get_at(xs, x_paths[0], "xs")
+            primal = ft.get_path(xs, x_paths[0], "xs")
 
             def rebuild(p: Any) -> Any:
-                return _set_at(base, x_paths[0], p)
+                return ft.set_path(base, x_paths[0], p)
 
         else:
-            primal = tuple(_get_at(xs, path, "xs") for path in x_paths)
+            primal = tuple(ft.get_path(xs, path, "xs") for path in x_paths)
 
             def rebuild(p: Any) -> Any:
                 out = base
                 for path, value in zip(x_paths, p):
-                    out = _set_at(out, path, value)
+                    out = ft.set_path(out, path, value)
                 return out
 
     def selected_output(p: Any) -> Tuple[Any, Any]:
@@ -428,9 +370,9 @@ def execute_with_gradients(
         if r_paths is None:
             chosen = ret
         elif len(r_paths) == 1:
-            chosen = _get_at(ret, r_paths[0], "func's result")
+            chosen = ft.get_path(ret, r_paths[0], "func's result")
         else:
-            chosen = tuple(_get_at(ret, path, "func's result") for path in r_paths)
+            chosen = tuple(ft.get_path(ret, path, "func's result") for path in r_paths)
         return chosen, ret
 
     grads, func_ret = jax.jacrev(selected_output, has_aux=True)(primal)

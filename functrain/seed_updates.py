@@ -25,14 +25,13 @@ the program, it is not data).
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Sequence, Tuple, Union
+from typing import Any, Tuple, Union
 
 import jax
 import jax.numpy as jnp
-from jax import tree_util
 
-from functrain.tree import check_structure, leaf_norm
+from functrain import numerics
+from functrain.tree import map_broadcast
 
 __all__ = [
     "adam_step",
@@ -52,67 +51,6 @@ NumberOrTree = Union[float, int, jax.Array, Any]
 _NORM_EPS = 1e-12
 
 
-# --------------------------------------------------------------------------
-# The tree helper: apply a per-leaf function to arguments that are trees or
-# single arrays.
-# --------------------------------------------------------------------------
-
-
-def _is_tree(x: Any) -> bool:
-    """True when ``x`` is a pytree node (even an empty one) rather than a leaf."""
-    treedef = tree_util.tree_structure(x)
-    return not (treedef.num_nodes == 1 and treedef.num_leaves == 1)
-
-
-def _map_leaves(
-    fn: Callable[..., Any],
-    names: Sequence[str],
-    args: Sequence[Any],
-    num_outputs: int = 1,
-) -> Any:
-    """Apply the per-leaf function ``fn`` over the leaves of tree arguments.
-
-    Each of ``args`` is either a pytree or a single leaf (array or number).
-    All tree arguments must share one structure (checked before any array
-    math; a ValueError names the offending key paths); single leaves are
-    passed unchanged to every call.  ``fn`` returns one value, or a tuple of
-    ``num_outputs`` values, per leaf; the result is a tree (or a tuple of
-    trees) with the structure of the tree arguments.  Without tree arguments,
-    ``fn`` is called once on the arguments themselves.
-    """
-    tree_positions = [i for i, a in enumerate(args) if _is_tree(a)]
-    if not tree_positions:
-        return fn(*args)
-    ref_pos = tree_positions[0]
-    treedef = tree_util.tree_structure(args[ref_pos])
-    for i in tree_positions[1:]:
-        if tree_util.tree_structure(args[i]) != treedef:
-            # functrain.tree's check raises a ValueError naming the differing
-            # key paths.  It reads MaskedNode placeholders as leaves, so it may
-            # accept what a plain flatten does not: then raise here.
-            check_structure(args[ref_pos], args[i], f"`{names[i]}`", f"`{names[ref_pos]}`")
-            raise ValueError(
-                f"`{names[i]}` and `{names[ref_pos]}` have different tree structures: "
-                f"{treedef} vs {tree_util.tree_structure(args[i])}"
-            )
-    columns = [
-        tree_util.tree_leaves(a) if i in tree_positions else None
-        for i, a in enumerate(args)
-    ]
-    results = []
-    for k in range(treedef.num_leaves):
-        leaf_args = [
-            col[k] if col is not None else args[i] for i, col in enumerate(columns)
-        ]
-        results.append(fn(*leaf_args))
-    if num_outputs == 1:
-        return tree_util.tree_unflatten(treedef, results)
-    return tuple(
-        tree_util.tree_unflatten(treedef, [r[j] for r in results])
-        for j in range(num_outputs)
-    )
-
-
 def _float(x: Any) -> Union[float, jax.Array]:
     """``x`` as a float: Python numbers as Python floats (weakly typed, so they
     keep an array's dtype), arrays with integers and booleans promoted to the
@@ -125,20 +63,6 @@ def _float(x: Any) -> Union[float, jax.Array]:
     return x
 
 
-def _one_minus_power(beta: Any, step: jax.Array) -> jax.Array:
-    """``1 - beta**step``, accurate for ``beta`` close to 1.
-
-    For a Python-number ``beta`` in (0, 1] this is ``-expm1(step * log(beta))``
-    with the logarithm taken in double precision, which avoids the
-    cancellation of ``1 - beta**step`` in float32 (rounding 0.999 to float32
-    alone moves ``1 - 0.999**3`` by 1e-5 relative).  Array betas use the
-    formula as written.
-    """
-    if isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0 < beta <= 1:
-        return -jnp.expm1(step * math.log(beta))
-    return 1 - jnp.power(beta, step)
-
-
 # --------------------------------------------------------------------------
 # Per-leaf math.
 # --------------------------------------------------------------------------
@@ -146,12 +70,12 @@ def _one_minus_power(beta: Any, step: jax.Array) -> jax.Array:
 
 def _adam_step_leaf(dcdw, mw, vw, step, beta1, beta2, epsilon):
     dcdw, mw, vw, step = _float(dcdw), _float(mw), _float(vw), _float(step)
-    mw_new = beta1 * mw + (1 - beta1) * dcdw
-    vw_new = beta2 * vw + (1 - beta2) * jnp.square(dcdw)
-    alpha = jnp.sqrt(_one_minus_power(beta2, step)) / (
-        _one_minus_power(beta1, step) + epsilon
-    )
-    delta = alpha * mw_new / (jnp.sqrt(jnp.maximum(vw_new, 0.0)) + epsilon)
+    mw_new = numerics.ema_update(dcdw, mw, beta1)
+    vw_new = numerics.ema_update(jnp.square(dcdw), vw, beta2)
+    delta = numerics.adam_direction(
+        mw_new, vw_new, numerics.bias_correction_factor(beta1, step, precise=True),
+        numerics.bias_correction_factor(beta2, step, precise=True), epsilon,
+        eps_placement="ivy")
     return delta, mw_new, vw_new
 
 
@@ -163,15 +87,18 @@ def _optimizer_update_leaf(w, effective_grad, lr, stop_gradients):
 def _lamb_leaf(w, effective_grad, lr, max_trust_ratio, decay_lambda, stop_gradients):
     w = _float(w)
     u = _float(effective_grad) + decay_lambda * w
-    ratio = jnp.minimum(leaf_norm(w) / (leaf_norm(u) + _NORM_EPS), max_trust_ratio)
+    ratio = numerics.trust_ratio(w, u, eps=_NORM_EPS, max_trust_ratio=max_trust_ratio,
+                                 one_at_zero=False)
     ratio = ratio.astype(w.dtype)  # norms accumulate in float32; weights keep their dtype
     return _optimizer_update_leaf(w, u, _float(lr) * ratio, stop_gradients)
 
 
 def _lars_leaf(w, dcdw, lr, decay_lambda, stop_gradients):
     w, dcdw = _float(w), _float(dcdw)
-    w_norm = leaf_norm(w)
-    local_lr = w_norm / (leaf_norm(dcdw) + decay_lambda * w_norm + _NORM_EPS)
+    # The LARS paper's local rate: ||w|| / (||g|| + decay ||w||), then a step along
+    # g + decay w.
+    local_lr = numerics.trust_ratio(w, dcdw, eps=_NORM_EPS, one_at_zero=False,
+                                    p_norm_weight=decay_lambda)
     local_lr = _float(lr) * local_lr.astype(w.dtype)  # weights keep their dtype
     return _optimizer_update_leaf(w, dcdw + decay_lambda * w, local_lr, stop_gradients)
 
@@ -228,7 +155,7 @@ def adam_step(
     >>> print(vw)
     [1.    1.003 1.008]
     """
-    return _map_leaves(
+    return map_broadcast(
         _adam_step_leaf,
         ("dcdw", "mw", "vw", "step", "beta1", "beta2", "epsilon"),
         (dcdw, mw, vw, step, beta1, beta2, epsilon),
@@ -272,7 +199,7 @@ def optimizer_update(
     >>> print(new['b'])
     [0.9 0.9]
     """
-    return _map_leaves(
+    return map_broadcast(
         lambda w_, g_, lr_: _optimizer_update_leaf(w_, g_, lr_, stop_gradients),
         ("w", "effective_grad", "lr"),
         (w, effective_grad, lr),
@@ -431,7 +358,7 @@ def lamb_update(
     delta, mw, vw = adam_step(
         dcdw, mw_tm1, vw_tm1, step, beta1=beta1, beta2=beta2, epsilon=epsilon
     )
-    w_new = _map_leaves(
+    w_new = map_broadcast(
         lambda w_, d_, lr_, mtr_, dl_: _lamb_leaf(w_, d_, lr_, mtr_, dl_, stop_gradients),
         ("w", "adam_step delta", "lr", "max_trust_ratio", "decay_lambda"),
         (w, delta, lr, max_trust_ratio, decay_lambda),
@@ -483,7 +410,7 @@ def lars_update(
     >>> print(new['b'])
     [-0.1  1. ]
     """
-    return _map_leaves(
+    return map_broadcast(
         lambda w_, g_, lr_, dl_: _lars_leaf(w_, g_, lr_, dl_, stop_gradients),
         ("w", "dcdw", "lr", "decay_lambda"),
         (w, dcdw, lr, decay_lambda),

@@ -41,10 +41,6 @@ def _is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
-def _is_placeholder(x: Any) -> bool:
-    return x is None or isinstance(x, ft.MaskedNode)
-
-
 def _default_sharding() -> Sharding:
     return SingleDeviceSharding(jax.devices()[0])
 
@@ -106,7 +102,7 @@ def state_shardings(opt: Any, params: PyTree) -> PyTree:
             return None
         out = []
         for e, p, s in zip(entries, p_leaves, p_shardings):
-            if _is_placeholder(e):
+            if ft.is_placeholder(e):
                 out.append(e)
             elif not _is_array(e):
                 return None

@@ -26,7 +26,8 @@ Array = jax.Array
 __all__ = [
     "add", "sub", "mul", "scale", "add_scaled", "vdot", "sum", "norm", "leaf_norm",
     "zeros_like", "ones_like", "full_like", "cast", "where", "map", "leaves",
-    "key_paths", "check_structure", "check_shapes", "MaskedNode",
+    "key_paths", "check_structure", "check_shapes", "MaskedNode", "is_placeholder",
+    "sum_of_squares", "get_path", "set_path", "is_single_leaf", "map_broadcast",
 ]
 
 
@@ -53,7 +54,18 @@ jax.tree_util.register_pytree_node(
     MaskedNode, lambda _: ((), None), lambda _aux, _children: MaskedNode())
 
 
-def _is_placeholder(x: Any) -> bool:
+def is_placeholder(x: Any) -> bool:
+    """Whether ``x`` stands in for a leaf that is not there: ``None`` or a ``MaskedNode``.
+
+    Args:
+      x: any pytree node or leaf.
+
+    Returns:
+      ``True`` for ``None`` and :class:`MaskedNode`, else ``False``.
+
+    >>> is_placeholder(MaskedNode()), is_placeholder(None), is_placeholder(0.0)
+    (True, True, False)
+    """
     return x is None or isinstance(x, MaskedNode)
 
 
@@ -171,11 +183,28 @@ def leaf_norm(x: Array) -> Array:
     >>> jax.grad(leaf_norm)(jnp.zeros(2))
     Array([0., 0.], dtype=float32)
     """
-    x = jnp.asarray(x)
-    x = x.astype(_promote_float(x.dtype))
-    sq = jnp.sum(jnp.real(x * jnp.conj(x)))
+    sq = sum_of_squares(x)
     positive = sq > 0
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0)
+
+
+def sum_of_squares(x: Array) -> Array:
+    """``sum(|x|**2)`` of one array, real even for complex ``x``, in at least float32.
+
+    Args:
+      x: an array (or a number).
+
+    Returns:
+      A real scalar: float32 for 16-bit and integer inputs, else ``x``'s
+      (real) precision.
+
+    >>> import jax.numpy as jnp
+    >>> sum_of_squares(jnp.array([3., 4.])), sum_of_squares(jnp.array([1j]))
+    (Array(25., dtype=float32), Array(1., dtype=float32))
+    """
+    x = jnp.asarray(x)
+    x = x.astype(_promote_float(x.dtype))
+    return jnp.sum(jnp.real(x * jnp.conj(x)))
 
 
 def zeros_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
@@ -307,12 +336,12 @@ def key_paths(tree: PyTree) -> list[str]:
     >>> key_paths({'decoder': {'w': 1, 'b': 2}})
     ["['decoder']['b']", "['decoder']['w']"]
     """
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_placeholder)
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_placeholder)
     return [jax.tree_util.keystr(p) for p, _ in flat]
 
 
 def _node_description(tree: PyTree) -> dict[str, str]:
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_placeholder)
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_placeholder)
     return {jax.tree_util.keystr(p): type(x).__name__ for p, x in flat}
 
 
@@ -327,8 +356,8 @@ def check_structure(reference: PyTree, other: PyTree, other_name: str,
     ...
     ValueError: grads and params have different tree structures: ['b'] in grads is missing from params.
     """
-    ref_def = jax.tree_util.tree_structure(reference, is_leaf=_is_placeholder)
-    other_def = jax.tree_util.tree_structure(other, is_leaf=_is_placeholder)
+    ref_def = jax.tree_util.tree_structure(reference, is_leaf=is_placeholder)
+    other_def = jax.tree_util.tree_structure(other, is_leaf=is_placeholder)
     if ref_def == other_def:
         return
     if prefix:
@@ -379,7 +408,7 @@ def check_shapes(paths: Sequence[str], reference: Sequence[Any], other: Sequence
     ValueError: grads leaf ['w'] has shape (3,) but params has shape (2,) there.
     """
     for path, a, b in zip(paths, reference, other):
-        if _is_placeholder(a) or _is_placeholder(b):
+        if is_placeholder(a) or is_placeholder(b):
             continue
         sa, sb = np.shape(a), np.shape(b)
         if sa != sb:
@@ -420,17 +449,17 @@ def resolve_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
     [False, True]
     """
     if mask is None:
-        return [True] * len(jax.tree_util.tree_leaves(tree, is_leaf=_is_placeholder))
+        return [True] * len(jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder))
     if callable(mask):
         mask = mask(tree)
     if isinstance(mask, (bool, np.bool_)):
-        return [bool(mask)] * len(jax.tree_util.tree_leaves(tree, is_leaf=_is_placeholder))
-    treedef = jax.tree_util.tree_structure(tree, is_leaf=_is_placeholder)
+        return [bool(mask)] * len(jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder))
+    treedef = jax.tree_util.tree_structure(tree, is_leaf=is_placeholder)
     try:
         # The mask may be a prefix: broadcast each mask leaf over its subtree.
         expanded = treedef.flatten_up_to(
             jax.tree_util.tree_map(lambda m, sub: jax.tree_util.tree_map(
-                lambda _: m, sub, is_leaf=_is_placeholder), mask, _prefix_view(mask, tree)))
+                lambda _: m, sub, is_leaf=is_placeholder), mask, _prefix_view(mask, tree)))
     except (ValueError, TypeError):
         check_structure(mask, tree, "params", f"the mask of {wrapper}", prefix=True)
         raise ValueError(f"the mask of {wrapper} does not fit the params tree "
@@ -455,11 +484,153 @@ def resolve_leaf_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
     [False, True]
     """
     flags = resolve_mask(mask, tree, wrapper)
-    slots = jax.tree_util.tree_leaves(tree, is_leaf=_is_placeholder)
-    return [f for f, x in zip(flags, slots) if not _is_placeholder(x)]
+    slots = jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder)
+    return [f for f, x in zip(flags, slots) if not is_placeholder(x)]
 
 
 def _prefix_view(prefix: PyTree, tree: PyTree) -> PyTree:
     """``tree`` cut into subtrees, one per leaf of ``prefix``."""
     prefix_def = jax.tree_util.tree_structure(prefix)
     return prefix_def.unflatten(prefix_def.flatten_up_to(tree))
+
+
+# --------------------------------------------------------------------------
+# Sub-trees by path, and mapping over arguments that may or may not be trees
+# --------------------------------------------------------------------------
+
+def is_single_leaf(x: Any) -> bool:
+    """Whether ``x`` is one leaf rather than a pytree node (even an empty one).
+
+    Args:
+      x: anything.
+
+    Returns:
+      ``True`` when ``x`` flattens to itself (an array, a number, ...).
+
+    >>> import jax.numpy as jnp
+    >>> is_single_leaf(jnp.ones(2)), is_single_leaf({}), is_single_leaf([1.0])
+    (True, False, False)
+    """
+    treedef = jax.tree_util.tree_structure(x)
+    return treedef.num_nodes == 1 and treedef.num_leaves == 1
+
+
+def _key_value(entry: Any) -> Any:
+    """The plain key of one jax key-path entry (index, dict key, attribute)."""
+    for attr in ("idx", "key", "name"):
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    return entry
+
+
+def _children(node: Any, where: str) -> tuple[list, list, Any]:
+    """The direct children of a pytree node: (keys, children, treedef)."""
+    if is_single_leaf(node):
+        raise KeyError(f"{where}: cannot index into a leaf of type {type(node).__name__}")
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    return [p[0] for p, _ in pairs], [c for _, c in pairs], treedef
+
+
+def _child_position(keys: list, key: Any, where: str) -> int:
+    """Which child ``key`` names: by its key, or by position in a tuple or NamedTuple."""
+    for i, entry in enumerate(keys):
+        value = _key_value(entry)
+        if type(value) is type(key) and value == key:
+            return i
+    n = len(keys)
+    positional = all(isinstance(e, (jax.tree_util.SequenceKey, jax.tree_util.GetAttrKey))
+                     for e in keys)
+    if positional and isinstance(key, int) and not isinstance(key, bool) and -n <= key < n:
+        return key % n
+    raise KeyError(f"{where}: no child {key!r}; the node's keys are "
+                   f"{[_key_value(e) for e in keys]}")
+
+
+def get_path(tree: PyTree, path: Sequence[Any], where: str = "get_path") -> Any:
+    """The sub-tree of ``tree`` at ``path``, a sequence of keys, indices or attribute names.
+
+    Args:
+      tree: any pytree (dicts, lists, tuples, NamedTuples, registered nodes).
+      path: one key per level: a dict key, a sequence index, or a NamedTuple
+        field name or position.
+      where: what to call the lookup in the ``KeyError`` of a bad path.
+
+    Returns:
+      The sub-tree found there.
+
+    >>> get_path({'a': [1.0, (2.0, 3.0)]}, ('a', 1, 0))
+    2.0
+    """
+    path = tuple(path)
+    for depth, key in enumerate(path):
+        keys, children, _ = _children(tree, f"{where} at {path[:depth + 1]!r}")
+        tree = children[_child_position(keys, key, f"{where} at {path[:depth + 1]!r}")]
+    return tree
+
+
+def set_path(tree: PyTree, path: Sequence[Any], value: Any) -> PyTree:
+    """A copy of ``tree`` with the sub-tree at ``path`` replaced by ``value``.
+
+    Args:
+      tree: any pytree.
+      path: as for :func:`get_path`.
+      value: the new sub-tree.
+
+    Returns:
+      A new tree of the same node types; ``tree`` itself is not modified.
+
+    >>> set_path({'a': [1.0, 2.0]}, ('a', 1), 5.0)
+    {'a': [1.0, 5.0]}
+    """
+    path = tuple(path)
+    if not path:
+        return value
+    keys, children, treedef = _children(tree, "set_path")
+    i = _child_position(keys, path[0], "set_path")
+    children = list(children)
+    children[i] = set_path(children[i], path[1:], value)
+    return treedef.unflatten(children)
+
+
+def map_broadcast(fn: Callable[..., Any], names: Sequence[str], args: Sequence[Any],
+                  num_outputs: int = 1) -> Any:
+    """``fn`` leaf by leaf over the arguments that are trees; single leaves go to every call.
+
+    This is how Ivy's ``Container`` arithmetic behaves: tree arguments must
+    share one structure (checked first; the ``ValueError`` names the key
+    paths), single arrays or numbers are broadcast to every leaf.
+
+    Args:
+      fn: the per-leaf function, called with one value per argument.
+      names: the arguments' names, for error messages.
+      args: the arguments, each a pytree or a single leaf.
+      num_outputs: how many values ``fn`` returns per leaf.
+
+    Returns:
+      A tree (or a tuple of ``num_outputs`` trees) shaped like the tree
+      arguments; ``fn(*args)`` itself when no argument is a tree.
+
+    >>> import jax.numpy as jnp
+    >>> map_broadcast(lambda w, s: w * s, ('w', 's'), ({'a': jnp.ones(2)}, 3.0))
+    {'a': Array([3., 3.], dtype=float32)}
+    """
+    tree_positions = [i for i, a in enumerate(args) if not is_single_leaf(a)]
+    if not tree_positions:
+        return fn(*args)
+    ref = tree_positions[0]
+    treedef = jax.tree_util.tree_structure(args[ref])
+    for i in tree_positions[1:]:
+        if jax.tree_util.tree_structure(args[i]) != treedef:
+            # check_structure names the differing key paths. It reads MaskedNode
+            # placeholders as leaves, so it may accept what a plain flatten does
+            # not: then raise here.
+            check_structure(args[ref], args[i], f"`{names[i]}`", f"`{names[ref]}`")
+            raise ValueError(f"`{names[i]}` and `{names[ref]}` have different tree "
+                             f"structures: {treedef} vs {jax.tree_util.tree_structure(args[i])}")
+    columns = [jax.tree_util.tree_leaves(a) if i in tree_positions else None
+               for i, a in enumerate(args)]
+    results = [fn(*[col[k] if col is not None else args[i] for i, col in enumerate(columns)])
+               for k in range(treedef.num_leaves)]
+    if num_outputs == 1:
+        return treedef.unflatten(results)
+    return tuple(treedef.unflatten([r[j] for r in results]) for j in range(num_outputs))

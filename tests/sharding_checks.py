@@ -398,14 +398,14 @@ def check_trust_ratio_uses_whole_leaf() -> None:
     Run twice: as the engine runs small trees (the direction stored), and with
     its trust-ratio recompute forced on (the norm from a recomputed direction).
     """
-    import functrain.transforms.base as base
-    default = base.RECOMPUTE_MIN_BYTES
+    from functrain.transforms import engine, recompute
+    default = recompute.MIN_BYTES
     try:
         for threshold in (default, 0):
-            base.RECOMPUTE_MIN_BYTES = threshold
+            recompute.MIN_BYTES = threshold
             _trust_ratio_uses_whole_leaf()
     finally:
-        base.RECOMPUTE_MIN_BYTES = default
+        recompute.MIN_BYTES = default
 
 
 def _trust_ratio_uses_whole_leaf() -> None:

@@ -158,19 +158,19 @@ def test_functrain_and_optax_transformations_are_interchangeable_tuples():
 
 def test_fusion_switch_changes_the_schedule_not_the_numbers(monkeypatch):
     """FUNCTRAIN_ENGINE_OPT=0 runs one block per stage; results are identical."""
-    import functrain.transforms.base as base
+    from functrain.transforms import engine, recompute
     params = make_params()
     grads = jax.tree_util.tree_map(jnp.ones_like, params)
     opt = ft.chain(ft.clip_by_global_norm(1.0), ft.lamb(1e-2, weight_decay=0.1))
     blocks = []
-    real = base.run_block
-    monkeypatch.setattr(base, "run_block",
+    real = engine.run_block
+    monkeypatch.setattr(engine, "run_block",
                         lambda stages, *a: blocks.append(len(stages)) or real(stages, *a))
     fused, _ = opt.update(grads, opt.init(params), params)
     assert blocks == [5]  # the global norm is read first, then one pass for all five
     blocks.clear()
     monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "0")
-    assert not base.fusion_enabled()
+    assert not engine.fusion_enabled()
     unfused, _ = opt.update(grads, opt.init(params), params)
     assert blocks == [1, 1, 1, 1, 1]
     for a, b in zip(jax.tree_util.tree_leaves(fused), jax.tree_util.tree_leaves(unfused)):
@@ -202,16 +202,16 @@ def test_trust_ratio_recompute_changes_only_rounding(make_opt, monkeypatch):
     The same operations run on the same values; XLA may sum the norm in another
     order, so float32 results agree to a few ulps (bfloat16 leaves to one ulp).
     """
-    import functrain.transforms.base as base
-    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    from functrain.transforms import engine, recompute
+    monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     params = make_params()
     params["bf16"] = jnp.linspace(-1, 1, 12, dtype=jnp.bfloat16).reshape(3, 4)
     grads = jax.tree_util.tree_map(lambda p: jnp.cos(3 * p.astype(jnp.float32)).astype(p.dtype),
                                    params)
-    assert base.recompute_enabled()
+    assert recompute.enabled()
     on = _jitted_steps(make_opt(), params, grads)
     monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
-    assert base.fusion_enabled() and not base.recompute_enabled()
+    assert engine.fusion_enabled() and not recompute.enabled()
     off = _jitted_steps(make_opt(), params, grads)
     for a, b in zip(jax.tree_util.tree_leaves(on), jax.tree_util.tree_leaves(off)):
         assert a.dtype == b.dtype
@@ -243,8 +243,8 @@ def test_trust_ratio_recompute_removes_the_params_sized_temporary(monkeypatch):
 
 def test_trust_ratio_recompute_under_grad_vmap_and_grouped(monkeypatch):
     """The recomputed input works under jax.grad and jax.vmap (grouped engine) too."""
-    import functrain.transforms.base as base
-    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    from functrain.transforms import engine, recompute
+    monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     params = make_params()
     grads = jax.tree_util.tree_map(lambda p: jnp.sin(p) + 0.1, params)
 
@@ -267,12 +267,12 @@ def test_trust_ratio_recompute_under_grad_vmap_and_grouped(monkeypatch):
 
 
 def test_engine_switch_rejects_unknown_values(monkeypatch):
-    import functrain.transforms.base as base
+    from functrain.transforms import engine, recompute
     monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse,turbo")
     with pytest.raises(ValueError, match="turbo"):
-        base.fusion_enabled()
+        engine.fusion_enabled()
     monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "off")
-    assert not base.fusion_enabled() and not base.recompute_enabled()
+    assert not engine.fusion_enabled() and not recompute.enabled()
 
 
 @pytest.mark.parametrize("make", [
@@ -285,16 +285,16 @@ def test_engine_switch_rejects_unknown_values(monkeypatch):
         "apply_if_finite(lars)"])
 def test_trust_ratio_recompute_in_wrappers_matches_optax(make, monkeypatch):
     """Traced hyperparameters, conds and schedules inside the recomputed prefix."""
-    import functrain.transforms.base as base
+    from functrain.transforms import engine, recompute
     from test_optax_parity import assert_same_trajectory
-    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     assert_same_trajectory(make(ft), make(optax))
 
 
 def test_trust_ratio_recompute_in_float64(monkeypatch):
     """x64: float64 literals go through the barrier as float64; same numbers as without it."""
-    import functrain.transforms.base as base
-    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    from functrain.transforms import engine, recompute
+    monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     with jax.enable_x64(True):
         params = {"w": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float64).reshape(3, 4)}
         grads = {"w": jnp.cos(params["w"])}

@@ -112,6 +112,6 @@ TRUST_RATIO_CASES = ["lamb", "lamb_decay", "lamb_masked", "lars", "lars_settings
 @pytest.mark.parametrize("name", TRUST_RATIO_CASES)
 def test_trust_ratio_recompute_matches_optax(name, monkeypatch):
     """The engine's trust-ratio recompute, forced on for these small trees, keeps optax's numbers."""
-    import functrain.transforms.base as base
-    monkeypatch.setattr(base, "RECOMPUTE_MIN_BYTES", 0)
+    from functrain.transforms import engine, recompute
+    monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     assert_same_trajectory(CASES[name](ft), CASES[name](optax))

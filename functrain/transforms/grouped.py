@@ -6,7 +6,7 @@ of at most ``max_group`` leaves; each group's optimizer state is stored
 *stacked* (one ``[k, *shape]`` array per state field), and the block's fused
 per-leaf update runs once per group under :func:`jax.vmap`. The per-leaf math
 is the engine's own: every group (and the set of ungrouped leaves) goes
-through :func:`functrain.transforms.base.run_block`, with each stage's
+through :func:`functrain.transforms.engine.run_block`, with each stage's
 ``prepare`` run once per step on the whole tree first, so step counts,
 schedules and global norms (``clip_by_global_norm``) are exactly those of the
 ungrouped chain, and norms stay per leaf (``vmap`` reduces over each leaf's
@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
-                                       _global_names, _plan_of, run_block)
+from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage
+from functrain.transforms.engine import fusion_plan, prepare_stage, run_block
 
 PyTree = Any
 
@@ -70,7 +70,7 @@ def _stages_of(tx: Any) -> list[LeafStage]:
         raise TypeError(f"grouped expects a GradientTransformation (an object with init and "
                         f"update), got a {type(tx).__name__}.")
     stages = []
-    for path, item in _plan_of(tx):
+    for path, item in fusion_plan(tx):
         if not isinstance(item, LeafStage):
             name = getattr(getattr(item, "update", None), "__qualname__", type(item).__name__)
             where = f" (chain position {list(path)})" if path else ""
@@ -111,6 +111,7 @@ def _layout(stages: Sequence[LeafStage], source: PyTree, leaves: Sequence[Any],
 def _frozen(stage: LeafStage, ctx: Any, mask: Any) -> LeafStage:
     """``stage`` with this step's ``prepare`` result fixed and a local mask."""
     return dataclasses.replace(stage, prepare=lambda g, u: (ctx, g), needs_updates=False,
+                               extra_args=(),
                                mask=mask)
 
 
@@ -238,7 +239,6 @@ def grouped(tx: GradientTransformation, max_group: int = 16,
 
     def update_fn(updates: PyTree, state: GroupedState, params: Optional[PyTree] = None,
                   **extra_args: Any) -> tuple[PyTree, GroupedState]:
-        del extra_args
         paths, gs, treedef = ft.flatten_with_paths(updates)
         if params is not None:
             ft.check_structure(updates, params, "params", "updates")
@@ -259,16 +259,15 @@ def grouped(tx: GradientTransformation, max_group: int = 16,
             ctxs = {}
             for k in block:
                 stage = stages[k]
-                ctxs[k], globs[k] = stage.prepare(
-                    dict(state.globals[k]), treedef.unflatten(cur) if stage.needs_updates
-                    else None)
+                ctxs[k], globs[k] = prepare_stage(stage, dict(state.globals[k]),
+                                                  treedef.unflatten(cur), extra_args)
             out = list(cur)
             for c, (idx, fl) in enumerate(zip(layout.chunks, layout.chunk_flags)):
                 local = [_frozen(stages[k], ctxs[k], fl[k]) for k in block]
 
                 def one(g: Any, p: Any, fields: tuple, local: list = local) -> tuple:
                     sts = [EmptyState() if s.state_cls is None else s.state_cls(
-                        **{n: None for n in _global_names(s)},
+                        **{n: None for n in s.global_fields},
                         **{n: [f] for n, f in zip(s.leaf_fields, fs)})
                         for s, fs in zip(local, fields)]
                     u, new = run_block(local, [g], sts, None if p is None else [p])
@@ -288,7 +287,7 @@ def grouped(tx: GradientTransformation, max_group: int = 16,
                 local = [_frozen(stages[k], ctxs[k], [layout.flags[k][i] for i in sl])
                          for k in block]
                 sts = [EmptyState() if s.state_cls is None else s.state_cls(
-                    **{n: None for n in _global_names(s)},
+                    **{n: None for n in s.global_fields},
                     **{n: list(f) for n, f in zip(s.leaf_fields, singles[k])})
                     for k, s in zip(block, local)]
                 u, new = run_block(local, [cur[i] for i in sl], sts,

@@ -1,21 +1,24 @@
-"""Scaling, momentum, weight decay, trust ratios and clipping: per-leaf stages."""
+"""Scaling by numbers: a constant, a schedule, the learning rate, decayed weights, Polyak's step.
+
+Per-leaf stages whose per-step scalar (a schedule's value, the Polyak step)
+is computed once by ``prepare``; the engine lifts them over the tree.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from functrain import tree as ft
-from functrain.tree import leaf_norm  # noqa: F401  (the per-array norm every family uses)
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
-                                       check_range, safe_increment, stage_transform,
+                                       MaskOrFn, ScalarOrSchedule, check_range, safe_increment,
                                        zero_count)
+from functrain.transforms.engine import identity, stage_transform
 
 Array = jax.Array
-ScalarOrSchedule = Union[float, Array, Callable[[Array], Array]]
-MaskOrFn = Any
 
 
 class ScaleByScheduleState(NamedTuple):
@@ -29,22 +32,21 @@ class ScaleByScheduleState(NamedTuple):
     count: Array
 
 
-class TraceState(NamedTuple):
-    """State of :func:`trace`: the momentum buffer.
+class WeightDecayScheduleState(NamedTuple):
+    """State of :func:`add_decayed_weights` with a scheduled decay: the step count.
 
     >>> import jax.numpy as jnp
-    >>> trace(0.9).init([jnp.ones(2)])
-    TraceState(trace=[Array([0., 0.], dtype=float32)])
+    >>> add_decayed_weights(lambda c: 1e-4).init([jnp.ones(2)])
+    WeightDecayScheduleState(count=Array(0, dtype=int32))
     """
 
-    trace: Any
+    count: Array
 
 
 ScaleState = EmptyState
 AddDecayedWeightsState = EmptyState
-ClipState = EmptyState
-ClipByGlobalNormState = EmptyState
-ScaleByTrustRatioState = EmptyState
+ScaleByPolyakState = EmptyState
+SetToZeroState = EmptyState
 
 
 def scale(step_size: Any) -> GradientTransformation:
@@ -55,7 +57,7 @@ def scale(step_size: Any) -> GradientTransformation:
     >>> tx.update({'w': jnp.array([2.])}, tx.init({'w': jnp.array([0.])}))[0]
     {'w': Array([-1.], dtype=float32)}
     """
-    return stage_transform(LeafStage("scale", lambda g, s, p, c: (g * step_size, ())))
+    return stage_transform(LeafStage(name="scale", update_leaf=lambda g, s, p, c: (g * step_size, ())))
 
 
 def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransformation:
@@ -76,8 +78,8 @@ def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransfo
         return step_size_fn(glob["count"]), {"count": safe_increment(glob["count"])}
 
     return stage_transform(LeafStage(
-        "scale_by_schedule", lambda g, s, p, step: (g * step, ()), ScaleByScheduleState,
-        (), lambda p: (), zero_count, prepare))
+        name="scale_by_schedule", update_leaf=lambda g, s, p, step: (g * step, ()), state_cls=ScaleByScheduleState,
+        leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare))
 
 
 def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
@@ -95,37 +97,15 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
     return scale(sign * learning_rate)
 
 
-def trace(decay: float, nesterov: bool = False,
-          accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
-    """Momentum: ``t = g + decay t``; the update is ``t`` (or ``g + decay t``, Nesterov).
+def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTransformation:
+    """``scale_by_learning_rate``, or ``identity()`` for ``None`` (as optax does).
 
     >>> import jax.numpy as jnp
-    >>> tx = trace(decay=0.9)
-    >>> state = tx.init([jnp.zeros(1)])
-    >>> u, state = tx.update([jnp.ones(1)], state)
-    >>> tx.update([jnp.ones(1)], state)[0]
-    [Array([1.9], dtype=float32)]
+    >>> tx = learning_rate_stage(None)
+    >>> tx.update([jnp.array(2.)], tx.init([jnp.array(0.)]))[0]
+    [Array(2., dtype=float32)]
     """
-    check_range("decay", decay, 0.0, 1.0, high_inclusive=True, owner="trace")
-
-    def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
-        t = g + decay * state[0]
-        return (g + decay * t if nesterov else t), (t,)
-
-    return stage_transform(LeafStage(
-        "trace", leaf, TraceState, ("trace",),
-        lambda p: (ft.zeros_like(p, accumulator_dtype),)))
-
-
-class WeightDecayScheduleState(NamedTuple):
-    """State of :func:`add_decayed_weights` with a scheduled decay: the step count.
-
-    >>> import jax.numpy as jnp
-    >>> add_decayed_weights(lambda c: 1e-4).init([jnp.ones(2)])
-    WeightDecayScheduleState(count=Array(0, dtype=int32))
-    """
-
-    count: Array
+    return identity() if learning_rate is None else scale_by_learning_rate(learning_rate)
 
 
 def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
@@ -159,117 +139,81 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
     """
     if not callable(weight_decay):
         return stage_transform(LeafStage(
-            "add_decayed_weights", lambda g, s, p, c: (g + weight_decay * p, ()),
+            name="add_decayed_weights", update_leaf=lambda g, s, p, c: (g + weight_decay * p, ()),
             needs_params=True, mask=mask))
 
     def prepare(glob: dict, _: Any) -> tuple:
         return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
 
     return stage_transform(LeafStage(
-        "add_decayed_weights", lambda g, s, p, wd: (g + wd * p, ()), WeightDecayScheduleState,
-        (), lambda p: (), zero_count, prepare, needs_params=True, mask=mask))
+        name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()), state_cls=WeightDecayScheduleState,
+        leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare, needs_params=True, mask=mask))
 
 
-def _sum_sq(x: Array) -> Array:
-    x = x.astype(ft.compute_dtype(x.dtype))
-    return jnp.sum(jnp.real(x * jnp.conj(x)))
+def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] = None, *,
+                       signed: bool = False) -> GradientTransformation:
+    """``updates + weight_decay * params`` where ``mask`` is True; the decay may be a schedule.
 
-
-def trust_ratio(p: Array, u: Array, *, trust_coefficient: Any = 1.0, eps: Any = 0.0,
-                min_norm: Any = 0.0, max_trust_ratio: Optional[Any] = None) -> Array:
-    """``trust_coefficient ||p|| / (||u|| + eps)``, or 1 where either norm is zero.
-
-    Norms below ``min_norm`` count as ``min_norm``; ``max_trust_ratio`` caps
-    the result. Never NaN for zero parameters or zero updates.
+    A Python ``0`` needs no params (an ``identity``); a schedule is evaluated
+    at the step count; ``signed=True`` allows negative values (Fromage).
 
     >>> import jax.numpy as jnp
-    >>> trust_ratio(jnp.array([3., 4.]), jnp.array([0., 0.5]))
-    Array(10., dtype=float32)
-    >>> trust_ratio(jnp.zeros(2), jnp.ones(2))
-    Array(1., dtype=float32)
+    >>> tx = weight_decay_stage(lambda count: 0.5 * (count + 1))
+    >>> params = [jnp.array([2.])]
+    >>> state = tx.init(params)
+    >>> u, state = tx.update([jnp.zeros(1)], state, params)
+    >>> tx.update([jnp.zeros(1)], state, params)[0]
+    [Array([2.], dtype=float32)]
     """
-    # Zero tests on the squared norms, so each sqrt has a single user: XLA then
-    # emits one small scalar kernel per leaf instead of three (13-32% faster
-    # compiles for lamb/lars at 1000 leaves, bit-identical results).
-    pp, uu = _sum_sq(p), _sum_sq(u)
-    if isinstance(min_norm, (int, float)) and min_norm == 0:
-        zero = (pp == 0) | (uu == 0)
-        pn = jnp.sqrt(jnp.where(zero, 1.0, pp))
-        un = jnp.sqrt(jnp.where(zero, 1.0, uu))
-    else:
-        pn = jnp.maximum(jnp.sqrt(pp), min_norm)
-        un = jnp.maximum(jnp.sqrt(uu), min_norm)
-        zero = (pn == 0) | (un == 0)
-    ratio = jnp.where(zero, 1.0, trust_coefficient * pn / jnp.where(zero, 1.0, un + eps))
-    if max_trust_ratio is not None:
-        ratio = jnp.minimum(ratio, max_trust_ratio)
-    return ratio
+    if not callable(weight_decay) and isinstance(weight_decay, (int, float)) \
+            and weight_decay == 0:
+        return identity()
+    if not signed:
+        return add_decayed_weights(weight_decay, mask)
+    return decayed_weights_stage(weight_decay, mask)
 
 
-def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
-                         eps: float = 0.0, *, max_trust_ratio: Optional[float] = None,
-                         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
-    """Scale each leaf's update by its trust ratio ``||p|| / ||u||`` (LARS/LAMB).
+def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: float = 0.0,
+                    variant: str = "sps") -> GradientTransformation:
+    """Scale updates by the Polyak step ``min((f - f_min) / (||u||^2 + eps), max_lr)``.
 
-    Per array, never over the whole tree. ``max_trust_ratio`` (a cap) and
-    ``mask`` (leaves where False keep their update unscaled) go beyond optax.
+    ``update`` needs the loss: ``update(updates, state, params, value=loss)``.
+    ``variant='sps+'`` uses only the positive part of ``f - f_min``. The step
+    is zero where ``||u||^2 + eps`` is at most float64's machine epsilon.
 
-    >>> import jax.numpy as jnp
-    >>> tx = scale_by_trust_ratio()
-    >>> params = {'w': jnp.array([3., 4.])}
-    >>> tx.update({'w': jnp.array([0., 1.])}, tx.init(params), params)[0]
-    {'w': Array([0., 5.], dtype=float32)}
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_polyak()
+    >>> tx.update([jnp.array([2.])], tx.init([jnp.zeros(1)]), value=jnp.array(1.))[0]
+    [Array([0.5], dtype=float32)]
     """
-    check_range("min_norm", min_norm, 0.0, owner="scale_by_trust_ratio")
-    check_range("eps", eps, 0.0, owner="scale_by_trust_ratio")
-    if max_trust_ratio is not None:
-        check_range("max_trust_ratio", max_trust_ratio, 0.0, owner="scale_by_trust_ratio")
+    if variant not in ("sps", "sps+"):
+        raise ValueError(f"scale_by_polyak: variant must be 'sps' or 'sps+', got {variant!r}.")
+    check_range("eps", eps, 0.0, owner="scale_by_polyak")
 
-    def leaf(g: Array, s: tuple, p: Array, ctx: Any, x_for_norm: Optional[Array] = None
-             ) -> tuple:
-        r = trust_ratio(p, g if x_for_norm is None else x_for_norm,
-                        trust_coefficient=trust_coefficient, eps=eps,
-                        min_norm=min_norm, max_trust_ratio=max_trust_ratio)
-        return g * r, ()
+    def prepare(glob: dict, updates: Any, value: Any) -> tuple:
+        if value is None:
+            raise ValueError("scale_by_polyak needs the loss value: call "
+                             "update(updates, state, params, value=loss).")
+        sq = ft.norm(updates, squared=True)
+        gap = jnp.asarray(value - f_min).astype(sq.dtype)
+        if variant == "sps+":
+            gap = jnp.maximum(gap, 0.0)
+        tiny = sq + eps <= np.finfo(float).eps
+        step = jnp.where(tiny, 0.0, jnp.minimum(gap / (sq + eps), max_learning_rate))
+        return step, glob
 
-    return stage_transform(LeafStage("scale_by_trust_ratio", leaf, needs_params=True,
-                                     mask=mask, norm_of_input=True))
-
-
-def clip(max_delta: Any) -> GradientTransformation:
-    """Clip every update entry to ``[-max_delta, max_delta]``.
-
-    >>> import jax.numpy as jnp
-    >>> tx = clip(1.0)
-    >>> tx.update([jnp.array([-3., 0.5])], tx.init([jnp.zeros(2)]))[0]
-    [Array([-1. ,  0.5], dtype=float32)]
-    """
-    check_range("max_delta", max_delta, 0.0, owner="clip")
     return stage_transform(LeafStage(
-        "clip", lambda g, s, p, c: (jnp.clip(g, -max_delta, max_delta), ())))
+        name="scale_by_polyak", update_leaf=lambda g, s, p, step: (step * g, ()),
+        prepare=prepare, needs_updates=True, extra_args=("value",)))
 
 
-def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
-    """Rescale all updates together so their global L2 norm is at most ``max_norm``.
+def set_to_zero() -> GradientTransformation:
+    """Replace every update by zeros (keeps no state).
 
-    Zero updates stay zero even with ``max_norm=0`` (no NaN).
-
-    >>> import jax.numpy as jnp
-    >>> tx = clip_by_global_norm(1.0)
-    >>> tx.update({'a': jnp.array([3.]), 'b': jnp.array([4.])}, tx.init({}))[0]
-    {'a': Array([0.6], dtype=float32), 'b': Array([0.8], dtype=float32)}
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.set_to_zero()
+    >>> tx.update([jnp.array([3.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([0.], dtype=float32)]
     """
-    check_range("max_norm", max_norm, 0.0, owner="clip_by_global_norm")
-
-    def prepare(glob: dict, updates: Any) -> tuple:
-        g_norm = ft.norm(updates)
-        keep = g_norm < max_norm
-        return (keep, jnp.where(g_norm == 0, 1.0, g_norm)), glob
-
-    def leaf(g: Array, s: tuple, p: Any, ctx: tuple) -> tuple:
-        keep, g_norm = ctx
-        return jnp.where(keep, g, (g / g_norm.astype(g.dtype)) * max_norm), ()
-
-    return stage_transform(LeafStage("clip_by_global_norm", leaf, prepare=prepare,
-                                     needs_updates=True))
-
+    return stage_transform(LeafStage(name="set_to_zero",
+                                     update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ())))

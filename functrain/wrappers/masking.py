@@ -13,50 +13,32 @@ optax's) and restricts them to some leaves. How masks meet the engine:
 * anything else (optax transforms, ``MultiSteps``, user code) is handed trees
   whose masked-out leaves are ``MaskedNode`` placeholders, as optax does.
 
-The other wrappers live in :mod:`functrain.transforms.control` (``MultiSteps``,
-``apply_if_finite``, ``inject_hyperparams``) and
-:mod:`functrain.transforms.leafwise` (per-leaf ones such as ``zero_nans``).
+The other wrappers live in :mod:`functrain.wrappers.accumulation` (``MultiSteps``),
+:mod:`functrain.wrappers.finite` (``apply_if_finite``) and
+:mod:`functrain.wrappers.hyperparams` (``inject_hyperparams``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Hashable, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
-                                       _call_update, _plan_of, chain, stage_transform)
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
+                                       OptState, Params, Updates, call_update, check_state_type,
+                                       check_transformation, sorted_labels)
+from functrain.transforms.engine import chain, fusion_plan, stage_transform, with_fusion_plan
 
 Array = jax.Array
 PyTree = Any
-Params = Any
-Updates = Any
-OptState = Any
-MaskOrFn = Any
 
 # Attributes on the update functions of masked / multi_transform results, so an
 # enclosing mask can merge with them instead of wrapping them.
 _MASKED = "_functrain_masked"
 _PARTITION = "_functrain_partition"
-
-
-def _placeholder(x: Any) -> bool:
-    return x is None or isinstance(x, ft.MaskedNode)
-
-
-def _check_tx(tx: Any, wrapper: str, what: str = "inner") -> None:
-    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
-        raise TypeError(f"{wrapper}: {what} is a {type(tx).__name__}, not a "
-                        f"GradientTransformation (an object with init and update).")
-
-
-def _check_state(state: Any, cls: type, wrapper: str) -> None:
-    if not isinstance(state, cls):
-        raise TypeError(f"{wrapper} expected its state as {cls.__name__}, got "
-                        f"{type(state).__name__}: was the state made by this wrapper's init?")
 
 
 def _mask_tree(tree: PyTree, flags: list[bool]) -> PyTree:
@@ -92,7 +74,7 @@ def _stage_mask(outer: MaskOrFn, inner: MaskOrFn, wrapper: str) -> Callable[[PyT
         flags = ft.resolve_mask(outer, tree, wrapper)
         if inner is not None:
             flags = [a and b for a, b in zip(flags, ft.resolve_mask(inner, tree, wrapper))]
-        return jax.tree_util.tree_structure(tree, is_leaf=_placeholder).unflatten(flags)
+        return jax.tree_util.tree_structure(tree, is_leaf=ft.is_placeholder).unflatten(flags)
     return mask_fn
 
 
@@ -107,8 +89,9 @@ def _masked_stage(stage: LeafStage, mask: MaskOrFn, wrapper: str) -> LeafStage:
     if stage.needs_updates:
         prepare = stage.prepare
 
-        def masked_prepare(glob: dict, updates: Updates) -> tuple:
-            return prepare(glob, _mask_tree(updates, ft.resolve_leaf_mask(combined, updates, wrapper)))
+        def masked_prepare(glob: dict, updates: Updates, **extra: Any) -> tuple:
+            flags = ft.resolve_leaf_mask(combined, updates, wrapper)
+            return prepare(glob, _mask_tree(updates, flags), **extra)
 
         new = dataclasses.replace(new, prepare=masked_prepare)
     return new
@@ -130,26 +113,12 @@ def _generic_masked(inner: Any, mask: MaskOrFn, wrapper: str,
             extra_args = {k: _mask_tree(v, flags)
                           if jax.tree_util.tree_structure(v) == structure else v
                           for k, v in extra_args.items()}
-        new, new_state = _call_update(
+        new, new_state = call_update(
             inner, _mask_tree(updates, flags), state,
             None if params is None else _mask_tree(params, flags), extra_args)
         return _merge(new, updates, flags), new_state
 
     return GradientTransformation(init_fn, update_fn)
-
-
-def _get_at(state: OptState, path: tuple) -> OptState:
-    for k in path:
-        state = state[k]
-    return state
-
-
-def _set_at(state: OptState, path: tuple, value: OptState) -> OptState:
-    if not path:
-        return value
-    items = list(state)
-    items[path[0]] = _set_at(state[path[0]], path[1:], value)
-    return type(state)(*items) if hasattr(state, "_fields") else tuple(items)
 
 
 def _and(first: MaskOrFn, second: MaskOrFn, wrapper: str) -> MaskOrFn:
@@ -167,7 +136,7 @@ def _masked_part(tx: Any, mask: MaskOrFn, wrapper: str, extra: bool) -> Gradient
     if spec is not None:
         transforms, labels, outer, inner_extra = spec
         return _partition(transforms, labels, _and(outer, mask, wrapper), inner_extra or extra)
-    plan = _plan_of(tx)
+    plan = fusion_plan(tx)
     if len(plan) == 1 and plan[0][0] == ():
         item = plan[0][1]
         if isinstance(item, LeafStage):
@@ -183,15 +152,15 @@ def _masked_part(tx: Any, mask: MaskOrFn, wrapper: str, extra: bool) -> Gradient
     def init_fn(params: Params) -> OptState:
         state = jax.eval_shape(tx.init, params)  # the layout; every part is replaced
         for path, part in zip(paths, flat.init(params)):
-            state = _set_at(state, path, part)
+            state = ft.set_path(state, path, part)
         return state
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:
-        parts = tuple(_get_at(state, path) for path in paths)
+        parts = tuple(ft.get_path(state, path) for path in paths)
         new_updates, new_parts = flat.update(updates, parts, params, **extra_args)
         for path, part in zip(paths, new_parts):
-            state = _set_at(state, path, part)
+            state = ft.set_path(state, path, part)
         return new_updates, state
 
     return GradientTransformation(init_fn, update_fn)
@@ -218,15 +187,15 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
     >>> tx.update({'w': jnp.zeros(1), 'b': jnp.zeros(1)}, tx.init(params), params)[0]
     {'b': Array([0.], dtype=float32), 'w': Array([1.], dtype=float32)}
     """
-    _check_tx(inner, "masked")
-    plan = _plan_of(inner)
+    check_transformation(inner, "masked")
+    plan = fusion_plan(inner)
     if len(plan) == 1 and plan[0][0] == () and isinstance(plan[0][1], LeafStage):
         return stage_transform(_masked_stage(plan[0][1], mask, "masked"))
     part = _masked_part(inner, mask, "masked", mask_compatible_extra_args)
 
     def update_fn(updates: Updates, state: MaskedState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, MaskedState]:
-        _check_state(state, MaskedState, "masked")
+        check_state_type(state, MaskedState, "masked")
         new_updates, inner_state = part.update(updates, state.inner_state, params,
                                                **extra_args)
         return new_updates, MaskedState(inner_state)
@@ -266,7 +235,7 @@ def _leaf_labels(param_labels: Any, tree: PyTree, wrapper: str) -> list[Any]:
                          f"{jax.tree_util.tree_structure(tree)}).") from None
     out = []
     for label, sub in zip(jax.tree_util.tree_leaves(labels), subtrees):
-        out.extend([label] * len(jax.tree_util.tree_leaves(sub, is_leaf=_placeholder)))
+        out.extend([label] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
     return out
 
 
@@ -293,7 +262,7 @@ def multi_transform(transforms: Mapping[Hashable, GradientTransformation],
         raise TypeError(f"multi_transform: transforms must be a mapping from label to "
                         f"GradientTransformation, got {type(transforms).__name__}.")
     for label, tx in transforms.items():
-        _check_tx(tx, "multi_transform", f"transforms[{label!r}]")
+        check_transformation(tx, "multi_transform", f"transforms[{label!r}]")
     return _partition(dict(transforms), param_labels, None, mask_compatible_extra_args)
 
 
@@ -309,16 +278,16 @@ def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
         missing = used - set(transforms)
         unused = set(transforms) - used if labels else set()
         if missing or unused:
-            what = (f"labels {_sorted(missing)} have no transformation" if missing else
-                    f"transformations {_sorted(unused)} are used by no leaf")
+            what = (f"labels {sorted_labels(missing)} have no transformation" if missing else
+                    f"transformations {sorted_labels(unused)} are used by no leaf")
             raise ValueError(f"multi_transform: {what}. Labels in param_labels: "
-                             f"{_sorted(used)}; labels in transforms: {_sorted(transforms)}.")
+                             f"{sorted_labels(used)}; labels in transforms: {sorted_labels(transforms)}.")
         return labels
 
     def group_mask(label: Hashable) -> Callable[[PyTree], PyTree]:
         def mask_fn(tree: PyTree) -> PyTree:
             flags = [lab == label for lab in labels_of(tree)]
-            return jax.tree_util.tree_structure(tree, is_leaf=_placeholder).unflatten(flags)
+            return jax.tree_util.tree_structure(tree, is_leaf=ft.is_placeholder).unflatten(flags)
         return _and(outer, mask_fn, "multi_transform")
 
     groups = {label: masked(tx, group_mask(label), mask_compatible_extra_args=extra)
@@ -330,12 +299,12 @@ def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
 
     def update_fn(updates: Updates, state: PartitionState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, PartitionState]:
-        _check_state(state, PartitionState, "multi_transform")
+        check_state_type(state, PartitionState, "multi_transform")
         labels_of(params if params is not None else updates)
         if set(state.inner_states) != set(groups):
             raise ValueError(f"multi_transform: the state holds labels "
-                             f"{_sorted(state.inner_states)} but the transforms are "
-                             f"{_sorted(groups)}: was it made by this wrapper's init?")
+                             f"{sorted_labels(state.inner_states)} but the transforms are "
+                             f"{sorted_labels(groups)}: was it made by this wrapper's init?")
         new_states = {}
         for label, tx in groups.items():
             updates, new_states[label] = tx.update(updates, state.inner_states[label], params,
@@ -346,27 +315,9 @@ def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
     return GradientTransformation(init_fn, update_fn)
 
 
-def _sorted(labels: Iterable[Any]) -> list[Any]:
-    return sorted(labels, key=repr)
-
-
 # --------------------------------------------------------------------------
 # set_to_zero, freeze
 # --------------------------------------------------------------------------
-
-SetToZeroState = EmptyState
-
-
-def set_to_zero() -> GradientTransformation:
-    """Replace every update by zeros (keeps no state).
-
-    >>> import jax.numpy as jnp, functrain
-    >>> tx = functrain.set_to_zero()
-    >>> tx.update([jnp.array([3.])], tx.init([jnp.zeros(1)]))[0]
-    [Array([0.], dtype=float32)]
-    """
-    return stage_transform(LeafStage("set_to_zero", lambda g, s, p, c: (jnp.zeros_like(g), ())))
-
 
 def freeze(mask: MaskOrFn) -> GradientTransformation:
     """Zero the updates of the leaves where ``mask`` is True (frozen: no state, no update).
@@ -381,49 +332,5 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
     {'emb': Array([0.], dtype=float32), 'head': Array([1.], dtype=float32)}
     """
     return stage_transform(LeafStage(
-        "freeze", lambda g, s, p, c: (jnp.zeros_like(g), ()),
+        name="freeze", update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
         mask=_stage_mask(mask, None, "freeze")))
-
-
-# --------------------------------------------------------------------------
-# named_chain
-# --------------------------------------------------------------------------
-
-def named_chain(*transforms: tuple[str, GradientTransformation]) -> GradientTransformation:
-    """``chain`` whose state is a dict keyed by the given names.
-
-    The stages inside are fused exactly as in :func:`functrain.chain`.
-
-    >>> import jax.numpy as jnp, functrain
-    >>> tx = functrain.named_chain(('clip', functrain.clip(1.0)), ('lr', functrain.scale(-0.1)))
-    >>> state = tx.init([jnp.zeros(1)])
-    >>> sorted(state)
-    ['clip', 'lr']
-    >>> tx.update([jnp.array([5.])], state)[0]
-    [Array([-0.1], dtype=float32)]
-    """
-    names = []
-    for i, item in enumerate(transforms):
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise TypeError(f"named_chain argument {i} must be a (name, transformation) "
-                            f"pair, got {type(item).__name__}.")
-        _check_tx(item[1], "named_chain", f"the transformation named {item[0]!r}")
-        names.append(item[0])
-    if len(set(names)) != len(names):
-        raise ValueError(f"named_chain: names must be unique, got {names}.")
-    inner = chain(*(tx for _, tx in transforms))
-
-    def init_fn(params: Params) -> dict:
-        return dict(zip(names, inner.init(params)))
-
-    def update_fn(updates: Updates, state: dict, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Updates, dict]:
-        if not isinstance(state, Mapping) or set(state) != set(names):
-            got = _sorted(state) if isinstance(state, Mapping) else type(state).__name__
-            raise ValueError(f"named_chain expected a state dict with keys {names}, got "
-                             f"{got}: was it made by this named_chain's init?")
-        new_updates, new = inner.update(updates, tuple(state[n] for n in names), params,
-                                        **extra_args)
-        return new_updates, dict(zip(names, new))
-
-    return GradientTransformation(init_fn, update_fn)

@@ -1,0 +1,359 @@
+"""Adam-style moments: Adam, AMSGrad, AdaMax, RAdam, Yogi and AdaBelief.
+
+Each ``scale_by_*`` is the per-array math of one leaf plus a ``prepare`` step
+that advances the step count and computes the scalar bias corrections once per
+step; the engine (:mod:`functrain.transforms.engine`) lifts it over the tree.
+The shared formulas (moving averages, bias corrections, Adam's direction,
+Nesterov's look-ahead) live in :mod:`functrain.numerics`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from functrain import tree as ft
+from functrain.numerics import adam_direction, ema_update, nesterov_mu_hat
+from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
+                                       check_nonnegative, safe_increment, zero_count)
+from functrain.transforms.engine import stage_transform
+
+Array = jax.Array
+
+
+class ScaleByAdamState(NamedTuple):
+    """State of :func:`scale_by_adam` (also AdaMax, RAdam, Yogi): count and two moments.
+
+    Attributes:
+      count: the number of steps taken (int32).
+      mu: the first moment, a tree like the params.
+      nu: the second moment, a tree like the params.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_adam().init({'w': jnp.zeros(2)}).count
+    Array(0, dtype=int32)
+    """
+
+    count: Array
+    mu: Any
+    nu: Any
+
+
+class ScaleByAmsgradState(NamedTuple):
+    """State of :func:`scale_by_amsgrad`: count, moments and the running max of ``nu``.
+
+    Attributes:
+      count: the number of steps taken.
+      mu: the first moment.
+      nu: the second moment.
+      nu_max: the running maximum of the (bias-corrected) second moment.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.scale_by_amsgrad().init([jnp.ones(1)]).nu_max
+    [Array([0.], dtype=float32)]
+    """
+
+    count: Array
+    mu: Any
+    nu: Any
+    nu_max: Any
+
+
+class ScaleByBeliefState(NamedTuple):
+    """State of :func:`scale_by_belief`: count, first moment, belief (centred) moment.
+
+    Attributes:
+      count: the number of steps taken.
+      mu: the first moment.
+      nu: the moving average of ``(g - mu)**2``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.scale_by_belief().init([jnp.ones(1)]).nu
+    [Array([0.], dtype=float32)]
+    """
+
+    count: Array
+    mu: Any
+    nu: Any
+
+
+class BiasCorrections(NamedTuple):
+    """The per-step context of the Adam family, computed once per step by ``prepare``.
+
+    Attributes:
+      count: the step number ``t``, counted from 1.
+      mu: ``1 - b1**t``.
+      nu: ``1 - b2**t``.
+      next_mu: ``1 - b1**(t+1)`` (for Nesterov momentum), else ``None``.
+
+    >>> import jax.numpy as jnp
+    >>> corrections(0.9, 0.999)({'count': jnp.asarray(0)}, None)[0].mu
+    Array(0.1, dtype=float32, weak_type=True)
+    """
+
+    count: Array
+    mu: Any = None
+    nu: Any = None
+    next_mu: Any = None
+
+
+def corrections(b1: Any, b2: Any = None, *, nesterov: bool = False) -> Any:
+    """A ``prepare`` that advances ``count`` and returns this step's :class:`BiasCorrections`.
+
+    Args:
+      b1: the first moment's decay (``None``: no ``mu`` correction).
+      b2: the second moment's decay (``None``: no ``nu`` correction).
+      nesterov: also compute ``1 - b1**(t+1)``.
+
+    Returns:
+      ``prepare(glob, updates) -> (BiasCorrections, {'count': t})``.
+
+    >>> import jax.numpy as jnp
+    >>> ctx, glob = corrections(0.5, 0.5)({'count': jnp.asarray(1)}, None)
+    >>> float(ctx.mu), int(glob['count'])
+    (0.75, 2)
+    """
+    def prepare(glob: dict, _: Any) -> tuple:
+        count = safe_increment(glob["count"])
+        return BiasCorrections(
+            count,
+            None if b1 is None else 1 - b1 ** count,
+            None if b2 is None else 1 - b2 ** count,
+            1 - b1 ** safe_increment(count) if nesterov else None), {"count": count}
+    return prepare
+
+
+def _first_moment_hat(g: Array, mu: Array, b1: Any, ctx: BiasCorrections,
+                      nesterov: bool) -> Array:
+    return nesterov_mu_hat(g, mu, b1, ctx.mu, ctx.next_mu) if nesterov else mu / ctx.mu
+
+
+# --------------------------------------------------------------------------
+# Adam
+# --------------------------------------------------------------------------
+
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                  eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
+                  nesterov: bool = False, nu_dtype: Optional[Any] = None
+                  ) -> GradientTransformation:
+    """Rescale updates by Adam's bias-corrected moments (Kingma & Ba, 2014).
+
+    ``mu = b1 mu + (1-b1) g``, ``nu = b2 nu + (1-b2) g**2``, and the update is
+    ``mu_hat / (sqrt(nu_hat + eps_root) + eps)``. With ``nesterov`` the first
+    moment uses Nesterov momentum (NAdam). ``mu_dtype`` / ``nu_dtype`` set the
+    storage dtype of the moments; the arithmetic always runs in at least
+    float32, so bfloat16 moments lose precision only in storage.
+
+    >>> import jax.numpy as jnp
+    >>> tx = scale_by_adam()
+    >>> params = {'w': jnp.array([1., -2.])}
+    >>> updates, state = tx.update(params, tx.init(params))
+    >>> updates['w']
+    Array([ 1., -1.], dtype=float32)
+    """
+    check_betas("scale_by_adam", b1=b1, b2=b2)
+    check_nonnegative("scale_by_adam", eps=eps, eps_root=eps_root)
+
+    def init_leaf(p: Array) -> tuple:
+        return (ft.zeros_like(p, mu_dtype), ft.zeros_like(p, nu_dtype))
+
+    def leaf(g: Array, state: Any, p: Any, ctx: BiasCorrections) -> tuple:
+        mu, nu = ema_update(g, state.mu, b1), ema_update(g * g, state.nu, b2)
+        mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
+        return adam_direction(mu_hat, nu, None, ctx.nu, eps, eps_root), (mu, nu)
+
+    return stage_transform(LeafStage(
+        name="scale_by_adam", update_leaf=leaf, state_cls=ScaleByAdamState,
+        leaf_fields=("mu", "nu"), init_leaf=init_leaf, init_global=zero_count,
+        prepare=corrections(b1, b2, nesterov=nesterov)))
+
+
+# --------------------------------------------------------------------------
+# AMSGrad
+# --------------------------------------------------------------------------
+
+def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                     eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
+                     bias_correction_mu: bool = True, bias_correction_nu: bool = True
+                     ) -> GradientTransformation:
+    """Rescale with AMSGrad (Reddi et al., 2018): Adam with a non-decreasing ``nu``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_amsgrad()
+    >>> tx.update([jnp.array([-4.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([-1.], dtype=float32)]
+    """
+    check_betas("scale_by_amsgrad", b1=b1, b2=b2)
+    check_nonnegative("scale_by_amsgrad", eps=eps, eps_root=eps_root)
+
+    def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
+        mu, nu = ema_update(g, s.mu, b1), ema_update(g * g, s.nu, b2)
+        mu_hat = mu / ctx.mu if bias_correction_mu else mu
+        nu_max = jnp.maximum(s.nu_max, nu / ctx.nu if bias_correction_nu else nu)
+        return adam_direction(mu_hat, nu_max, None, None, eps, eps_root), (mu, nu, nu_max)
+
+    return stage_transform(LeafStage(
+        name="scale_by_amsgrad", update_leaf=leaf, state_cls=ScaleByAmsgradState,
+        leaf_fields=("mu", "nu", "nu_max"),
+        init_leaf=lambda p: (ft.zeros_like(p, mu_dtype), ft.zeros_like(p), ft.zeros_like(p)),
+        init_global=zero_count, prepare=corrections(b1, b2)))
+
+
+# --------------------------------------------------------------------------
+# AdaMax
+# --------------------------------------------------------------------------
+
+def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+                    ) -> GradientTransformation:
+    """Rescale by AdaMax's infinity-norm moment (Kingma & Ba, 2014, sec. 7.1).
+
+    ``mu = ema(g)``, ``nu = max(|g| + eps, b2 nu)``; the update is
+    ``mu_hat / nu`` (only ``mu`` is bias-corrected).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_adamax()
+    >>> tx.update([jnp.array([-2.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([-1.], dtype=float32)]
+    """
+    check_betas("scale_by_adamax", b1=b1, b2=b2)
+    check_nonnegative("scale_by_adamax", eps=eps)
+
+    def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
+        mu = ema_update(g, s.mu, b1)
+        nu = jnp.maximum(jnp.abs(g) + eps, b2 * s.nu)
+        return (mu / ctx.mu) / nu, (mu, nu)
+
+    return stage_transform(LeafStage(
+        name="scale_by_adamax", update_leaf=leaf, state_cls=ScaleByAdamState,
+        leaf_fields=("mu", "nu"), init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p)),
+        init_global=zero_count, prepare=corrections(b1)))
+
+
+# --------------------------------------------------------------------------
+# RAdam
+# --------------------------------------------------------------------------
+
+class RAdamContext(NamedTuple):
+    """The per-step context of :func:`scale_by_radam`.
+
+    Attributes:
+      corrections: this step's :class:`BiasCorrections`.
+      r: the rectification factor ``r_t``.
+      rectify: whether ``rho_t >= threshold`` (use the adaptive update).
+
+    >>> RAdamContext(BiasCorrections(1), 0.5, False).r
+    0.5
+    """
+
+    corrections: BiasCorrections
+    r: Any
+    rectify: Any
+
+
+def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   eps_root: float = 0.0, threshold: float = 5.0, *,
+                   nesterov: bool = False) -> GradientTransformation:
+    """Rescale with Rectified Adam (Liu et al., 2020).
+
+    While the variance estimate is unreliable (its length ``rho_t`` below
+    ``threshold``) the update is the bias-corrected first moment; afterwards
+    Adam's update times the rectification factor ``r_t``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_radam()
+    >>> tx.update([jnp.array([3.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([3.], dtype=float32)]
+    """
+    check_betas("scale_by_radam", b1=b1, b2=b2)
+    check_nonnegative("scale_by_radam", eps=eps, eps_root=eps_root)
+    rho_inf = 2.0 / (1.0 - b2) - 1.0
+    bias = corrections(b1, b2, nesterov=nesterov)
+
+    def prepare(glob: dict, updates: Any) -> tuple:
+        ctx, new_glob = bias(glob, updates)
+        b2t = b2 ** ctx.count
+        rho = rho_inf - 2 * ctx.count * b2t / (1 - b2t)
+        r = jnp.sqrt((rho - 4.0) * (rho - 2.0) * rho_inf
+                     / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho))
+        return RAdamContext(ctx, r, rho >= threshold), new_glob
+
+    def leaf(g: Array, s: Any, p: Any, ctx: RAdamContext) -> tuple:
+        mu, nu = ema_update(g, s.mu, b1), ema_update(g * g, s.nu, b2)
+        mu_hat = _first_moment_hat(g, mu, b1, ctx.corrections, nesterov)
+        adapted = ctx.r.astype(g.dtype) * mu_hat / (
+            jnp.sqrt(nu / ctx.corrections.nu + eps_root) + eps)
+        return jnp.where(ctx.rectify, adapted, mu_hat), (mu, nu)
+
+    return stage_transform(LeafStage(
+        name="scale_by_radam", update_leaf=leaf, state_cls=ScaleByAdamState,
+        leaf_fields=("mu", "nu"), init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p)),
+        init_global=zero_count, prepare=prepare))
+
+
+# --------------------------------------------------------------------------
+# Yogi
+# --------------------------------------------------------------------------
+
+def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
+                  eps_root: float = 0.0, initial_accumulator_value: float = 1e-6
+                  ) -> GradientTransformation:
+    """Rescale with Yogi (Zaheer et al., 2018): an additive, sign-controlled ``nu``.
+
+    ``nu = nu - (1-b2) sign(nu - g**2) g**2``; otherwise as Adam.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_yogi(initial_accumulator_value=0.0, eps=0.0)
+    >>> tx.update([jnp.array([2.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([1.], dtype=float32)]
+    """
+    check_betas("scale_by_yogi", b1=b1, b2=b2)
+    check_nonnegative("scale_by_yogi", eps=eps, eps_root=eps_root)
+
+    def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
+        g2 = g * g
+        mu = ema_update(g, s.mu, b1)
+        nu = s.nu - (1 - b2) * jnp.sign(s.nu - g2) * g2
+        return adam_direction(mu, nu, ctx.mu, ctx.nu, eps, eps_root), (mu, nu)
+
+    return stage_transform(LeafStage(
+        name="scale_by_yogi", update_leaf=leaf, state_cls=ScaleByAdamState,
+        leaf_fields=("mu", "nu"),
+        init_leaf=lambda p: (ft.full_like(p, initial_accumulator_value),
+                             ft.full_like(p, initial_accumulator_value)),
+        init_global=zero_count, prepare=corrections(b1, b2)))
+
+
+# --------------------------------------------------------------------------
+# AdaBelief
+# --------------------------------------------------------------------------
+
+def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
+                    eps_root: float = 1e-16, *, nesterov: bool = False
+                    ) -> GradientTransformation:
+    """Rescale by the AdaBelief moments (Zhuang et al., 2020).
+
+    ``mu = ema(g)``, ``s = ema((g - mu)**2) + eps_root``; the update is
+    ``mu_hat / (sqrt(s_hat) + eps)`` with bias-corrected moments.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_belief()
+    >>> u, _ = tx.update([jnp.array([1.])], tx.init([jnp.zeros(1)]))
+    >>> print(round(float(u[0][0]), 4))
+    1.1111
+    """
+    check_betas("scale_by_belief", b1=b1, b2=b2)
+    check_nonnegative("scale_by_belief", eps=eps, eps_root=eps_root)
+
+    def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
+        mu = ema_update(g, s.mu, b1)
+        err = g - mu
+        nu = ema_update(err * err, s.nu, b2) + eps_root
+        mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
+        return adam_direction(mu_hat, nu, None, ctx.nu, eps), (mu, nu)
+
+    return stage_transform(LeafStage(
+        name="scale_by_belief", update_leaf=leaf, state_cls=ScaleByBeliefState,
+        leaf_fields=("mu", "nu"), init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p)),
+        init_global=zero_count, prepare=corrections(b1, b2, nesterov=nesterov)))

@@ -1,0 +1,79 @@
+"""Clipping: by value, by each leaf's RMS, and by the global norm of all updates.
+
+``clip`` and ``clip_by_block_rms`` are per-leaf stages; ``clip_by_global_norm``
+needs the norm of the whole tree, which its ``prepare`` computes once per step
+before the leaf pass (so it starts a new fused block).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from functrain import tree as ft
+from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage, check_range
+from functrain.transforms.engine import stage_transform
+
+Array = jax.Array
+
+ClipState = EmptyState
+ClipByGlobalNormState = EmptyState
+
+
+def clip(max_delta: Any) -> GradientTransformation:
+    """Clip every update entry to ``[-max_delta, max_delta]``.
+
+    >>> import jax.numpy as jnp
+    >>> tx = clip(1.0)
+    >>> tx.update([jnp.array([-3., 0.5])], tx.init([jnp.zeros(2)]))[0]
+    [Array([-1. ,  0.5], dtype=float32)]
+    """
+    check_range("max_delta", max_delta, 0.0, owner="clip")
+    return stage_transform(LeafStage(
+        name="clip", update_leaf=lambda g, s, p, c: (jnp.clip(g, -max_delta, max_delta), ())))
+
+
+def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
+    """Rescale all updates together so their global L2 norm is at most ``max_norm``.
+
+    Zero updates stay zero even with ``max_norm=0`` (no NaN).
+
+    >>> import jax.numpy as jnp
+    >>> tx = clip_by_global_norm(1.0)
+    >>> tx.update({'a': jnp.array([3.]), 'b': jnp.array([4.])}, tx.init({}))[0]
+    {'a': Array([0.6], dtype=float32), 'b': Array([0.8], dtype=float32)}
+    """
+    check_range("max_norm", max_norm, 0.0, owner="clip_by_global_norm")
+
+    def prepare(glob: dict, updates: Any) -> tuple:
+        g_norm = ft.norm(updates)
+        keep = g_norm < max_norm
+        return (keep, jnp.where(g_norm == 0, 1.0, g_norm)), glob
+
+    def leaf(g: Array, s: tuple, p: Any, ctx: tuple) -> tuple:
+        keep, g_norm = ctx
+        return jnp.where(keep, g, (g / g_norm.astype(g.dtype)) * max_norm), ()
+
+    return stage_transform(LeafStage(name="clip_by_global_norm", update_leaf=leaf, prepare=prepare,
+                                     needs_updates=True))
+
+
+ClipByBlockRmsState = EmptyState
+
+
+def clip_by_block_rms(threshold: float) -> GradientTransformation:
+    """Scale each leaf down so its RMS is at most ``threshold``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.clip_by_block_rms(1.0)
+    >>> tx.update([jnp.array([3., -3.])], tx.init([jnp.zeros(2)]))[0]
+    [Array([ 1., -1.], dtype=float32)]
+    """
+    check_range("threshold", threshold, 0.0, owner="clip_by_block_rms")
+
+    def leaf(g: Array, s: tuple, p: Any, c: Any) -> tuple:
+        return g / jnp.maximum(1.0, jnp.sqrt(jnp.mean(g * g)) / threshold), ()
+
+    return stage_transform(LeafStage(name="clip_by_block_rms", update_leaf=leaf))

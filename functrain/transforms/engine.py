@@ -1,0 +1,475 @@
+"""The engine: one walk over the tree for a block of stages, and ``chain``.
+
+:func:`run_block` lifts :class:`~functrain.transforms.base.LeafStage` s over
+pytrees. Before any array math it checks tree structures, shapes, required
+params and masks, naming the offending key path. Then, leaf by leaf, it runs
+every stage of the block in turn: 16-bit leaves are computed in float32 and
+cast back, masked-out leaves pass through and hold no state
+(:class:`~functrain.tree.MaskedNode`).
+
+``chain`` looks inside the transformations it is given: consecutive stages
+(also those of nested chains) are fused into one block, so ``lamb`` walks the
+tree once per step. The chain's state keeps exactly the layout of an unfused
+chain (a tuple of each transformation's state), so states, checkpoints and
+optax interop look the same either way. Transformations that are not stages
+(optax's, user-written, wrappers) run unfused in their place in the chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from functrain import tree as ft
+from functrain.transforms import recompute
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, OptState,
+                                       Params, Updates, call_update, check_transformation,
+                                       sorted_labels)
+
+_PLAN = "_functrain_plan"
+
+
+# --------------------------------------------------------------------------
+# run_block: a block of stages over one tree
+# --------------------------------------------------------------------------
+
+def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[OptState],
+              params: Optional[Params], extra_args: Optional[dict] = None
+              ) -> tuple[Updates, list[OptState]]:
+    """Apply ``stages`` in sequence to every leaf in one pass over the tree.
+
+    Args:
+      stages: the stages of the block, in order.
+      updates: the incoming updates tree.
+      states: one state per stage, as made by its ``init_state``.
+      params: the parameters, or ``None``.
+      extra_args: ``update``'s extra keyword arguments; a stage's ``prepare``
+        receives those named in its ``extra_args``.
+
+    Returns:
+      ``(new_updates, new_states)``.
+
+    Raises:
+      ValueError / TypeError naming the key path (or argument) at fault when
+      the trees, shapes, states, masks or required arguments do not fit,
+      before any array math.
+
+    >>> import jax.numpy as jnp
+    >>> from functrain.transforms.base import LeafStage
+    >>> neg = LeafStage(name='neg', update_leaf=lambda g, s, p, c: (-g, ()))
+    >>> run_block([neg, neg], {'w': jnp.ones(1)}, [(), ()], None)[0]
+    {'w': Array([1.], dtype=float32)}
+    """
+    extra_args = extra_args or {}
+    paths, gs, treedef = ft.flatten_with_paths(updates)
+    if params is not None:
+        ft.check_structure(updates, params, "params", "updates")
+        ps = treedef.flatten_up_to(params)
+        ft.check_shapes(paths, ps, gs, "updates", "params")
+    else:
+        needing = [s.name for s in stages if s.needs_params]
+        if needing:
+            raise ValueError(
+                f"{needing[0]} needs the current parameters: call "
+                f"update(updates, state, params) with params (they are required).")
+        ps = [None] * len(gs)
+    mask_source = params if params is not None else updates
+
+    plans = []  # per stage: (active flags, per-field leaf lists, ctx, global fields)
+    for stage, state in zip(stages, states):
+        if stage.state_cls is not None and not isinstance(state, stage.state_cls):
+            raise TypeError(f"{stage.name} expected its state as {stage.state_cls.__name__}, "
+                            f"got {type(state).__name__}: was the state made by this "
+                            f"optimizer's init?")
+        active = ft.resolve_leaf_mask(stage.mask, mask_source, stage.name)
+        fields = []
+        for name in stage.leaf_fields:
+            leaves = ft.flatten_like(treedef, getattr(state, name),
+                                     f"{stage.name} state .{name}", updates, "updates")
+            if stage.shaped_fields is None or name in stage.shaped_fields:
+                ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
+            fields.append(leaves)
+        global_fields = {k: getattr(state, k) for k in stage.global_fields}
+        ctx, new_global = prepare_stage(stage, global_fields, updates, extra_args)
+        plans.append((active, fields, ctx, new_global))
+
+    out_updates = []
+    new_fields = [[[] for _ in s.leaf_fields] for s in stages]
+    recomputing = recompute.applies(_saved_by_recompute(stages, plans, gs, ps))
+    jaxprs: dict = {}  # the recompute's prefix jaxprs, shared by same-shaped leaves
+    for i, (g, p) in enumerate(zip(gs, ps)):
+        cd = leaf_compute_dtype(g, p)
+        x = g.astype(cd)
+        x0 = x
+        pc = None if p is None else p.astype(cd)
+        ran: list = []  # per stage: None (masked) or (olds in compute dtype, new states)
+        for k, stage in enumerate(stages):
+            active, fields, ctx, _ = plans[k]
+            olds = tuple(f[i] for f in fields)
+            if not active[i]:
+                news = olds
+                ran.append(None)
+            else:
+                olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
+                extra = {}
+                if stage.norm_of_input and recomputing and any(r is not None for r in ran):
+                    y = recompute.input_for_norm(stages[:k], [pl[2] for pl in plans[:k]], ran,
+                                                 x0, pc, jaxprs)
+                    if y is not None:
+                        extra["x_for_norm"] = y
+                x, news = stage.update_leaf(x, olds_c, pc, ctx, **extra)
+                ran.append((olds_c, news))
+                news = tuple(n.astype(o.dtype) for n, o in zip(news, olds))
+            for lst, n in zip(new_fields[k], news):
+                lst.append(n)
+        out_updates.append(x.astype(g.dtype))
+
+    new_states = []
+    for stage, state, (_, _, _, new_global), fields in zip(stages, states, plans, new_fields):
+        if stage.state_cls is None:
+            new_states.append(state)
+            continue
+        values = dict(new_global)
+        for name, lst in zip(stage.leaf_fields, fields):
+            values[name] = treedef.unflatten(lst)
+        new_states.append(stage.state_cls(**values))
+    return treedef.unflatten(out_updates), new_states
+
+
+def prepare_stage(stage: LeafStage, global_fields: dict, updates: Updates,
+                  extra_args: dict) -> tuple[Any, dict]:
+    """Run ``stage.prepare`` for one step: its context and its new global fields.
+
+    Args:
+      stage: the stage.
+      global_fields: its scalar state fields (e.g. ``{'count': ...}``).
+      updates: the block's input tree (passed on only if ``stage.needs_updates``).
+      extra_args: ``update``'s extra keyword arguments; those named in
+        ``stage.extra_args`` are passed on, and a missing one is an error.
+
+    Returns:
+      ``(ctx, new_global_fields)``.
+
+    >>> from functrain.transforms.base import LeafStage
+    >>> prepare_stage(LeafStage(name='id', update_leaf=None), {}, None, {})
+    (None, {})
+    """
+    missing = [k for k in stage.extra_args if k not in extra_args]
+    if missing:
+        raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
+                         f"update(updates, state, params, {missing[0]}=...).")
+    extra = {k: extra_args[k] for k in stage.extra_args}
+    return stage.prepare(global_fields, updates if stage.needs_updates else None, **extra)
+
+
+def _saved_by_recompute(stages: Sequence[LeafStage], plans: list, gs: list, ps: list) -> int:
+    """Bytes of the temporaries the block's trust ratios would store without the recompute."""
+    total = 0
+    for k, stage in enumerate(stages):
+        if not stage.norm_of_input or k == 0:
+            continue
+        for i, g in enumerate(gs):
+            if plans[k][0][i] and any(plans[j][0][i] for j in range(k)):
+                total += int(np.prod(g.shape)) * jnp.dtype(leaf_compute_dtype(g, ps[i])).itemsize
+    return total
+
+
+def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
+    """The dtype one leaf's math runs in: grads promoted with params, 16-bit as float32.
+
+    Args:
+      g: the update leaf.
+      p: the parameter leaf, or ``None``.
+
+    Returns:
+      A numpy dtype.
+
+    >>> import jax.numpy as jnp
+    >>> leaf_compute_dtype(jnp.ones(1, jnp.bfloat16), None)
+    dtype('float32')
+    """
+    return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
+
+
+def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
+    """The dtype a state leaf is read in: at least the leaf math's dtype ``cd``.
+
+    Args:
+      x: a state leaf (e.g. a bfloat16 moment).
+      cd: the leaf's compute dtype.
+
+    Returns:
+      A numpy dtype (non-float state keeps its own dtype).
+
+    >>> import jax.numpy as jnp
+    >>> state_compute_dtype(jnp.ones(1, jnp.bfloat16), jnp.float32)
+    dtype('float32')
+    """
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.promote_types(ft.compute_dtype(x.dtype), cd)
+    return x.dtype
+
+
+# --------------------------------------------------------------------------
+# Stages as GradientTransformations, and chain
+# --------------------------------------------------------------------------
+
+def stage_transform(stage: LeafStage) -> GradientTransformation:
+    """A ``GradientTransformation`` running one stage; ``chain`` can fuse it.
+
+    Args:
+      stage: the stage.
+
+    Returns:
+      ``(init, update)`` for the stage; ``update`` accepts (and passes the
+      stage) extra keyword arguments.
+
+    >>> import jax.numpy as jnp
+    >>> neg = stage_transform(LeafStage(name='neg', update_leaf=lambda g, s, p, c: (-g, ())))
+    >>> neg.update([jnp.ones(2)], neg.init([jnp.ones(2)]))[0]
+    [Array([-1., -1.], dtype=float32)]
+    """
+    def init_fn(params: Params) -> OptState:
+        return stage.init_state(params)
+
+    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        new_updates, (new_state,) = run_block((stage,), updates, (state,), params, extra_args)
+        return new_updates, new_state
+
+    setattr(update_fn, _PLAN, (((), stage),))
+    return GradientTransformation(init_fn, update_fn)
+
+
+def fusion_plan(tx: Any) -> tuple:
+    """How ``chain`` sees ``tx``: ``((state path, stage or transformation), ...)``.
+
+    A stage (or a chain of them) lists its ``LeafStage`` s with the path of
+    each one's state inside ``tx``'s state; any other transformation is one
+    opaque entry with the empty path.
+
+    Args:
+      tx: a transformation.
+
+    Returns:
+      A tuple of ``(path, item)`` pairs.
+
+    >>> [type(item).__name__ for _, item in fusion_plan(identity())]
+    ['LeafStage']
+    """
+    plan = getattr(getattr(tx, "update", None), _PLAN, None)
+    return plan if plan is not None else (((), tx),)
+
+
+def with_fusion_plan(tx: GradientTransformation, plan: tuple) -> GradientTransformation:
+    """``tx`` with its update function marked as running ``plan`` (see :func:`fusion_plan`).
+
+    For wrappers that rebuild a chain of stages (e.g. with masks) and want an
+    enclosing ``chain`` to keep fusing them.
+
+    Args:
+      tx: a transformation whose state layout matches ``plan``'s paths.
+      plan: the ``(path, stage)`` pairs.
+
+    Returns:
+      ``tx`` itself, marked.
+
+    >>> tx = with_fusion_plan(identity(), fusion_plan(identity()))
+    >>> len(fusion_plan(tx))
+    1
+    """
+    setattr(tx.update, _PLAN, plan)
+    return tx
+
+
+def fusion_enabled() -> bool:
+    """Whether ``chain`` fuses consecutive stages (read when a step is traced).
+
+    Set the environment variable ``FUNCTRAIN_ENGINE_OPT=0`` to turn the
+    engine's optimizations off (one walk over the tree per transformation, as
+    optax does), e.g. to compare speed; the numbers are the same either way.
+    See :func:`functrain.transforms.recompute.engine_optimizations`.
+
+    Returns:
+      ``True`` unless fusion is switched off.
+
+    >>> fusion_enabled()
+    True
+    """
+    return "fuse" in recompute.engine_optimizations()
+
+
+def chain(*transforms: Any) -> GradientTransformation:
+    """Apply transformations in sequence; consecutive functrain stages are fused.
+
+    Accepts functrain and optax transformations alike (anything with ``init``
+    and ``update``); extra keyword arguments of ``update`` are passed to every
+    transformation that accepts them.
+
+    Args:
+      *transforms: the transformations, applied first to last.
+
+    Returns:
+      A transformation whose state is a tuple of each transformation's state.
+
+    >>> import jax.numpy as jnp
+    >>> import functrain
+    >>> tx = functrain.chain(functrain.clip(1.0), functrain.scale(-0.1))
+    >>> params = {'w': jnp.array([3., -0.5])}
+    >>> updates, state = tx.update(params, tx.init(params))
+    >>> updates
+    {'w': Array([-0.1 ,  0.05], dtype=float32)}
+    """
+    for i, tx in enumerate(transforms):
+        if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+            raise TypeError(f"chain argument {i} is a {type(tx).__name__}, not a "
+                            f"GradientTransformation (an object with init and update).")
+    plan = tuple(((i,) + path, item) for i, tx in enumerate(transforms)
+                 for path, item in fusion_plan(tx))
+
+    def init_fn(params: Params) -> OptState:
+        return tuple(tx.init(params) for tx in transforms)
+
+    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        if not isinstance(state, tuple) or len(state) != len(transforms):
+            raise ValueError(f"chain of {len(transforms)} transformations got a state of "
+                             f"type {type(state).__name__} with "
+                             f"{len(state) if isinstance(state, tuple) else '?'} entries: "
+                             f"was it made by this chain's init?")
+        fuse = fusion_enabled()
+        i = 0
+        while i < len(plan):
+            path, item = plan[i]
+            if not isinstance(item, LeafStage):
+                updates, new = call_update(item, updates, ft.get_path(state, path), params,
+                                           extra_args)
+                state = ft.set_path(state, path, new)
+                i += 1
+                continue
+            j = i + 1
+            while (fuse and j < len(plan) and isinstance(plan[j][1], LeafStage)
+                   and not plan[j][1].needs_updates):
+                j += 1
+            block = plan[i:j]
+            updates, news = run_block([s for _, s in block], updates,
+                                      [ft.get_path(state, p) for p, _ in block], params,
+                                      extra_args)
+            for (p, _), new in zip(block, news):
+                state = ft.set_path(state, p, new)
+            i = j
+        return updates, state
+
+    setattr(update_fn, _PLAN, plan)
+    return GradientTransformation(init_fn, update_fn)
+
+
+def named_chain(*transforms: tuple[str, GradientTransformation]) -> GradientTransformation:
+    """``chain`` whose state is a dict keyed by the given names.
+
+    The stages inside are fused exactly as in :func:`chain`.
+
+    Args:
+      *transforms: ``(name, transformation)`` pairs; names must be unique.
+
+    Returns:
+      A transformation whose state maps each name to that transformation's state.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.named_chain(('clip', functrain.clip(1.0)), ('lr', functrain.scale(-0.1)))
+    >>> state = tx.init([jnp.zeros(1)])
+    >>> sorted(state)
+    ['clip', 'lr']
+    >>> tx.update([jnp.array([5.])], state)[0]
+    [Array([-0.1], dtype=float32)]
+    """
+    names = []
+    for i, item in enumerate(transforms):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise TypeError(f"named_chain argument {i} must be a (name, transformation) "
+                            f"pair, got {type(item).__name__}.")
+        check_transformation(item[1], "named_chain", f"the transformation named {item[0]!r}")
+        names.append(item[0])
+    if len(set(names)) != len(names):
+        raise ValueError(f"named_chain: names must be unique, got {names}.")
+    inner = chain(*(tx for _, tx in transforms))
+
+    def init_fn(params: Params) -> dict:
+        return dict(zip(names, inner.init(params)))
+
+    def update_fn(updates: Updates, state: dict, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, dict]:
+        if not isinstance(state, Mapping) or set(state) != set(names):
+            got = sorted_labels(state) if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"named_chain expected a state dict with keys {names}, got "
+                             f"{got}: was it made by this named_chain's init?")
+        new_updates, new = inner.update(updates, tuple(state[n] for n in names), params,
+                                        **extra_args)
+        return new_updates, dict(zip(names, new))
+
+    return GradientTransformation(init_fn, update_fn)
+
+
+def identity() -> GradientTransformation:
+    """The transformation that leaves updates unchanged and keeps no state.
+
+    Returns:
+      A stateless stage that returns its input.
+
+    >>> import jax.numpy as jnp
+    >>> tx = identity()
+    >>> tx.update([jnp.ones(1)], tx.init([jnp.ones(1)]))
+    ([Array([1.], dtype=float32)], EmptyState())
+    """
+    return stage_transform(LeafStage(name="identity", update_leaf=lambda g, s, p, c: (g, ())))
+
+
+# --------------------------------------------------------------------------
+# Applying updates
+# --------------------------------------------------------------------------
+
+def apply_updates(params: Params, updates: Updates) -> Params:
+    """``params + updates`` leaf by leaf, keeping each parameter's dtype.
+
+    Args:
+      params: the parameter tree.
+      updates: a tree of the same structure and shapes.
+
+    Returns:
+      The new parameters (``None`` leaves of ``params`` stay ``None``).
+
+    >>> import jax.numpy as jnp
+    >>> apply_updates({'w': jnp.array([1., 2.])}, {'w': jnp.array([0.5, -1.])})
+    {'w': Array([1.5, 1. ], dtype=float32)}
+    """
+    ft.check_structure(params, updates, "updates", "params")
+    paths, ps, treedef = ft.flatten_with_paths(params)
+    us = treedef.flatten_up_to(updates)
+    ft.check_shapes(paths, ps, us, "updates", "params")
+    return treedef.unflatten(
+        [None if p is None else (jnp.asarray(p) + u).astype(jnp.asarray(p).dtype)
+         for p, u in zip(ps, us)])
+
+
+def global_norm(updates: Updates) -> jax.Array:
+    """The L2 norm of all leaves together (as optax.global_norm).
+
+    Args:
+      updates: any tree of arrays.
+
+    Returns:
+      A scalar, at least float32.
+
+    >>> import jax.numpy as jnp
+    >>> global_norm({'a': jnp.array([3.]), 'b': jnp.array([4.])})
+    Array(5., dtype=float32)
+    """
+    return ft.norm(updates)
+
+
+__all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity",
+           "apply_updates", "global_norm", "fusion_plan", "prepare_stage", "with_fusion_plan",
+           "fusion_enabled", "leaf_compute_dtype", "state_compute_dtype"]

@@ -1,0 +1,122 @@
+"""Factored second moments (Adafactor; Shazeer & Stern, 2018).
+
+How the factored second moment fits the per-leaf engine: a matrix-like leaf
+keeps a *row* and a *column* average of the squared gradients instead of a
+full second moment. Those are still one leaf's state and one leaf's math (a
+mean over an axis, then a rank-1 rescale), so ``scale_by_factored_rms`` is an
+ordinary :class:`~functrain.transforms.base.LeafStage`; only its state arrays
+are not params-shaped: ``v_row`` / ``v_col`` have one axis removed, and the
+field a leaf does not use is a ``(1,)`` placeholder (as optax's). The stage
+therefore declares ``shaped_fields=()`` and the engine skips the
+params-shape check for it. Which leaves are factored depends only on static
+shapes, so the choice is made in Python when the leaf function is traced.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from functrain import tree as ft
+from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
+                                       safe_increment, zero_count)
+from functrain.transforms.engine import stage_transform
+
+Array = jax.Array
+
+
+def decay_rate_pow(i: Array, exponent: float = 0.8) -> Array:
+    """Adafactor's second-moment decay ``1 - (i + 1) ** -exponent`` at step ``i``.
+
+    >>> decay_rate_pow(0)
+    Array(0., dtype=float32)
+    """
+    t = jnp.asarray(i + 1, jnp.float32)
+    return 1.0 - t ** (-exponent)
+
+
+def _factored_dims(shape: tuple, factored: bool, min_dim_size_to_factor: int
+                   ) -> Optional[tuple[int, int]]:
+    """(second-largest axis, largest axis) if both are big enough to factor, else None."""
+    if not factored or len(shape) < 2:
+        return None
+    order = np.argsort(shape)
+    if shape[order[-2]] < min_dim_size_to_factor:
+        return None
+    return int(order[-2]), int(order[-1])
+
+
+class FactoredState(NamedTuple):
+    """State of :func:`scale_by_factored_rms`.
+
+    Per leaf: ``v_row`` / ``v_col`` (factored leaves: the squared-gradient
+    averages with the largest / second-largest axis removed), ``v`` (other
+    leaves: the full second moment); unused fields hold ``zeros((1,))``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_factored_rms(min_dim_size_to_factor=2)
+    >>> state = tx.init({'w': jnp.ones((3, 4)), 'b': jnp.ones(4)})
+    >>> state.v_row['w'].shape, state.v_col['w'].shape, state.v['b'].shape
+    ((3,), (4,), (4,))
+    """
+
+    count: Array
+    v_row: Any
+    v_col: Any
+    v: Any
+
+
+def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
+                          step_offset: int = 0, min_dim_size_to_factor: int = 128,
+                          epsilon: float = 1e-30,
+                          decay_rate_fn: Callable[[Any, Any], Any] = decay_rate_pow
+                          ) -> GradientTransformation:
+    """Rescale by a factored estimate of the gradients' RMS (Adafactor's core).
+
+    A leaf whose two largest dimensions are at least ``min_dim_size_to_factor``
+    keeps row and column averages of ``g**2 + epsilon``; others keep a full
+    average. The decay at step ``t`` is ``decay_rate_fn(t - step_offset,
+    decay_rate)``. Params are not needed (beyond optax, which asks for them).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_factored_rms()
+    >>> tx.update([jnp.array([2., -3.])], tx.init([jnp.zeros(2)]))[0]
+    [Array([ 1., -1.], dtype=float32)]
+    """
+    check_range("epsilon", epsilon, 0.0, owner="scale_by_factored_rms")
+
+    def init_leaf(p: Array) -> tuple:
+        one = jnp.zeros((1,), p.dtype)
+        dims = _factored_dims(p.shape, factored, min_dim_size_to_factor)
+        if dims is None:
+            return (one, one, ft.zeros_like(p))
+        d1, d0 = dims
+        row = tuple(n for i, n in enumerate(p.shape) if i != d0)
+        col = tuple(n for i, n in enumerate(p.shape) if i != d1)
+        return (jnp.zeros(row, p.dtype), jnp.zeros(col, p.dtype), one)
+
+    def prepare(glob: dict, _: Any) -> tuple:
+        count = glob["count"]
+        return decay_rate_fn(count - step_offset, decay_rate), {"count": safe_increment(count)}
+
+    def leaf(g: Array, s: tuple, p: Any, decay: Array) -> tuple:
+        v_row, v_col, v = s.v_row, s.v_col, s.v
+        sq = g * g + epsilon
+        dims = _factored_dims(g.shape, factored, min_dim_size_to_factor)
+        if dims is None:
+            v = decay * v + (1.0 - decay) * sq
+            return g * v ** -0.5, (v_row, v_col, v)
+        d1, d0 = dims
+        v_row = decay * v_row + (1.0 - decay) * jnp.mean(sq, axis=d0)
+        v_col = decay * v_col + (1.0 - decay) * jnp.mean(sq, axis=d1)
+        row_axis = d1 - 1 if d1 > d0 else d1
+        row_factor = (v_row / jnp.mean(v_row, axis=row_axis, keepdims=True)) ** -0.5
+        u = g * jnp.expand_dims(row_factor, d0) * jnp.expand_dims(v_col ** -0.5, d1)
+        return u, (v_row, v_col, v)
+
+    return stage_transform(LeafStage(
+        name="scale_by_factored_rms", update_leaf=leaf, state_cls=FactoredState, leaf_fields=("v_row", "v_col", "v"), init_leaf=init_leaf,
+        init_global=zero_count, prepare=prepare, shaped_fields=()))

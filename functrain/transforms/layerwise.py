@@ -1,0 +1,146 @@
+"""Layer-wise scaling: each leaf's update scaled by a norm of that whole leaf.
+
+The LARS/LAMB trust ratio, NovoGrad's per-leaf second moment, and the
+parameter-scale multipliers of Adafactor. A norm of one leaf is still one
+leaf's math, so all of these are engine stages and fuse with their
+neighbours; the norms are per array, never over the whole tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from functrain import numerics
+from functrain import tree as ft
+from functrain.numerics import ema_update
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
+                                       MaskOrFn, check_betas, check_nonnegative, check_range,
+                                       safe_increment, zero_count)
+from functrain.transforms.engine import stage_transform
+
+Array = jax.Array
+
+ScaleByTrustRatioState = EmptyState
+
+
+class ScaleByNovogradState(NamedTuple):
+    """State of :func:`scale_by_novograd`: count, momentum, per-leaf norm moment.
+
+    ``nu`` holds one scalar per leaf (the EMA of its squared norm).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.scale_by_novograd().init({'w': jnp.ones(3)}).nu
+    {'w': Array(0., dtype=float32)}
+    """
+
+    count: Array
+    mu: Any
+    nu: Any
+
+
+def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
+                         eps: float = 0.0, *, max_trust_ratio: Optional[float] = None,
+                         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+    """Scale each leaf's update by its trust ratio ``||p|| / ||u||`` (LARS/LAMB).
+
+    Per array, never over the whole tree. ``max_trust_ratio`` (a cap) and
+    ``mask`` (leaves where False keep their update unscaled) go beyond optax.
+
+    >>> import jax.numpy as jnp
+    >>> tx = scale_by_trust_ratio()
+    >>> params = {'w': jnp.array([3., 4.])}
+    >>> tx.update({'w': jnp.array([0., 1.])}, tx.init(params), params)[0]
+    {'w': Array([0., 5.], dtype=float32)}
+    """
+    check_range("min_norm", min_norm, 0.0, owner="scale_by_trust_ratio")
+    check_range("eps", eps, 0.0, owner="scale_by_trust_ratio")
+    if max_trust_ratio is not None:
+        check_range("max_trust_ratio", max_trust_ratio, 0.0, owner="scale_by_trust_ratio")
+
+    def leaf(g: Array, s: tuple, p: Array, ctx: Any, x_for_norm: Optional[Array] = None
+             ) -> tuple:
+        r = numerics.trust_ratio(p, g if x_for_norm is None else x_for_norm,
+                        trust_coefficient=trust_coefficient, eps=eps,
+                        min_norm=min_norm, max_trust_ratio=max_trust_ratio)
+        return g * r, ()
+
+    return stage_transform(LeafStage(name="scale_by_trust_ratio", update_leaf=leaf, needs_params=True,
+                                     mask=mask, norm_of_input=True))
+
+
+def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
+                      eps_root: float = 0.0, weight_decay: float = 0.0,
+                      mu_dtype: Optional[Any] = None) -> GradientTransformation:
+    """Rescale with NovoGrad (Ginsburg et al., 2019): layer-wise second moments.
+
+    Per leaf: ``nu = ema(||g||**2)`` (just ``||g||**2`` at the first step),
+    ``m = b1 m + g / (sqrt(nu + eps_root) + eps) + weight_decay * p`` (no
+    ``b1 m`` at the first step); the update is ``m``. The norm is of one
+    leaf, so this is per-leaf math; ``nu`` is a scalar per leaf, so it is the
+    stage's one field that is not params-shaped. Params are needed unless
+    ``weight_decay`` is the number 0.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_novograd(eps=0.0)
+    >>> tx.update([jnp.array([3., 4.])], tx.init([jnp.zeros(2)]))[0]
+    [Array([0.6, 0.8], dtype=float32)]
+    """
+    check_betas("scale_by_novograd", b1=b1, b2=b2)
+    check_nonnegative("scale_by_novograd", eps=eps, eps_root=eps_root)
+    decays = not (isinstance(weight_decay, (int, float)) and weight_decay == 0)
+
+    def prepare(glob: dict, _: Any) -> tuple:
+        count = safe_increment(glob["count"])
+        return count == 1, {"count": count}
+
+    def leaf(g: Array, s: tuple, p: Any, first: Array) -> tuple:
+        sq = ft.leaf_norm(g) ** 2
+        nu = jnp.where(first, sq, ema_update(sq, s.nu, b2))
+        step = g / (jnp.sqrt(nu + eps_root) + eps)
+        if decays:
+            step = step + weight_decay * p
+        mu = jnp.where(first, step, b1 * s.mu + step)
+        return mu, (mu, nu)
+
+    return stage_transform(LeafStage(
+        name="scale_by_novograd", update_leaf=leaf, state_cls=ScaleByNovogradState, leaf_fields=("mu", "nu"),
+        init_leaf=lambda p: (ft.zeros_like(p, mu_dtype), jnp.zeros([], p.dtype)), init_global=zero_count, prepare=prepare,
+        needs_params=decays, shaped_fields=("mu",)))
+
+
+def _safe_rms(x: Array, min_rms: Any) -> Array:
+    rms = jnp.sqrt(jnp.mean(x * x))
+    return jnp.where(rms <= min_rms, min_rms, rms)
+
+
+def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
+    """Multiply each leaf's update by its parameter's RMS (at least ``min_scale``).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_param_block_rms()
+    >>> params = [jnp.array([3., -3.])]
+    >>> tx.update([jnp.ones(2)], tx.init(params), params)[0]
+    [Array([3., 3.], dtype=float32)]
+    """
+    check_range("min_scale", min_scale, 0.0, owner="scale_by_param_block_rms")
+    return stage_transform(LeafStage(
+        name="scale_by_param_block_rms", update_leaf=lambda g, s, p, c: (g * _safe_rms(p, min_scale), ()),
+        needs_params=True))
+
+
+def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation:
+    """Multiply each leaf's update by its parameter's L2 norm (at least ``min_scale``).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_param_block_norm()
+    >>> params = [jnp.array([3., 4.])]
+    >>> tx.update([jnp.ones(2)], tx.init(params), params)[0]
+    [Array([5., 5.], dtype=float32)]
+    """
+    check_range("min_scale", min_scale, 0.0, owner="scale_by_param_block_norm")
+    return stage_transform(LeafStage(
+        name="scale_by_param_block_norm",
+        update_leaf=lambda g, s, p, c: (g * jnp.maximum(ft.leaf_norm(p), min_scale), ()), needs_params=True))

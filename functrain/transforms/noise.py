@@ -1,0 +1,71 @@
+"""Gradient noise: ``add_noise`` (Neelakantan et al., 2015).
+
+``add_noise`` draws one random key per leaf from a split of its state key,
+which needs the leaf's index in the tree, so it is a plain transformation
+rather than an engine stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from functrain import tree as ft
+from functrain.transforms.base import (GradientTransformation, Params, Updates,
+                                       check_range, check_state_type, safe_increment)
+
+Array = jax.Array
+
+
+class AddNoiseState(NamedTuple):
+    """State of :func:`add_noise`: the step count and the random key.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.add_noise(0.01, 0.55, 0).init([jnp.ones(1)]).count
+    Array(0, dtype=int32)
+    """
+
+    count: Array
+    rng_key: Array
+
+
+def _as_key(key: Any) -> Array:
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.key(key)
+
+
+def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
+    """Add Gaussian noise of variance ``eta / t**gamma`` at step ``t`` (Neelakantan et al.).
+
+    ``key`` is a ``jax.random.key`` or an int seed; the noise equals optax's
+    for the same key. Noise is drawn per leaf, so it is not an engine stage.
+
+    >>> import jax, jax.numpy as jnp, functrain
+    >>> tx = functrain.add_noise(eta=0.0, gamma=0.55, key=jax.random.key(0))
+    >>> tx.update([jnp.array([1.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([1.], dtype=float32)]
+    """
+    check_range("eta", eta, 0.0, owner="add_noise")
+
+    def init_fn(params: Params) -> AddNoiseState:
+        return AddNoiseState(jnp.zeros([], jnp.int32), _as_key(key))
+
+    def update_fn(updates: Updates, state: AddNoiseState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, AddNoiseState]:
+        check_state_type(state, AddNoiseState, "add_noise")
+        count = safe_increment(state.count)
+        std = jnp.sqrt(eta / count ** gamma)
+        rng_key, sample_key = jax.random.split(state.rng_key)
+        leaves, treedef = jax.tree_util.tree_flatten(updates)
+        keys = jax.random.split(sample_key, len(leaves)) if leaves else []
+        noisy = []
+        for x, k in zip(leaves, keys):
+            noise = jax.random.normal(k, x.shape, x.dtype)
+            cd = ft.compute_dtype(x.dtype)
+            noisy.append((x.astype(cd) + std.astype(cd) * noise.astype(cd)).astype(x.dtype))
+        return treedef.unflatten(noisy), AddNoiseState(count, rng_key)
+
+    return GradientTransformation(init_fn, update_fn)

@@ -1,0 +1,211 @@
+"""XLA:CPU only: a trust ratio's norm from a recomputed copy of its input.
+
+Nothing here changes a number; it changes what XLA:CPU stores. Readers of the
+engine can skip this module: :func:`run_block` calls :func:`input_for_norm`
+in one place, and only when :func:`applies` says so.
+
+The problem. A trust ratio needs the norm of its input ``u`` (e.g. LAMB's Adam
+direction) before it can scale ``u``. With these two consumers XLA computes
+``u`` once and stores it: a params-sized temporary per leaf, allocated every
+step. On CPU, glibc serves blocks over 32 MiB with ``mmap``, so every step
+page-faults through it (16M params, 2-core AMD EPYC, jax 0.10.2: lamb 50 ->
+35 ms with the recompute).
+
+The trick. The earlier stages of the fused block are re-evaluated from their
+jaxpr with their scalar float constants (``eps``, the weight decay, bias
+corrections, ...) passed through ``optimization_barrier``: the copy is no
+longer identical to ``u``, so XLA neither merges the two nor materializes
+``u``, and the norm's reduction fuses with the arithmetic that produces it.
+Constants left inline would be turned into broadcast arrays by XLA:CPU's
+reduction fusions; recomputing the new moments too would bring a 128 MB
+temporary back, so the copy reads the moments already computed. The norm may
+be summed in another order: float32 rounding (3e-7 relative in the tests).
+
+When. Only on the backends in :data:`BACKENDS` (measured to pay: CPU), when
+``FUNCTRAIN_ENGINE_OPT`` allows it (see :func:`enabled`), and when the
+temporaries saved reach :data:`MIN_BYTES` (below that the recomputing
+reduction is the slower kernel: 2M params, 3.7 -> 4.5 ms). On GPU/TPU this was
+not measured, so it is off there. ``tests/engine/test_recompute.py`` fails if
+the recompute stops firing where it should.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+
+#: Backends on which the recompute was measured to pay.
+BACKENDS: tuple[str, ...] = ("cpu",)
+
+#: The smallest total of saved temporaries (bytes) for which the recompute runs;
+#: glibc's default mmap threshold is 32 MiB. Tests set it to 0 to exercise the
+#: recompute on small trees.
+MIN_BYTES = 32 * 2**20
+
+_OFF = ("0", "false", "off", "no")
+_OPTIMIZATIONS = ("fuse", "recompute")
+
+
+def engine_optimizations() -> frozenset:
+    """The engine optimizations the environment allows: a subset of {'fuse', 'recompute'}.
+
+    ``FUNCTRAIN_ENGINE_OPT`` (read when a step is traced): ``1`` (default, all),
+    ``0`` (none: one walk over the tree per transformation, as optax does), or
+    a comma-separated subset such as ``fuse``. The numbers are the same either
+    way (up to float32 rounding in a recomputed norm).
+
+    Returns:
+      A frozenset of the enabled optimization names.
+
+    >>> sorted(engine_optimizations())
+    ['fuse', 'recompute']
+    """
+    value = os.environ.get("FUNCTRAIN_ENGINE_OPT", "1").strip().lower()
+    if value in _OFF:
+        return frozenset()
+    if value in ("", "1", "true", "on", "yes", "all"):
+        return frozenset(_OPTIMIZATIONS)
+    chosen = frozenset(v.strip() for v in value.split(",") if v.strip())
+    unknown = sorted(chosen - set(_OPTIMIZATIONS))
+    if unknown:
+        raise ValueError(f"FUNCTRAIN_ENGINE_OPT={value!r}: unknown optimization(s) {unknown}; "
+                         f"use 1 (all), 0 (none) or a comma-separated subset of "
+                         f"{list(_OPTIMIZATIONS)}")
+    return chosen
+
+
+def enabled() -> bool:
+    """Whether the recompute is switched on here: the environment allows it and the backend is listed.
+
+    It needs fusion too (the direction must come from the same block). Set
+    ``FUNCTRAIN_ENGINE_OPT=fuse`` (fusion only) or ``0`` (nothing) to turn it
+    off; extend :data:`BACKENDS` to turn it on elsewhere.
+
+    Returns:
+      ``True`` when a fused trust ratio may take its norm from a recomputed input.
+
+    >>> import jax
+    >>> enabled() == (jax.default_backend() in BACKENDS)
+    True
+    """
+    return ({"fuse", "recompute"} <= engine_optimizations()
+            and jax.default_backend() in BACKENDS)
+
+
+def applies(saved_bytes: int) -> bool:
+    """Whether to recompute in a block whose trust ratios would store ``saved_bytes``.
+
+    Args:
+      saved_bytes: the total size of the inputs the block's trust ratios would
+        otherwise keep in temporaries.
+
+    Returns:
+      ``enabled() and saved_bytes >= MIN_BYTES``.
+
+    >>> applies(0)
+    False
+    """
+    return enabled() and saved_bytes >= MIN_BYTES
+
+
+def input_for_norm(prefix: Sequence[Any], ctxs: Sequence[Any], ran: list, x0: jax.Array,
+                   pc: Any, cache: dict) -> Optional[jax.Array]:
+    """The input of a ``norm_of_input`` stage, computed a second time for its norm.
+
+    Args:
+      prefix: the stages before it in the fused block.
+      ctxs: their ``prepare`` results for this step.
+      ran: per prefix stage, ``None`` (masked out on this leaf) or ``(old
+        state, new state)`` as computed in the main pass.
+      x0: the block's input leaf (compute dtype).
+      pc: the parameter leaf (compute dtype) or ``None``.
+      cache: a dict shared by the leaves of one trace: the opaque prefix
+        jaxpr is built once per distinct signature.
+
+    Returns:
+      The recomputed input, equal to the main pass's, or ``None`` when there
+      is no constant to make opaque (nothing would change).
+    """
+    olds = [None if r is None else r[0] for r in ran]
+
+    def prefix_fn(x: jax.Array, olds: list, p: Any) -> tuple:
+        news = []
+        for stage, ctx, o in zip(prefix, ctxs, olds):
+            if o is not None:
+                x, n = stage.update_leaf(x, o, p, ctx)
+                news.append(n)
+        return x, news
+
+    args = jax.tree_util.tree_leaves((x0, olds, pc))
+    sig = (len(prefix), tuple(r is None for r in ran), tuple((a.shape, a.dtype) for a in args))
+    if sig not in cache:
+        cache[sig] = _opaque_prefix(jax.make_jaxpr(prefix_fn)(x0, olds, pc))
+    if cache[sig] is None:
+        return None
+    jaxpr, consts, opaque = cache[sig]
+
+    env: dict = {}
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    known = {}  # the prefix's state outputs -> the values computed in the main pass
+    news_real = jax.tree_util.tree_leaves([r[1] for r in ran if r is not None])
+    known.update((v, n) for v, n in zip(jaxpr.outvars[1:], news_real) if not _is_literal(v))
+
+    def read(v: Any) -> Any:
+        if _is_literal(v):
+            return opaque.get(_opaque_key(v), v.val)
+        return env[v]
+
+    for eqn in jaxpr.eqns:
+        if eqn.outvars and all(v in known for v in eqn.outvars):
+            env.update((v, known[v]) for v in eqn.outvars)
+            continue
+        params = eqn.primitive.get_bind_params(eqn.params)
+        subfuns: Any = ()
+        if isinstance(params, tuple):  # older JAX: (subfuns, params)
+            subfuns, params = params
+        outs = eqn.primitive.bind(*subfuns, *[read(v) for v in eqn.invars], **params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, o in zip(eqn.outvars, outs):
+            env[v] = known.get(v, o)
+    return read(jaxpr.outvars[0])
+
+
+def _opaque_prefix(closed: Any) -> Optional[tuple]:
+    """``(jaxpr, consts, opaque literals)`` with scalar floats behind a barrier, or None."""
+    jaxpr = closed.jaxpr
+    literals = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            key = _opaque_key(v)
+            if key is not None:
+                literals.setdefault(key, v.aval.dtype)
+    scalar_consts = [i for i, v in enumerate(jaxpr.constvars)
+                     if v.aval.shape == () and jnp.issubdtype(v.aval.dtype, jnp.floating)]
+    if not literals and not scalar_consts:
+        return None
+    consts = list(closed.consts)
+    hidden = jax.lax.optimization_barrier((
+        tuple(np.asarray(val, dt) for (val, _), dt in literals.items()),
+        tuple(consts[i] for i in scalar_consts)))
+    for i, c in zip(scalar_consts, hidden[1]):
+        consts[i] = c
+    return jaxpr, consts, dict(zip(literals, hidden[0]))
+
+
+def _is_literal(v: Any) -> bool:
+    return isinstance(v, jex_core.Literal)
+
+
+def _opaque_key(v: Any) -> Optional[tuple]:
+    """``(value, dtype)`` of a scalar float literal (one the recompute hides), else None."""
+    if (_is_literal(v) and np.shape(v.val) == ()
+            and jnp.issubdtype(v.aval.dtype, jnp.floating)):
+        return float(v.val), str(v.aval.dtype)
+    return None

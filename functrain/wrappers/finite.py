@@ -1,0 +1,102 @@
+"""Skipping bad steps: ``apply_if_finite`` runs the inner optimizer only on finite updates.
+
+A plain transformation around the wrapped one (the stages inside still run
+fused); the branch uses ``lax.cond`` with identical output types on both
+sides, so it works under ``jit``, ``scan`` and sharded jit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from functrain import tree as ft
+from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
+                                       check_range, check_state_type, check_transformation,
+                                       safe_increment)
+
+Array = jax.Array
+PyTree = Any
+
+
+class ApplyIfFiniteState(NamedTuple):
+    """State of :func:`apply_if_finite`.
+
+    ``notfinite_count``: consecutive non-finite steps so far (reset to 0 by a
+    finite step and by a forced update); ``last_finite``: whether the last
+    step was finite; ``total_notfinite``: all non-finite steps seen.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.apply_if_finite(functrain.sgd(0.1), 2)
+    >>> tx.init([jnp.ones(1)]).total_notfinite
+    Array(0, dtype=int32)
+    """
+
+    notfinite_count: Array
+    last_finite: Array
+    total_notfinite: Array
+    inner_state: Any
+
+
+def apply_if_finite(inner: GradientTransformation,
+                    max_consecutive_errors: int) -> GradientTransformation:
+    """Skip steps whose updates hold NaN or Inf; give up after too many in a row.
+
+    A non-finite step returns zero updates and leaves ``inner`` 's state
+    untouched. After ``max_consecutive_errors`` skipped steps in a row, the
+    next non-finite step is applied anyway (as optax); unlike optax, the
+    consecutive counter then restarts from zero, so the following bad steps
+    are skipped again.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.apply_if_finite(functrain.sgd(1.0), max_consecutive_errors=2)
+    >>> state = tx.init([jnp.zeros(1)])
+    >>> u, state = tx.update([jnp.array([jnp.nan])], state)
+    >>> u, int(state.notfinite_count)
+    ([Array([0.], dtype=float32)], 1)
+    """
+    check_transformation(inner, "apply_if_finite")
+    check_range("max_consecutive_errors", max_consecutive_errors, 0.0,
+                owner="apply_if_finite")
+
+    def init_fn(params: Params) -> ApplyIfFiniteState:
+        return ApplyIfFiniteState(jnp.zeros([], jnp.int32), jnp.array(True),
+                                  jnp.zeros([], jnp.int32), inner.init(params))
+
+    def update_fn(updates: Updates, state: ApplyIfFiniteState,
+                  params: Optional[Params] = None, **extra_args: Any
+                  ) -> tuple[Updates, ApplyIfFiniteState]:
+        check_state_type(state, ApplyIfFiniteState, "apply_if_finite")
+        finite = jnp.array(True)
+        for x in jax.tree_util.tree_leaves(updates):
+            finite = jnp.logical_and(finite, jnp.all(jnp.isfinite(x)))
+        count = jnp.where(finite, 0, safe_increment(state.notfinite_count))
+        forced = count > max_consecutive_errors
+        apply = jnp.logical_or(finite, forced)
+
+        def step() -> tuple[Updates, Any]:
+            return call_update(inner, updates, state.inner_state, params, extra_args)
+
+        shapes = jax.eval_shape(step)
+
+        def do() -> tuple[Updates, Any]:
+            new_updates, new_inner = step()
+            return new_updates, jax.tree_util.tree_map(
+                lambda x, s: jnp.asarray(x).astype(s.dtype), new_inner, shapes[1])
+
+        def skip() -> tuple[Updates, Any]:
+            return (jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0]),
+                    jax.tree_util.tree_map(lambda x, s: jnp.asarray(x).astype(s.dtype),
+                                           state.inner_state, shapes[1]))
+
+        new_updates, inner_state = jax.lax.cond(apply, do, skip)
+        return new_updates, ApplyIfFiniteState(
+            notfinite_count=jnp.where(forced, 0, count).astype(jnp.int32),
+            last_finite=finite,
+            total_notfinite=jnp.where(finite, state.total_notfinite,
+                                      safe_increment(state.total_notfinite)),
+            inner_state=inner_state)
+
+    return GradientTransformation(init_fn, update_fn)
