@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib
 import json
 import math
 import os
@@ -142,14 +143,14 @@ def _libs(names: list[str]) -> dict[str, dict]:
         elif name == "functrain-grouped":  # opt-in functrain.grouped (issue 5, P2)
             libs[name] = dict(make=lambda o: functrain.grouped(_make(functrain, o)),
                               apply=functrain.apply_updates, ctx=contextlib.nullcontext)
-        elif name.startswith("proto"):  # prototypes of engine changes (benchmarks/prototypes.py)
-            sys.path.insert(0, HERE)
-            import prototypes  # noqa: PLC0415
-            libs[name] = prototypes.lib(name)
+        elif name.startswith("module:"):  # another copy of functrain, e.g. an older commit
+            module = importlib.import_module(name.split(":", 1)[1])
+            libs[name] = dict(make=lambda o, m=module: _make(m, o), apply=module.apply_updates,
+                              ctx=contextlib.nullcontext)
         else:
             raise ValueError(f"unknown library {name!r}: functrain, optax, functrain-noopt, "
                              f"functrain@<FUNCTRAIN_ENGINE_OPT value>, functrain-grouped "
-                             f"or proto-*")
+                             f"or module:<package> (see benchmarks/before_after.sh)")
     return libs
 
 
@@ -636,7 +637,8 @@ def main(argv: list[str] | None = None) -> dict:
                          "functrain@VALUE = functrain with FUNCTRAIN_ENGINE_OPT=VALUE, e.g. "
                          "functrain@fuse, "
                          "functrain-grouped = functrain.grouped(...), "
-                         "proto-* = benchmarks/prototypes.py)")
+                         "module:PKG = a copy of functrain importable as PKG, e.g. an older "
+                         "commit made by benchmarks/before_after.sh)")
     ap.add_argument("--reps", type=int, help="timed steps per library and case (default 15)")
     ap.add_argument("--min-time", type=float,
                     help="keep timing a case until this many seconds pass (default 1.0)")
