@@ -1,15 +1,11 @@
-"""Pytree math and the tree engine every functrain optimizer runs on.
+"""Public pytree math: small functions over whole pytrees, the ones functrain uses itself.
 
-Two halves live here:
-
-* **Public tree math** (``functrain.tree.add``, ``scale``, ``vdot``, ``norm``,
-  ``zeros_like``, ``cast``, ...): small functions over whole pytrees, the same
-  ones the library uses internally.
-* **The engine** (``check_structure``, ``check_shapes``, ``flatten_like``,
-  ``compute_dtype``): structure and shape checks that name the offending leaf's
-  key path, and the dtype policy. The fused per-leaf update itself lives in
-  :mod:`functrain.transforms.base`, which calls these checks before any array
-  math.
+``add``, ``scale``, ``vdot``, ``norm``, ``zeros_like``, ``cast``, ... over
+whole trees; ``leaf_norm`` and ``sum_of_squares`` of one array; the dtype
+policy (``compute_dtype``); sub-trees by path (``get_path``/``set_path``); and
+``map_broadcast`` for Ivy-style arguments that may or may not be trees. The
+key-path checks (``check_structure``, ``check_shapes``, masks, ``MaskedNode``)
+live in :mod:`functrain.tree_checks` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -19,6 +15,10 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from functrain.tree_checks import (MaskedNode, check_shapes, check_structure, flatten_like,
+                                   flatten_with_paths, is_placeholder, key_paths, resolve_leaf_mask,
+                                   resolve_mask)
 
 PyTree = Any
 Array = jax.Array
@@ -31,50 +31,20 @@ __all__ = [
 ]
 
 
-class MaskedNode(tuple):
-    """Placeholder for a leaf that a mask left out: an empty pytree node.
-
-    It has no children, so masked-out leaves hold no state and no buffers.
-
-    >>> import jax
-    >>> jax.tree_util.tree_leaves({'a': MaskedNode(), 'b': 1.0})
-    [1.0]
-    """
-
-    __slots__ = ()
-
-    def __new__(cls) -> "MaskedNode":
-        return super().__new__(cls, ())
-
-    def __repr__(self) -> str:
-        return "MaskedNode()"
-
-
-jax.tree_util.register_pytree_node(
-    MaskedNode, lambda _: ((), None), lambda _aux, _children: MaskedNode())
-
-
-def is_placeholder(x: Any) -> bool:
-    """Whether ``x`` stands in for a leaf that is not there: ``None`` or a ``MaskedNode``.
-
-    Args:
-      x: any pytree node or leaf.
-
-    Returns:
-      ``True`` for ``None`` and :class:`MaskedNode`, else ``False``.
-
-    >>> is_placeholder(MaskedNode()), is_placeholder(None), is_placeholder(0.0)
-    (True, True, False)
-    """
-    return x is None or isinstance(x, MaskedNode)
-
-
 # --------------------------------------------------------------------------
 # Public tree math
 # --------------------------------------------------------------------------
 
 def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree) -> PyTree:  # noqa: A001
     """``fn`` applied leaf by leaf, with a path-naming error on mismatched trees.
+
+    Args:
+      fn: called with one leaf of ``tree`` and the matching leaf of each of ``rest``.
+      tree: the first tree.
+      *rest: more trees of the same structure.
+
+    Returns:
+      A tree like ``tree`` holding ``fn``'s results.
 
     >>> import jax.numpy as jnp
     >>> map(lambda x, y: x * y, {'a': jnp.array([2.])}, {'a': jnp.array([3.])})
@@ -88,6 +58,13 @@ def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree) -> PyTree:  # noqa:
 def add(x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``x + y``.
 
+    Args:
+      x: a tree.
+      y: a tree of the same structure.
+
+    Returns:
+      The leafwise sum.
+
     >>> import jax.numpy as jnp
     >>> add({'w': jnp.array([1., 2.])}, {'w': jnp.array([3., 4.])})
     {'w': Array([4., 6.], dtype=float32)}
@@ -97,6 +74,13 @@ def add(x: PyTree, y: PyTree) -> PyTree:
 
 def sub(x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``x - y``.
+
+    Args:
+      x: a tree.
+      y: a tree of the same structure.
+
+    Returns:
+      The leafwise difference.
 
     >>> import jax.numpy as jnp
     >>> sub([jnp.array([3.])], [jnp.array([1.])])
@@ -108,6 +92,13 @@ def sub(x: PyTree, y: PyTree) -> PyTree:
 def mul(x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``x * y``.
 
+    Args:
+      x: a tree.
+      y: a tree of the same structure.
+
+    Returns:
+      The leafwise product.
+
     >>> import jax.numpy as jnp
     >>> mul([jnp.array([3.])], [jnp.array([2.])])
     [Array([6.], dtype=float32)]
@@ -117,6 +108,13 @@ def mul(x: PyTree, y: PyTree) -> PyTree:
 
 def scale(s: Any, tree: PyTree) -> PyTree:
     """Every leaf multiplied by the scalar ``s`` (leaf dtypes are kept).
+
+    Args:
+      s: a scalar.
+      tree: a tree of arrays.
+
+    Returns:
+      ``s * tree``, each leaf in its own dtype.
 
     >>> import jax.numpy as jnp
     >>> scale(0.5, {'w': jnp.array([2., 4.])})
@@ -129,6 +127,14 @@ def scale(s: Any, tree: PyTree) -> PyTree:
 def add_scaled(x: PyTree, s: Any, y: PyTree) -> PyTree:
     """Leafwise ``x + s * y``.
 
+    Args:
+      x: a tree.
+      s: a scalar.
+      y: a tree of the same structure.
+
+    Returns:
+      ``x + s * y``, each leaf in ``x``'s dtype.
+
     >>> import jax.numpy as jnp
     >>> add_scaled([jnp.array(1.)], 2., [jnp.array(3.)])
     [Array(7., dtype=float32)]
@@ -138,6 +144,13 @@ def add_scaled(x: PyTree, s: Any, y: PyTree) -> PyTree:
 
 def vdot(x: PyTree, y: PyTree) -> Array:
     """The inner product of two trees: the sum over leaves of ``vdot(x, y)``.
+
+    Args:
+      x: a tree.
+      y: a tree of the same structure.
+
+    Returns:
+      A scalar.
 
     >>> import jax.numpy as jnp
     >>> vdot({'a': jnp.array([1., 2.])}, {'a': jnp.array([3., 4.])})
@@ -151,6 +164,12 @@ def vdot(x: PyTree, y: PyTree) -> Array:
 def sum(tree: PyTree) -> Array:  # noqa: A001
     """The sum of all entries of all leaves.
 
+    Args:
+      tree: a tree of arrays.
+
+    Returns:
+      A scalar (float32 zero for an empty tree).
+
     >>> import jax.numpy as jnp
     >>> sum({'a': jnp.array([1., 2.]), 'b': jnp.array(3.)})
     Array(6., dtype=float32)
@@ -160,6 +179,13 @@ def sum(tree: PyTree) -> Array:  # noqa: A001
 
 def norm(tree: PyTree, squared: bool = False) -> Array:
     """The L2 norm of a whole tree, as if all leaves were one flat vector.
+
+    Args:
+      tree: a tree of arrays (complex leaves count ``|x|``).
+      squared: return the squared norm instead.
+
+    Returns:
+      A real scalar, accumulated in at least float32.
 
     >>> import jax.numpy as jnp
     >>> norm({'a': jnp.array([3.]), 'b': jnp.array([4.])})
@@ -176,6 +202,12 @@ def leaf_norm(x: Array) -> Array:
 
     Safe to differentiate: at an all-zero array the norm is 0 and its gradient
     is 0, not NaN.
+
+    Args:
+      x: one array.
+
+    Returns:
+      A real scalar, at least float32.
 
     >>> import jax, jax.numpy as jnp
     >>> leaf_norm(jnp.array([[3.], [4.]]))
@@ -212,6 +244,13 @@ def zeros_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
 
     Sharded leaves keep their sharding: the zeros are placed like the input.
 
+    Args:
+      tree: a tree of arrays (or ``jax.ShapeDtypeStruct``).
+      dtype: the dtype of the zeros; ``None`` keeps each leaf's.
+
+    Returns:
+      A tree of zeros.
+
     >>> import jax.numpy as jnp
     >>> zeros_like({'w': jnp.ones(2)})
     {'w': Array([0., 0.], dtype=float32)}
@@ -222,6 +261,13 @@ def zeros_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
 def ones_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
     """A tree of ones shaped like ``tree``.
 
+    Args:
+      tree: a tree of arrays.
+      dtype: the dtype of the ones; ``None`` keeps each leaf's.
+
+    Returns:
+      A tree of ones.
+
     >>> import jax.numpy as jnp
     >>> ones_like([jnp.zeros(2)], dtype=jnp.int32)
     [Array([1, 1], dtype=int32)]
@@ -231,6 +277,14 @@ def ones_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
 
 def full_like(tree: PyTree, fill_value: Any, dtype: Optional[Any] = None) -> PyTree:
     """A tree shaped like ``tree`` filled with ``fill_value``.
+
+    Args:
+      tree: a tree of arrays.
+      fill_value: the value of every entry.
+      dtype: the dtype; ``None`` keeps each leaf's.
+
+    Returns:
+      A tree shaped like ``tree``, placed like it (shardings are kept).
 
     >>> import jax.numpy as jnp
     >>> full_like({'w': jnp.zeros(2)}, 0.5)
@@ -262,6 +316,13 @@ def _full_like_leaf(x: Any, fill_value: Any, dtype: Optional[Any]) -> Array:
 def cast(tree: PyTree, dtype: Optional[Any]) -> PyTree:
     """Every floating leaf cast to ``dtype`` (``None`` leaves the tree unchanged).
 
+    Args:
+      tree: a tree of arrays.
+      dtype: the floating dtype to cast to, or ``None``.
+
+    Returns:
+      The cast tree; non-floating leaves are unchanged.
+
     >>> import jax.numpy as jnp
     >>> cast({'w': jnp.ones(1)}, jnp.bfloat16)
     {'w': Array([1], dtype=bfloat16)}
@@ -275,6 +336,14 @@ def cast(tree: PyTree, dtype: Optional[Any]) -> PyTree:
 def where(condition: Any, x: PyTree, y: PyTree) -> PyTree:
     """Leafwise ``jnp.where(condition, x, y)`` with a scalar ``condition``.
 
+    Args:
+      condition: a scalar boolean.
+      x: the tree taken where ``condition`` holds.
+      y: a tree of the same structure, taken elsewhere.
+
+    Returns:
+      The selected tree.
+
     >>> import jax.numpy as jnp
     >>> where(jnp.array(False), [jnp.array([1.])], [jnp.array([2.])])
     [Array([2.], dtype=float32)]
@@ -284,6 +353,12 @@ def where(condition: Any, x: PyTree, y: PyTree) -> PyTree:
 
 def leaves(tree: PyTree) -> list:
     """The leaves of ``tree`` (``MaskedNode`` and ``None`` placeholders dropped).
+
+    Args:
+      tree: any tree.
+
+    Returns:
+      A list of its leaves in tree order.
 
     >>> leaves({'a': 1, 'b': [2, None]})
     [1, 2]
@@ -316,6 +391,12 @@ def compute_dtype(dtype: Any) -> Any:
     Running float16/bfloat16 math in float32 keeps ``eps`` from underflowing
     (optax's adam gives NaN for float16 zero gradients); results are cast back.
 
+    Args:
+      dtype: a leaf's dtype.
+
+    Returns:
+      The dtype to compute in.
+
     >>> import jax.numpy as jnp
     >>> compute_dtype(jnp.float16)
     dtype('float32')
@@ -324,174 +405,6 @@ def compute_dtype(dtype: Any) -> Any:
     if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
         return jnp.dtype(jnp.float32)
     return dtype
-
-
-# --------------------------------------------------------------------------
-# Structure and shape checks with key paths
-# --------------------------------------------------------------------------
-
-def key_paths(tree: PyTree) -> list[str]:
-    """Key paths of the leaves of ``tree`` (placeholders included), as strings.
-
-    >>> key_paths({'decoder': {'w': 1, 'b': 2}})
-    ["['decoder']['b']", "['decoder']['w']"]
-    """
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_placeholder)
-    return [jax.tree_util.keystr(p) for p, _ in flat]
-
-
-def _node_description(tree: PyTree) -> dict[str, str]:
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_placeholder)
-    return {jax.tree_util.keystr(p): type(x).__name__ for p, x in flat}
-
-
-def check_structure(reference: PyTree, other: PyTree, other_name: str,
-                    reference_name: str, *, prefix: bool = False) -> None:
-    """Raise a ``ValueError`` naming the key paths where two trees differ.
-
-    With ``prefix=True``, ``reference`` only has to be a prefix of ``other``.
-
-    >>> check_structure({'w': 1}, {'w': 2, 'b': 3}, 'grads', 'params')
-    Traceback (most recent call last):
-    ...
-    ValueError: grads and params have different tree structures: ['b'] in grads is missing from params.
-    """
-    ref_def = jax.tree_util.tree_structure(reference, is_leaf=is_placeholder)
-    other_def = jax.tree_util.tree_structure(other, is_leaf=is_placeholder)
-    if ref_def == other_def:
-        return
-    if prefix:
-        try:
-            ref_def.flatten_up_to(other)
-            return
-        except (ValueError, TypeError):
-            pass
-    ref_paths, other_paths = key_paths(reference), key_paths(other)
-    ref_set, other_set = set(ref_paths), set(other_paths)
-    problems = []
-    extra = [p for p in other_paths if p not in ref_set]
-    missing = [p for p in ref_paths if p not in other_set]
-    if extra:
-        problems.append(f"{_fmt_paths(extra)} in {other_name} "
-                        f"{'is' if len(extra) == 1 else 'are'} missing from {reference_name}")
-    if missing:
-        problems.append(f"{_fmt_paths(missing)} in {reference_name} "
-                        f"{'is' if len(missing) == 1 else 'are'} missing from {other_name}")
-    if not problems:
-        ref_nodes, other_nodes = _node_description(reference), _node_description(other)
-        diffs = [p for p in ref_paths if ref_nodes[p] != other_nodes.get(p)]
-        if diffs:
-            p = diffs[0]
-            problems.append(f"at {p or 'the root'} {reference_name} has {ref_nodes[p]} but "
-                            f"{other_name} has {other_nodes.get(p)}")
-        else:
-            problems.append(f"the container types differ ({reference_name}: {ref_def}; "
-                            f"{other_name}: {other_def})")
-    raise ValueError(f"{other_name} and {reference_name} have different tree structures: "
-                     + "; ".join(problems) + ".")
-
-
-def _fmt_paths(paths: Sequence[str], limit: int = 6) -> str:
-    shown = [p or "<root>" for p in paths[:limit]]
-    more = f" (and {len(paths) - limit} more)" if len(paths) > limit else ""
-    return ", ".join(shown) + more
-
-
-def check_shapes(paths: Sequence[str], reference: Sequence[Any], other: Sequence[Any],
-                 other_name: str, reference_name: str) -> None:
-    """Raise a ``ValueError`` naming the first leaf whose shapes differ.
-
-    >>> import jax.numpy as jnp
-    >>> check_shapes(["['w']"], [jnp.zeros(2)], [jnp.zeros(3)], 'grads', 'params')
-    Traceback (most recent call last):
-    ...
-    ValueError: grads leaf ['w'] has shape (3,) but params has shape (2,) there.
-    """
-    for path, a, b in zip(paths, reference, other):
-        if is_placeholder(a) or is_placeholder(b):
-            continue
-        sa, sb = np.shape(a), np.shape(b)
-        if sa != sb:
-            raise ValueError(f"{other_name} leaf {path or '<root>'} has shape {sb} but "
-                             f"{reference_name} has shape {sa} there.")
-
-
-def flatten_with_paths(tree: PyTree) -> tuple[list[str], list[Any], Any]:
-    """(key path strings, leaves, treedef) of ``tree``.
-
-    >>> flatten_with_paths({'a': 1})[:2]
-    (["['a']"], [1])
-    """
-    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    return [jax.tree_util.keystr(p) for p, _ in flat], [x for _, x in flat], treedef
-
-
-def flatten_like(treedef: Any, tree: PyTree, tree_name: str, reference: PyTree,
-                 reference_name: str) -> list[Any]:
-    """Flatten ``tree`` up to ``treedef`` (placeholders kept), or raise naming paths.
-
-    >>> import jax
-    >>> td = jax.tree_util.tree_structure({'a': 0, 'b': 0})
-    >>> flatten_like(td, {'a': MaskedNode(), 'b': 2.}, 'state', {'a': 0, 'b': 0}, 'params')
-    [MaskedNode(), 2.0]
-    """
-    try:
-        return treedef.flatten_up_to(tree)
-    except (ValueError, TypeError):
-        check_structure(reference, tree, tree_name, reference_name)
-        raise
-
-
-def resolve_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
-    """Per-leaf Python bools from a mask tree, a prefix of ``tree``, or a function.
-
-    >>> resolve_mask({'w': True, 'b': False}, {'w': 1., 'b': 2.}, 'masked')
-    [False, True]
-    """
-    if mask is None:
-        return [True] * len(jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder))
-    if callable(mask):
-        mask = mask(tree)
-    if isinstance(mask, (bool, np.bool_)):
-        return [bool(mask)] * len(jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder))
-    treedef = jax.tree_util.tree_structure(tree, is_leaf=is_placeholder)
-    try:
-        # The mask may be a prefix: broadcast each mask leaf over its subtree.
-        expanded = treedef.flatten_up_to(
-            jax.tree_util.tree_map(lambda m, sub: jax.tree_util.tree_map(
-                lambda _: m, sub, is_leaf=is_placeholder), mask, _prefix_view(mask, tree)))
-    except (ValueError, TypeError):
-        check_structure(mask, tree, "params", f"the mask of {wrapper}", prefix=True)
-        raise ValueError(f"the mask of {wrapper} does not fit the params tree "
-                         f"(mask: {jax.tree_util.tree_structure(mask)}; "
-                         f"params: {treedef}).") from None
-    out = []
-    for path, m in zip(key_paths(tree), expanded):
-        if isinstance(m, jax.core.Tracer) or (hasattr(m, "shape") and np.shape(m) != ()):
-            raise TypeError(f"the mask of {wrapper} must hold Python bools; at {path} it "
-                            f"holds {type(m).__name__} {np.shape(m)}")
-        out.append(bool(m))
-    return out
-
-
-def resolve_leaf_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
-    """:func:`resolve_mask` for the array leaves only (placeholder slots dropped).
-
-    This is what the engine indexes by: one flag per leaf of ``tree_leaves(tree)``.
-
-    >>> resolve_leaf_mask({'a': True, 'b': False, 'c': True},
-    ...                   {'a': MaskedNode(), 'b': 1., 'c': 2.}, 'm')
-    [False, True]
-    """
-    flags = resolve_mask(mask, tree, wrapper)
-    slots = jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder)
-    return [f for f, x in zip(flags, slots) if not is_placeholder(x)]
-
-
-def _prefix_view(prefix: PyTree, tree: PyTree) -> PyTree:
-    """``tree`` cut into subtrees, one per leaf of ``prefix``."""
-    prefix_def = jax.tree_util.tree_structure(prefix)
-    return prefix_def.unflatten(prefix_def.flatten_up_to(tree))
 
 
 # --------------------------------------------------------------------------

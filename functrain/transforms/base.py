@@ -57,6 +57,9 @@ class GradientTransformation(NamedTuple):
 class EmptyState(NamedTuple):
     """The state of a transformation that keeps none.
 
+    Attributes:
+      (none): an empty NamedTuple, so it holds no arrays.
+
     >>> EmptyState()
     EmptyState()
     """
@@ -232,6 +235,9 @@ def check_transformation(tx: Any, owner: str, what: str = "inner") -> None:
       owner: the function that received it, for the message.
       what: how to call the argument in the message.
 
+    Returns:
+      ``None``; raises ``TypeError`` when the check fails.
+
     >>> check_transformation(3, 'masked')
     Traceback (most recent call last):
     ...
@@ -249,6 +255,9 @@ def check_state_type(state: Any, cls: type, owner: str) -> None:
       state: the state passed to ``update``.
       cls: the expected state class.
       owner: the transformation's name, for the message.
+
+    Returns:
+      ``None``; raises ``TypeError`` when the check fails.
 
     >>> check_state_type((), EmptyState, 'scale')
     Traceback (most recent call last):
@@ -351,6 +360,9 @@ def check_range(name: str, value: Any, low: float, high: Optional[float] = None,
       high_inclusive: whether ``high`` itself is allowed.
       owner: the function that received it, for the message.
 
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
     >>> check_range('b1', 1.5, 0.0, 1.0, owner='adam')
     Traceback (most recent call last):
     ...
@@ -375,6 +387,9 @@ def check_betas(owner: str, **betas: Any) -> None:
       owner: the function that received them, for the message.
       **betas: name -> value.
 
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
     >>> check_betas('adam', b1=0.9, b2=1.0)
     Traceback (most recent call last):
     ...
@@ -391,6 +406,9 @@ def check_momentum(owner: str, momentum: Any) -> None:
       owner: the optimizer that received it, for the message.
       momentum: the momentum, or ``None`` for none.
 
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
     >>> check_momentum('sgd', 1.5)
     Traceback (most recent call last):
     ...
@@ -406,6 +424,9 @@ def check_nonnegative(owner: str, **values: Any) -> None:
     Args:
       owner: the function that received them, for the message.
       **values: name -> value.
+
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
 
     >>> check_nonnegative('adam', eps=-1.0)
     Traceback (most recent call last):

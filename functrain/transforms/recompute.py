@@ -130,6 +130,12 @@ def input_for_norm(prefix: Sequence[Any], ctxs: Sequence[Any], ran: list, x0: ja
     Returns:
       The recomputed input, equal to the main pass's, or ``None`` when there
       is no constant to make opaque (nothing would change).
+
+    >>> import jax.numpy as jnp
+    >>> from functrain.transforms.base import LeafStage
+    >>> shift = LeafStage(name='shift', update_leaf=lambda g, s, p, c: (g + 0.5, ()))
+    >>> input_for_norm([shift], [None], [((), ())], jnp.ones(2), None, {})
+    Array([1.5, 1.5], dtype=float32)
     """
     olds = [None if r is None else r[0] for r in ran]
 
