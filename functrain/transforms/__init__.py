@@ -1,1 +1,3 @@
-"""Gradient transformations: the protocol, building blocks and optimizers."""
+"""Building blocks: the protocol (base), the engine (engine, recompute, grouped) and the
+per-array stage families (adam, rms, sign, momentum, scaling, layerwise, clipping,
+factored, constraints, noise)."""
