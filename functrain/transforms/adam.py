@@ -141,10 +141,32 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
     """Rescale updates by Adam's bias-corrected moments (Kingma & Ba, 2014).
 
     ``mu = b1 mu + (1-b1) g``, ``nu = b2 nu + (1-b2) g**2``, and the update is
-    ``mu_hat / (sqrt(nu_hat + eps_root) + eps)``. With ``nesterov`` the first
-    moment uses Nesterov momentum (NAdam). ``mu_dtype`` / ``nu_dtype`` set the
+    ``mu_hat / (sqrt(nu_hat + eps_root) + eps)`` with ``mu_hat = mu / (1 - b1**t)``
+    and ``nu_hat = nu / (1 - b2**t)``. With ``nesterov`` the first moment uses
+    Nesterov momentum (NAdam). ``mu_dtype`` / ``nu_dtype`` set the
     storage dtype of the moments; the arithmetic always runs in at least
     float32, so bfloat16 moments lose precision only in storage.
+    Reference: Kingma & Ba, 2014, "Adam: A Method for Stochastic Optimization";
+    NAdam: Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
+
+    Args:
+      b1: decay rate of the first moment ``mu`` (the moving average of the
+        gradients), in ``[0, 1)``.
+      b2: decay rate of the second moment ``nu`` (the moving average of the squared
+        gradients), in ``[0, 1)``.
+      eps: added to the denominator outside the square root, for numerical
+        stability; ``>= 0``.
+      eps_root: added to ``nu_hat`` inside the square root, ``>= 0``. The default
+        0 matches the paper; a small positive value keeps the gradient of the
+        update finite when differentiating through it (e.g. in meta-learning).
+      mu_dtype: storage dtype of ``mu`` (e.g. ``jnp.bfloat16`` to save memory);
+        ``None`` keeps each parameter's dtype.
+      nesterov: use Nesterov momentum (NAdam): ``mu_hat = b1 mu / (1 - b1**(t+1))
+        + (1 - b1) g / (1 - b1**t)`` looks one step ahead. Default ``False``.
+      nu_dtype: storage dtype of ``nu``; ``None`` keeps each parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAdamState`.
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_adam()
@@ -180,6 +202,27 @@ def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                      ) -> GradientTransformation:
     """Rescale with AMSGrad (Reddi et al., 2018): Adam with a non-decreasing ``nu``.
 
+    ``mu`` and ``nu`` are Adam's moving averages; ``nu_max = max(nu_max, nu_hat)``
+    and the update is ``mu_hat / (sqrt(nu_max + eps_root) + eps)``, so the
+    effective step size never grows. Reference: Reddi et al., 2018, "On the
+    Convergence of Adam and Beyond".
+
+    Args:
+      b1: decay rate of the first moment ``mu``, in ``[0, 1)``.
+      b2: decay rate of the second moment ``nu``, in ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0``.
+      eps_root: added to ``nu_max`` inside the square root, ``>= 0`` (default 0;
+        a small positive value keeps derivatives through the update finite).
+      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+        ``nu`` and ``nu_max`` always use the parameter's dtype.
+      bias_correction_mu: divide ``mu`` by ``1 - b1**t`` (default ``True``);
+        ``False`` uses the raw moving average.
+      bias_correction_nu: divide ``nu`` by ``1 - b2**t`` before taking the running
+        maximum (default ``True``); ``False`` takes the maximum of the raw ``nu``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAmsgradState`.
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_amsgrad()
     >>> tx.update([jnp.array([-4.])], tx.init([jnp.zeros(1)]))[0]
@@ -210,7 +253,17 @@ def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
     """Rescale by AdaMax's infinity-norm moment (Kingma & Ba, 2014, sec. 7.1).
 
     ``mu = ema(g)``, ``nu = max(|g| + eps, b2 nu)``; the update is
-    ``mu_hat / nu`` (only ``mu`` is bias-corrected).
+    ``mu_hat / nu`` (only ``mu`` is bias-corrected). Reference: Kingma & Ba,
+    2014, "Adam: A Method for Stochastic Optimization", section 7.1.
+
+    Args:
+      b1: decay rate of the first moment ``mu``, in ``[0, 1)``.
+      b2: decay rate of the infinity-norm accumulator ``nu``, in ``[0, 1)``.
+      eps: added to ``|g|`` before the maximum, so ``nu`` is never 0; ``>= 0``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAdamState`
+      (``nu`` holds the infinity-norm accumulator).
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_adamax()
@@ -259,7 +312,26 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 
     While the variance estimate is unreliable (its length ``rho_t`` below
     ``threshold``) the update is the bias-corrected first moment; afterwards
-    Adam's update times the rectification factor ``r_t``.
+    Adam's update times the rectification factor ``r_t``:
+    ``rho_t = rho_inf - 2 t b2**t / (1 - b2**t)`` with ``rho_inf = 2 / (1 - b2) - 1``,
+    ``r_t = sqrt((rho_t - 4)(rho_t - 2) rho_inf / ((rho_inf - 4)(rho_inf - 2) rho_t))``
+    and the update is ``r_t mu_hat / (sqrt(nu_hat + eps_root) + eps)``.
+    Reference: Liu et al., 2020, "On the Variance of the Adaptive Learning Rate
+    and Beyond".
+
+    Args:
+      b1: decay rate of the first moment ``mu``, in ``[0, 1)``.
+      b2: decay rate of the second moment ``nu``, in ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0``.
+      eps_root: added to ``nu_hat`` inside the square root, ``>= 0`` (default 0).
+      threshold: the value of ``rho_t`` from which the rectified adaptive update
+        is used (default 5, as in optax and the authors' code; the paper's
+        Algorithm 2 tests ``rho_t > 4``).
+      nesterov: use Nesterov momentum for ``mu_hat`` (as in :func:`scale_by_adam`).
+        Default ``False``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAdamState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_radam()
@@ -301,7 +373,21 @@ def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
                   ) -> GradientTransformation:
     """Rescale with Yogi (Zaheer et al., 2018): an additive, sign-controlled ``nu``.
 
-    ``nu = nu - (1-b2) sign(nu - g**2) g**2``; otherwise as Adam.
+    ``nu = nu - (1-b2) sign(nu - g**2) g**2``; otherwise as Adam: the update is
+    ``mu_hat / (sqrt(nu_hat + eps_root) + eps)`` with bias-corrected moments.
+    Reference: Zaheer et al., 2018, "Adaptive Methods for Nonconvex Optimization".
+
+    Args:
+      b1: decay rate of the first moment ``mu``, in ``[0, 1)``.
+      b2: the rate of ``nu``'s additive update, in ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0`` (default
+        1e-3, larger than Adam's, as the paper recommends).
+      eps_root: added to ``nu_hat`` inside the square root, ``>= 0`` (default 0).
+      initial_accumulator_value: the starting value of both ``mu`` and ``nu``
+        for every entry (default 1e-6).
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAdamState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_yogi(initial_accumulator_value=0.0, eps=0.0)
@@ -335,7 +421,21 @@ def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
     """Rescale by the AdaBelief moments (Zhuang et al., 2020).
 
     ``mu = ema(g)``, ``s = ema((g - mu)**2) + eps_root``; the update is
-    ``mu_hat / (sqrt(s_hat) + eps)`` with bias-corrected moments.
+    ``mu_hat / (sqrt(s_hat) + eps)`` with bias-corrected moments. Reference:
+    Zhuang et al., 2020, "AdaBelief Optimizer: Adapting Stepsizes by the Belief
+    in Observed Gradients".
+
+    Args:
+      b1: decay rate of the first moment ``mu``, in ``[0, 1)``.
+      b2: decay rate of the belief moment ``s``, in ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0``.
+      eps_root: added to ``s`` at every step (it is stored, so it accumulates into
+        the state), keeping the square root away from 0; ``>= 0``.
+      nesterov: use Nesterov momentum for ``mu_hat`` (as in :func:`scale_by_adam`).
+        Default ``False``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByBeliefState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_belief()

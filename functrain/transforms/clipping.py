@@ -25,6 +25,16 @@ ClipByGlobalNormState = EmptyState
 def clip(max_delta: Any) -> GradientTransformation:
     """Clip every update entry to ``[-max_delta, max_delta]``.
 
+    The update is ``clip(g, -max_delta, max_delta)``, entry by entry.
+
+    Args:
+      max_delta: the largest absolute value an entry may keep, ``>= 0``; a number
+        or a scalar array.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ClipState``, i.e.
+      ``EmptyState``).
+
     >>> import jax.numpy as jnp
     >>> tx = clip(1.0)
     >>> tx.update([jnp.array([-3., 0.5])], tx.init([jnp.zeros(2)]))[0]
@@ -39,6 +49,18 @@ def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
     """Rescale all updates together so their global L2 norm is at most ``max_norm``.
 
     Zero updates stay zero even with ``max_norm=0`` (no NaN).
+
+    With ``n = ||g||`` the L2 norm of all leaves together, the update is ``g``
+    if ``n < max_norm``, else ``g * max_norm / n``. Reference: Pascanu et al.,
+    2013, "On the difficulty of training Recurrent Neural Networks".
+
+    Args:
+      max_norm: the largest global norm the updates may have, ``>= 0``; a number
+        or a scalar array.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ClipByGlobalNormState``,
+      i.e. ``EmptyState``).
 
     >>> import jax.numpy as jnp
     >>> tx = clip_by_global_norm(1.0)
@@ -65,6 +87,17 @@ ClipByBlockRmsState = EmptyState
 
 def clip_by_block_rms(threshold: float) -> GradientTransformation:
     """Scale each leaf down so its RMS is at most ``threshold``.
+
+    Per leaf: ``g / max(1, rms(g) / threshold)`` with ``rms(g) = sqrt(mean(g**2))``
+    (Adafactor's update clipping, Shazeer & Stern, 2018).
+
+    Args:
+      threshold: the largest RMS a leaf's update may have, ``> 0`` in practice
+        (0 would divide by zero).
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ClipByBlockRmsState``,
+      i.e. ``EmptyState``).
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.clip_by_block_rms(1.0)

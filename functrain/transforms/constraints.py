@@ -22,6 +22,10 @@ NonNegativeParamsState = EmptyState
 class ZeroNansState(NamedTuple):
     """State of :func:`zero_nans`: per leaf, whether the last update held a NaN.
 
+    Attributes:
+      found_nan: one bool scalar per leaf, ``True`` if that leaf's last update
+        held at least one NaN.
+
     >>> import jax.numpy as jnp, functrain
     >>> functrain.zero_nans().init({'w': jnp.ones(2)})
     ZeroNansState(found_nan={'w': Array(False, dtype=bool)})
@@ -32,6 +36,11 @@ class ZeroNansState(NamedTuple):
 
 def zero_nans() -> GradientTransformation:
     """Replace NaNs in the updates by zeros, recording per leaf whether any was found.
+
+    The update is ``where(isnan(g), 0, g)``; infinities are kept.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ZeroNansState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.zero_nans()
@@ -51,6 +60,14 @@ def zero_nans() -> GradientTransformation:
 
 def keep_params_nonnegative() -> GradientTransformation:
     """Shrink updates so no parameter becomes negative (``p + u < 0`` gives ``u = -p``).
+
+    The update is ``where(p + u < 0, -p, u)``, a projection onto ``p >= 0`` for
+    updates applied as ``p + u`` (place it last in a chain). ``update`` needs the
+    params.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``NonNegativeParamsState``,
+      i.e. ``EmptyState``).
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.keep_params_nonnegative()

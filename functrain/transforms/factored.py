@@ -31,6 +31,18 @@ Array = jax.Array
 def decay_rate_pow(i: Array, exponent: float = 0.8) -> Array:
     """Adafactor's second-moment decay ``1 - (i + 1) ** -exponent`` at step ``i``.
 
+    It starts at 0 (the first average is just the first observation) and rises
+    towards 1. Reference: Shazeer & Stern, 2018, "Adafactor: Adaptive Learning
+    Rates with Sublinear Memory Cost", section 7.
+
+    Args:
+      i: the step index, counted from 0 (a number or an integer scalar array).
+      exponent: how fast the decay approaches 1, in ``(0, 1]``; default 0.8 (the
+        paper's).
+
+    Returns:
+      The decay, a float32 scalar array.
+
     >>> decay_rate_pow(0)
     Array(0., dtype=float32)
     """
@@ -56,6 +68,15 @@ class FactoredState(NamedTuple):
     averages with the largest / second-largest axis removed), ``v`` (other
     leaves: the full second moment); unused fields hold ``zeros((1,))``.
 
+    Attributes:
+      count: the number of steps taken (int32), fed to the decay schedule.
+      v_row: per factored leaf, the moving average of ``g**2 + epsilon`` averaged
+        over the largest axis (that axis removed); ``zeros((1,))`` otherwise.
+      v_col: per factored leaf, the same averaged over the second-largest axis;
+        ``zeros((1,))`` otherwise.
+      v: per unfactored leaf, the full moving average of ``g**2 + epsilon``
+        (params-shaped); ``zeros((1,))`` for factored leaves.
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_factored_rms(min_dim_size_to_factor=2)
     >>> state = tx.init({'w': jnp.ones((3, 4)), 'b': jnp.ones(4)})
@@ -80,6 +101,31 @@ def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
     keeps row and column averages of ``g**2 + epsilon``; others keep a full
     average. The decay at step ``t`` is ``decay_rate_fn(t - step_offset,
     decay_rate)``. Params are not needed (beyond optax, which asks for them).
+
+    Unfactored: ``v = d v + (1-d)(g**2 + epsilon)``, update ``g / sqrt(v)``.
+    Factored: ``v_row``, ``v_col`` the same with means over one axis; the update
+    is ``g / sqrt(v_row v_col / mean(v_row))`` (a rank-1 estimate of ``v``).
+    Reference: Shazeer & Stern, 2018, "Adafactor: Adaptive Learning Rates with
+    Sublinear Memory Cost".
+
+    Args:
+      factored: factor the second moment of leaves of rank >= 2 (default
+        ``True``); ``False`` keeps a full second moment for every leaf.
+      decay_rate: the second argument of ``decay_rate_fn``; for the default
+        :func:`decay_rate_pow` its exponent (default 0.8).
+      step_offset: subtracted from the step count (counted from 0) before it is
+        passed to ``decay_rate_fn``, e.g. to restart the decay schedule when
+        fine-tuning. Default 0.
+      min_dim_size_to_factor: a leaf is factored only if its second-largest
+        dimension is at least this (default 128); smaller leaves keep a full
+        second moment.
+      epsilon: added to ``g**2`` before averaging (the paper's ``eps1``), ``>= 0``;
+        keeps the root away from 0.
+      decay_rate_fn: ``(step, decay_rate) -> decay`` in ``[0, 1]``, the weight of
+        the old average at each step; default :func:`decay_rate_pow`.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`FactoredState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_factored_rms()

@@ -31,6 +31,12 @@ class ScaleByNovogradState(NamedTuple):
 
     ``nu`` holds one scalar per leaf (the EMA of its squared norm).
 
+    Attributes:
+      count: the number of steps taken (int32).
+      mu: the momentum ``m``, a tree like the params (in ``mu_dtype`` if given).
+      nu: one scalar per leaf: the moving average of the leaf's squared
+        gradient norm.
+
     >>> import jax.numpy as jnp, functrain
     >>> functrain.scale_by_novograd().init({'w': jnp.ones(3)}).nu
     {'w': Array(0., dtype=float32)}
@@ -48,6 +54,27 @@ def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
 
     Per array, never over the whole tree. ``max_trust_ratio`` (a cap) and
     ``mask`` (leaves where False keep their update unscaled) go beyond optax.
+
+    The update is ``u * min(trust_coefficient ||p|| / (||u|| + eps),
+    max_trust_ratio)``, with both norms floored at ``min_norm`` and the ratio 1
+    where either norm is 0 (never NaN). ``update`` needs the params.
+    Reference: You et al., 2017, "Large Batch Training of Convolutional Networks"
+    (LARS); You et al., 2019, "Large Batch Optimization for Deep Learning:
+    Training BERT in 76 minutes" (LAMB).
+
+    Args:
+      min_norm: the floor of both norms, ``>= 0`` (default 0: no floor).
+      trust_coefficient: multiplies the ratio (LARS's ``eta``); default 1.
+      eps: added to the update's norm in the denominator, ``>= 0``.
+      max_trust_ratio: an upper bound on the ratio, ``>= 0``; ``None`` (default)
+        for none.
+      mask: which leaves to scale: ``None`` (default) for all, a tree of Python
+        bools shaped like the params or a prefix of it, or a function of the
+        params returning one. Leaves where it is False pass through unscaled.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ScaleByTrustRatioState``,
+      i.e. ``EmptyState``).
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_trust_ratio()
@@ -81,7 +108,21 @@ def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
     ``b1 m`` at the first step); the update is ``m``. The norm is of one
     leaf, so this is per-leaf math; ``nu`` is a scalar per leaf, so it is the
     stage's one field that is not params-shaped. Params are needed unless
-    ``weight_decay`` is the number 0.
+    ``weight_decay`` is the number 0. Reference: Ginsburg et al., 2019,
+    "Stochastic Gradient Methods with Layer-wise Adaptive Moments for Training of
+    Deep Networks".
+
+    Args:
+      b1: the momentum coefficient of ``m``, in ``[0, 1)``.
+      b2: decay rate of the per-leaf norm moment ``nu``, in ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0``.
+      eps_root: added to ``nu`` inside the square root, ``>= 0`` (default 0).
+      weight_decay: coefficient of ``p`` added to the normalised gradient before
+        the momentum (default 0: none, and no params needed).
+      mu_dtype: storage dtype of ``m``; ``None`` keeps each parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByNovogradState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_novograd(eps=0.0)
@@ -119,6 +160,17 @@ def _safe_rms(x: Array, min_rms: Any) -> Array:
 def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
     """Multiply each leaf's update by its parameter's RMS (at least ``min_scale``).
 
+    The update is ``g * max(rms(p), min_scale)`` with ``rms(p) = sqrt(mean(p**2))``
+    over the whole leaf; Adafactor's relative step size (Shazeer & Stern, 2018).
+    ``update`` needs the params.
+
+    Args:
+      min_scale: the smallest factor, used where the parameter's RMS is at most
+        it (e.g. zero-initialised params); ``>= 0``.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state.
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_param_block_rms()
     >>> params = [jnp.array([3., -3.])]
@@ -133,6 +185,16 @@ def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
 
 def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation:
     """Multiply each leaf's update by its parameter's L2 norm (at least ``min_scale``).
+
+    The update is ``g * max(||p||, min_scale)``, ``||p||`` the norm of the whole
+    leaf. ``update`` needs the params.
+
+    Args:
+      min_scale: the smallest factor, used where the parameter's norm is below it
+        (e.g. zero-initialised params); ``>= 0``.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_param_block_norm()

@@ -23,6 +23,10 @@ Array = jax.Array
 class TraceState(NamedTuple):
     """State of :func:`trace`: the momentum buffer.
 
+    Attributes:
+      trace: the momentum buffer ``t``, a tree like the params (in
+        ``accumulator_dtype`` if given).
+
     >>> import jax.numpy as jnp
     >>> trace(0.9).init([jnp.ones(2)])
     TraceState(trace=[Array([0., 0.], dtype=float32)])
@@ -33,6 +37,10 @@ class TraceState(NamedTuple):
 
 class EmaState(NamedTuple):
     """State of :func:`ema`: the step count and the moving average.
+
+    Attributes:
+      count: the number of steps taken (int32), for the debiasing.
+      ema: the (not debiased) moving average ``m``, a tree like the params.
 
     >>> import jax.numpy as jnp, functrain
     >>> functrain.ema(0.9).init([jnp.ones(1)]).ema
@@ -46,6 +54,10 @@ class EmaState(NamedTuple):
 class ScaleByOptimisticGradientState(NamedTuple):
     """State of :func:`scale_by_optimistic_gradient`.
 
+    Attributes:
+      is_initial_step: a bool scalar, ``True`` until the first update.
+      previous_gradient: the gradient of the last step, a tree like the params.
+
     >>> import jax.numpy as jnp, functrain
     >>> functrain.scale_by_optimistic_gradient().init([jnp.ones(1)]).is_initial_step
     Array(True, dtype=bool)
@@ -58,6 +70,21 @@ class ScaleByOptimisticGradientState(NamedTuple):
 def trace(decay: float, nesterov: bool = False,
           accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """Momentum: ``t = g + decay t``; the update is ``t`` (or ``g + decay t``, Nesterov).
+
+    Heavy-ball momentum (Polyak, 1964, "Some methods of speeding up the
+    convergence of iteration methods"); with ``nesterov`` the look-ahead form of
+    Sutskever et al., 2013, "On the importance of initialization and momentum in
+    deep learning".
+
+    Args:
+      decay: the momentum coefficient, in ``[0, 1]`` (0: the update is ``g``).
+      nesterov: return ``g + decay t`` (with the new ``t``) instead of ``t``.
+        Default ``False``.
+      accumulator_dtype: storage dtype of the buffer ``t``; ``None`` keeps each
+        parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`TraceState`.
 
     >>> import jax.numpy as jnp
     >>> tx = trace(decay=0.9)
@@ -83,6 +110,16 @@ def ema(decay: float, debias: bool = True,
 
     The update is ``m``, divided by ``1 - decay**t`` when ``debias``.
 
+    Args:
+      decay: the weight of the old average, in ``[0, 1]``.
+      debias: divide by ``1 - decay**t`` (``t`` the step count), correcting the
+        bias of the zero start as Adam does. Default ``True``.
+      accumulator_dtype: storage dtype of ``m``; ``None`` keeps each parameter's
+        dtype.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`EmaState`.
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.ema(0.5, debias=False)
     >>> u, state = tx.update([jnp.array([2.])], tx.init([jnp.zeros(1)]))
@@ -107,6 +144,20 @@ def ema(decay: float, debias: bool = True,
 def scale_by_optimistic_gradient(alpha: float = 1.0, beta: float = 1.0
                                  ) -> GradientTransformation:
     """Optimistic update ``(alpha + beta) g_t - beta g_{t-1}`` (``g_0`` stands in for ``g_{-1}``).
+
+    At the first step the update is therefore ``alpha g_0``. Reference: Mokhtari
+    et al., 2019, "A Unified Analysis of Extra-gradient and Optimistic Gradient
+    Methods for Saddle Point Problems: Proximal Point Approach".
+
+    Args:
+      alpha: the coefficient of the current gradient beyond the optimistic term
+        (the generalized method's step ratio). Default 1.
+      beta: the weight of the optimistic correction ``g_t - g_{t-1}`` (a negative
+        momentum). Default 1.
+
+    Returns:
+      A ``GradientTransformation`` whose state is
+      :class:`ScaleByOptimisticGradientState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_optimistic_gradient()

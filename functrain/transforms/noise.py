@@ -22,6 +22,11 @@ Array = jax.Array
 class AddNoiseState(NamedTuple):
     """State of :func:`add_noise`: the step count and the random key.
 
+    Attributes:
+      count: the number of steps taken (int32).
+      rng_key: the random key, split at every step (one half kept, the other
+        used for this step's noise).
+
     >>> import jax.numpy as jnp, functrain
     >>> functrain.add_noise(0.01, 0.55, 0).init([jnp.ones(1)]).count
     Array(0, dtype=int32)
@@ -42,6 +47,20 @@ def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
 
     ``key`` is a ``jax.random.key`` or an int seed; the noise equals optax's
     for the same key. Noise is drawn per leaf, so it is not an engine stage.
+
+    The update is ``g + sqrt(eta / t**gamma) * n`` with ``n`` standard normal
+    noise, a fresh draw per leaf and step, and ``t`` the step counted from 1.
+    Reference: Neelakantan et al., 2015, "Adding Gradient Noise Improves Learning
+    for Very Deep Networks".
+
+    Args:
+      eta: the noise variance at the first step, ``>= 0`` (0: no noise).
+      gamma: how fast the variance decays with the step count (the paper uses
+        0.55); ``>= 0`` for decaying noise.
+      key: a ``jax.random.key`` or an int seed (default 0) for the noise.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`AddNoiseState`.
 
     >>> import jax, jax.numpy as jnp, functrain
     >>> tx = functrain.add_noise(eta=0.0, gamma=0.55, key=jax.random.key(0))

@@ -29,6 +29,9 @@ Array = jax.Array
 class ScaleByRmsState(NamedTuple):
     """State of :func:`scale_by_rms` without bias correction.
 
+    Attributes:
+      nu: the moving average of the squared gradients, a tree like the params.
+
     >>> import jax.numpy as jnp
     >>> scale_by_rms(initial_scale=1.0).init([jnp.zeros(2)]).nu
     [Array([1., 1.], dtype=float32)]
@@ -39,6 +42,10 @@ class ScaleByRmsState(NamedTuple):
 
 class ScaleByRmsWithCountState(NamedTuple):
     """State of :func:`scale_by_rms` with bias correction.
+
+    Attributes:
+      count: the number of steps taken (int32), for the bias correction.
+      nu: the moving average of the squared gradients, a tree like the params.
 
     >>> import jax.numpy as jnp
     >>> type(scale_by_rms(bias_correction=True).init([jnp.zeros(2)])).__name__
@@ -52,6 +59,10 @@ class ScaleByRmsWithCountState(NamedTuple):
 class ScaleByRStdDevState(NamedTuple):
     """State of :func:`scale_by_stddev` without bias correction.
 
+    Attributes:
+      mu: the moving average of the gradients, a tree like the params.
+      nu: the moving average of the squared gradients, a tree like the params.
+
     >>> import jax.numpy as jnp
     >>> scale_by_stddev().init([jnp.zeros(1)]).mu
     [Array([0.], dtype=float32)]
@@ -63,6 +74,11 @@ class ScaleByRStdDevState(NamedTuple):
 
 class ScaleByRStdDevWithCountState(NamedTuple):
     """State of :func:`scale_by_stddev` with bias correction.
+
+    Attributes:
+      count: the number of steps taken (int32), for the bias correction.
+      mu: the moving average of the gradients, a tree like the params.
+      nu: the moving average of the squared gradients, a tree like the params.
 
     >>> import jax.numpy as jnp
     >>> scale_by_stddev(bias_correction=True).init([jnp.zeros(1)]).count
@@ -77,6 +93,10 @@ class ScaleByRStdDevWithCountState(NamedTuple):
 class ScaleByRssState(NamedTuple):
     """State of :func:`scale_by_rss`: the running sum of squared gradients.
 
+    Attributes:
+      sum_of_squares: ``initial_accumulator_value`` plus the sum of all squared
+        gradients so far, a tree like the params.
+
     >>> import jax.numpy as jnp
     >>> scale_by_rss().init([jnp.zeros(2)]).sum_of_squares
     [Array([0.1, 0.1], dtype=float32)]
@@ -87,6 +107,10 @@ class ScaleByRssState(NamedTuple):
 
 class ScaleByAdaDeltaState(NamedTuple):
     """State of :func:`scale_by_adadelta`: EMAs of squared gradients and updates.
+
+    Attributes:
+      e_g: the moving average of the squared gradients ``E[g^2]``.
+      e_x: the moving average of the squared updates ``E[dx^2]``.
 
     >>> import jax.numpy as jnp, functrain
     >>> functrain.scale_by_adadelta().init([jnp.ones(1)]).e_x
@@ -103,6 +127,12 @@ class ScaleBySM3State(NamedTuple):
     ``mu``: per leaf, the per-dimension accumulators concatenated into one
     vector of length ``sum(shape)`` (length 1 for a scalar leaf); ``nu``: the
     momentum, params-shaped.
+
+    Attributes:
+      mu: per leaf of rank >= 2, the per-dimension accumulators concatenated
+        into one vector of length ``sum(shape)``; for a vector (or scalar) leaf
+        the full accumulator, flattened (length ``max(size, 1)``).
+      nu: the momentum of the scaled updates, a tree like the params.
 
     >>> import jax.numpy as jnp, functrain
     >>> functrain.scale_by_sm3().init({'w': jnp.ones((2, 3))}).mu['w'].shape
@@ -145,7 +175,23 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
 
     ``nu = decay nu + (1-decay) g**2``; the update is ``g / sqrt(nu + eps)``
     (or ``g / (sqrt(nu) + eps)`` with ``eps_in_sqrt=False``); optional bias
-    correction of ``nu``.
+    correction of ``nu``. Reference: Tieleman & Hinton, 2012, "Lecture 6.5 -
+    RMSProp" (Coursera: Neural Networks for Machine Learning).
+
+    Args:
+      decay: decay rate of the moving average ``nu``, in ``[0, 1)``.
+      eps: added for numerical stability (inside or outside the square root, see
+        ``eps_in_sqrt``); ``>= 0``.
+      initial_scale: the starting value of ``nu`` for every entry (default 0;
+        some implementations, e.g. TensorFlow's, start at 1).
+      eps_in_sqrt: ``True`` (default) divides by ``sqrt(nu + eps)``; ``False`` by
+        ``sqrt(nu) + eps``.
+      bias_correction: divide ``nu`` by ``1 - decay**t`` (as Adam does) before the
+        square root; the state then also counts steps. Default ``False``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByRmsState`, or
+      :class:`ScaleByRmsWithCountState` with ``bias_correction``.
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_rms(initial_scale=1.0)
@@ -182,7 +228,23 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
     """Rescale updates by a running estimate of the gradients' standard deviation.
 
     Centred RMSProp: ``g / sqrt(nu - mu**2 + eps)`` with ``mu`` and ``nu`` the
-    moving averages of ``g`` and ``g**2``.
+    moving averages of ``g`` and ``g**2``. Reference: Graves, 2013, "Generating
+    Sequences With Recurrent Neural Networks".
+
+    Args:
+      decay: decay rate of both moving averages ``mu`` and ``nu``, in ``[0, 1)``.
+      eps: added for numerical stability (inside or outside the square root, see
+        ``eps_in_sqrt``); ``>= 0``.
+      initial_scale: the starting value of ``nu`` for every entry (default 0);
+        ``mu`` always starts at 0.
+      eps_in_sqrt: ``True`` (default) divides by ``sqrt(nu - mu**2 + eps)``;
+        ``False`` by ``sqrt(nu - mu**2) + eps``.
+      bias_correction: divide ``mu`` and ``nu`` by ``1 - decay**t`` before use;
+        the state then also counts steps. Default ``False``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByRStdDevState`, or
+      :class:`ScaleByRStdDevWithCountState` with ``bias_correction``.
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_stddev(initial_scale=1.0)
@@ -211,6 +273,18 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
                  ) -> GradientTransformation:
     """Rescale updates by the root of the running sum of squares (Adagrad).
 
+    ``s = s + g**2``; the update is ``g / sqrt(s + eps)`` (zero where ``s`` is 0).
+    Reference: Duchi et al., 2011, "Adaptive Subgradient Methods for Online Learning
+    and Stochastic Optimization".
+
+    Args:
+      initial_accumulator_value: the starting value of ``s`` for every entry,
+        ``>= 0``.
+      eps: added inside the square root, for numerical stability; ``>= 0``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByRssState`.
+
     >>> import jax.numpy as jnp
     >>> tx = scale_by_rss(initial_accumulator_value=0.0, eps=0.0)
     >>> updates, _ = tx.update([jnp.array(-3.)], tx.init([jnp.array(0.)]))
@@ -233,6 +307,19 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
 
 def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransformation:
     """Rescale with Adadelta (Zeiler, 2012): ``g sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps)``.
+
+    ``E[g^2] = rho E[g^2] + (1-rho) g**2``; the update is
+    ``dx = g sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps)`` (with the previous
+    ``E[dx^2]``), then ``E[dx^2] = rho E[dx^2] + (1-rho) dx**2``. Reference: Zeiler,
+    2012, "ADADELTA: An Adaptive Learning Rate Method".
+
+    Args:
+      rho: decay rate of both moving averages, in ``[0, 1)``.
+      eps: added inside both square roots, ``>= 0``; it also sets the size of the
+        first steps, since ``E[dx^2]`` starts at 0.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAdaDeltaState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_adadelta(rho=0.0, eps=1.0)
@@ -261,6 +348,21 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
     plus ``g**2``; each dimension then keeps the maximum over the other axes.
     Vectors (and, beyond optax, scalars) keep a full accumulator. The update
     is a ``b1`` momentum of ``g / sqrt(accumulator)``.
+
+    Per entry: ``v = w g**2 + b2 min_d(acc_d)`` (``w = 1`` if ``b2 == 1`` else
+    ``1 - b2``), ``acc_d = max over the other axes of v``, and the update is
+    ``nu = b1 nu + (1-b1) g / sqrt(v + eps)`` (zero where ``v`` is 0). Reference:
+    Anil et al., 2019, "Memory-Efficient Adaptive Optimization".
+
+    Args:
+      b1: decay rate of the momentum ``nu``, in ``[0, 1)`` (0: no momentum).
+      b2: decay of the accumulators, in ``[0, 1]``. The default 1 sums squared
+        gradients (Adagrad-like); below 1 they become a moving average with
+        weight ``1 - b2`` on the new ``g**2``.
+      eps: added inside the square root, ``>= 0``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleBySM3State`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_sm3(b1=0.0)

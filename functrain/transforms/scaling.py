@@ -24,6 +24,9 @@ Array = jax.Array
 class ScaleByScheduleState(NamedTuple):
     """State of :func:`scale_by_schedule`: the step count fed to the schedule.
 
+    Attributes:
+      count: the number of steps taken (int32); the schedule is evaluated at it.
+
     >>> import jax.numpy as jnp
     >>> scale_by_schedule(lambda c: 0.1).init([jnp.zeros(1)])
     ScaleByScheduleState(count=Array(0, dtype=int32))
@@ -34,6 +37,10 @@ class ScaleByScheduleState(NamedTuple):
 
 class WeightDecayScheduleState(NamedTuple):
     """State of :func:`add_decayed_weights` with a scheduled decay: the step count.
+
+    Attributes:
+      count: the number of steps taken (int32); the decay schedule is evaluated
+        at it.
 
     >>> import jax.numpy as jnp
     >>> add_decayed_weights(lambda c: 1e-4).init([jnp.ones(2)])
@@ -52,6 +59,16 @@ SetToZeroState = EmptyState
 def scale(step_size: Any) -> GradientTransformation:
     """Multiply every update by a fixed ``step_size``.
 
+    The update is ``step_size * g``.
+
+    Args:
+      step_size: the factor, a number or a scalar array (negative to turn a
+        gradient into a descent direction, e.g. ``-learning_rate``).
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ScaleState``, i.e.
+      ``EmptyState``).
+
     >>> import jax.numpy as jnp
     >>> tx = scale(-0.5)
     >>> tx.update({'w': jnp.array([2.])}, tx.init({'w': jnp.array([0.])}))[0]
@@ -62,6 +79,16 @@ def scale(step_size: Any) -> GradientTransformation:
 
 def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransformation:
     """Multiply updates by ``step_size_fn(count)``, counting steps from 0.
+
+    The update at step ``t`` (from 0) is ``step_size_fn(t) * g``.
+
+    Args:
+      step_size_fn: a function of the step count (an int32 scalar array)
+        returning the scalar factor, e.g. a :mod:`functrain.schedules` schedule.
+        Anything not callable raises ``TypeError``.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByScheduleState`.
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_schedule(lambda count: 1.0 / (count + 1))
@@ -86,6 +113,19 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
                            flip_sign: bool = True) -> GradientTransformation:
     """Scale by ``-learning_rate`` (or ``+`` with ``flip_sign=False``); accepts schedules.
 
+    The update is ``-learning_rate * g``, the last stage of most optimizers.
+
+    Args:
+      learning_rate: a number, a scalar array, or a schedule (a function of the
+        step count, counted from 0).
+      flip_sign: multiply by ``-learning_rate`` (default ``True``, gradient
+        descent); ``False`` multiplies by ``+learning_rate``.
+
+    Returns:
+      A ``GradientTransformation``: :func:`scale` (no state) for a fixed rate, or
+      :func:`scale_by_schedule` (state :class:`ScaleByScheduleState`) for a
+      schedule.
+
     >>> import jax.numpy as jnp
     >>> tx = scale_by_learning_rate(0.1)
     >>> tx.update([jnp.array(2.)], tx.init([jnp.array(0.)]))[0]
@@ -99,6 +139,14 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
 
 def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTransformation:
     """``scale_by_learning_rate``, or ``identity()`` for ``None`` (as optax does).
+
+    Args:
+      learning_rate: a number, scalar array or schedule; or ``None`` to leave the
+        updates unscaled (for optimizers whose learning rate is applied later).
+
+    Returns:
+      :func:`scale_by_learning_rate` of ``learning_rate`` (with the sign flipped),
+      or ``identity()`` when it is ``None``.
 
     >>> import jax.numpy as jnp
     >>> tx = learning_rate_stage(None)
@@ -116,6 +164,23 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
     count. ``mask`` is a tree (or prefix) of bools, or a function of the params
     returning one; masked-out leaves pass through unchanged.
 
+    The update is ``g + weight_decay * p`` (decoupled weight decay when placed
+    before the learning rate, as in AdamW: Loshchilov & Hutter, 2019, "Decoupled
+    Weight Decay Regularization"). ``update`` needs the params.
+
+    Args:
+      weight_decay: the decay rate, ``>= 0`` (default 0: no decay); a number, a
+        scalar array, or a schedule of the step count (counted from 0).
+      mask: where to add the decay: ``None`` (default) for every leaf, a tree of
+        Python bools shaped like the params or a prefix of it (a bool at a node
+        covers its whole subtree), or a function of the params returning one.
+        Leaves where it is False pass through unchanged and hold no state.
+
+    Returns:
+      A ``GradientTransformation``: with a fixed decay it keeps no state
+      (``AddDecayedWeightsState``, i.e. ``EmptyState``); with a schedule its
+      state is :class:`WeightDecayScheduleState`.
+
     >>> import jax.numpy as jnp
     >>> tx = add_decayed_weights(0.1, mask={'w': True, 'b': False})
     >>> params = {'w': jnp.array([1.]), 'b': jnp.array([1.])}
@@ -129,6 +194,20 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
 def decayed_weights_stage(weight_decay: ScalarOrSchedule,
                           mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """:func:`add_decayed_weights` without the sign check (Fromage shrinks with ``< 0``).
+
+    The update is ``g + weight_decay * p``; ``update`` needs the params.
+
+    Args:
+      weight_decay: the decay rate, of any sign; a number, a scalar array, or a
+        schedule of the step count (counted from 0).
+      mask: where to add the decay: ``None`` (default) for every leaf, a tree of
+        Python bools shaped like the params or a prefix of it (a bool at a node
+        covers its whole subtree), or a function of the params returning one.
+        Leaves where it is False pass through unchanged and hold no state.
+
+    Returns:
+      A ``GradientTransformation``, stateless for a fixed decay, with state
+      :class:`WeightDecayScheduleState` for a schedule.
 
     >>> import jax.numpy as jnp
     >>> tx = decayed_weights_stage(lambda count: -0.5 * (count + 1))
@@ -157,6 +236,20 @@ def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] 
     A Python ``0`` needs no params (an ``identity``); a schedule is evaluated
     at the step count; ``signed=True`` allows negative values (Fromage).
 
+    Args:
+      weight_decay: the decay rate: a number, a scalar array, or a schedule of
+        the step count. A Python ``0`` gives ``identity()``.
+      mask: where to add the decay: ``None`` (default) for every leaf, a tree of
+        Python bools shaped like the params or a prefix of it (a bool at a node
+        covers its whole subtree), or a function of the params returning one.
+        Leaves where it is False pass through unchanged and hold no state.
+      signed: allow a negative ``weight_decay`` (:func:`decayed_weights_stage`);
+        the default ``False`` checks it is ``>= 0`` (:func:`add_decayed_weights`).
+
+    Returns:
+      ``identity()`` for a Python zero decay, else the
+      :func:`add_decayed_weights` / :func:`decayed_weights_stage` transformation.
+
     >>> import jax.numpy as jnp
     >>> tx = weight_decay_stage(lambda count: 0.5 * (count + 1))
     >>> params = [jnp.array([2.])]
@@ -180,6 +273,24 @@ def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: flo
     ``update`` needs the loss: ``update(updates, state, params, value=loss)``.
     ``variant='sps+'`` uses only the positive part of ``f - f_min``. The step
     is zero where ``||u||^2 + eps`` is at most float64's machine epsilon.
+
+    The update is ``step * u`` with ``step = min((f - f_min) / (||u||^2 + eps),
+    max_learning_rate)``, ``||u||`` the global norm of the whole update tree.
+    Reference: Loizou et al., 2021, "Stochastic Polyak Step-size for SGD: An
+    Adaptive Learning Rate for Fast Convergence".
+
+    Args:
+      f_min: a lower bound on (an estimate of) the loss's minimum value; default 0,
+        exact for interpolating models.
+      max_learning_rate: the largest step allowed (the bound of SPS_max).
+      eps: added to ``||u||^2`` in the denominator, ``>= 0``.
+      variant: ``'sps'`` (default) or ``'sps+'`` (uses ``max(f - f_min, 0)``, so
+        the step is never negative). Other values raise ``ValueError``.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ScaleByPolyakState``,
+      i.e. ``EmptyState``); its ``update`` raises ``ValueError`` without
+      ``value``.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_polyak()
@@ -209,6 +320,12 @@ def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: flo
 
 def set_to_zero() -> GradientTransformation:
     """Replace every update by zeros (keeps no state).
+
+    Useful to freeze parameters, e.g. with a partition or mask wrapper.
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``SetToZeroState``, i.e.
+      ``EmptyState``).
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.set_to_zero()

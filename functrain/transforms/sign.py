@@ -25,6 +25,14 @@ ScaleBySignState = EmptyState
 def scale_by_sign() -> GradientTransformation:
     """Replace every update by its sign.
 
+    The update is ``sign(g)``: -1, 0 or 1 per entry, keeping the dtype (signSGD).
+    Reference: Bernstein et al., 2018, "signSGD: Compressed Optimisation for
+    Non-Convex Problems".
+
+    Returns:
+      A ``GradientTransformation`` that keeps no state (``ScaleBySignState``,
+      i.e. ``EmptyState``).
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_sign()
     >>> tx.update([jnp.array([-3., 0., 2.])], tx.init([jnp.zeros(3)]))[0]
@@ -35,6 +43,11 @@ def scale_by_sign() -> GradientTransformation:
 
 class ScaleByLionState(NamedTuple):
     """State of :func:`scale_by_lion`: step count and momentum.
+
+    Attributes:
+      count: the number of steps taken (int32).
+      mu: the momentum, the ``b2`` moving average of the gradients, a tree like
+        the params (in ``mu_dtype`` if given).
 
     >>> import jax.numpy as jnp
     >>> scale_by_lion().init([jnp.zeros(2)]).mu
@@ -47,6 +60,12 @@ class ScaleByLionState(NamedTuple):
 
 class ScaleByRpropState(NamedTuple):
     """State of :func:`scale_by_rprop`: per-entry step sizes and the last signed step.
+
+    Attributes:
+      step_sizes: the current step size of every entry, a tree like the params
+        (starts at ``learning_rate``).
+      prev_updates: the signed step ``step_size * sign(g)`` computed at the last
+        step (0 where the gradient's sign flipped); returned as the next update.
 
     >>> import jax.numpy as jnp, functrain
     >>> functrain.scale_by_rprop(0.1).init([jnp.ones(2)]).step_sizes
@@ -64,7 +83,23 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
 
     The update is ``sign((1-b1) g + b1 mu)`` (``tanh`` of it in ``'smooth'``
     mode, sign only outside [-1, 1] in ``'refined'`` mode); then
-    ``mu = b2 mu + (1-b2) g``.
+    ``mu = b2 mu + (1-b2) g``. Reference: Chen et al., 2023, "Symbolic Discovery
+    of Optimization Algorithms".
+
+    Args:
+      b1: weight of the momentum in the interpolation whose sign is the update,
+        in ``[0, 1)``.
+      b2: decay rate of the momentum ``mu``, in ``[0, 1)``.
+      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      mode: how the interpolation ``x = (1-b1) g + b1 mu`` becomes the update:
+        ``'hard'`` (default, the paper's rule) ``sign(x)``; ``'smooth'``
+        ``tanh(smooth_beta x)``; ``'refined'`` ``x`` where ``|x| < 1`` and
+        ``sign(x)`` elsewhere. Any other value raises ``ValueError``.
+      smooth_beta: the sharpness of ``tanh`` in ``'smooth'`` mode (larger is closer
+        to ``sign``); unused in the other modes. Default 1.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByLionState`.
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_lion()
@@ -101,6 +136,25 @@ def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float
     flipped it shrinks by ``eta_minus`` (clipped to the bounds) and that
     entry does not move. As in optax, the update returned at step ``t`` is
     the signed step computed at step ``t - 1`` (zero at the first step).
+
+    Per entry, with ``prev`` the last signed step: ``s = clip(s * eta_plus,
+    min_step_size, max_step_size)`` if ``g prev > 0``, ``s = clip(s * eta_minus,
+    ...)`` if ``g prev < 0`` (and the new signed step is 0), ``s`` unchanged if
+    ``g prev == 0``; the new signed step is ``s sign(g)``. Reference: Riedmiller &
+    Braun, 1993, "A Direct Adaptive Method for Faster Backpropagation Learning:
+    The RPROP Algorithm".
+
+    Args:
+      learning_rate: the initial step size of every entry, ``>= 0``.
+      eta_minus: factor the step size is multiplied by where the gradient's sign
+        flipped; typically in ``(0, 1)``.
+      eta_plus: factor the step size is multiplied by where the gradient kept its
+        sign; typically ``> 1``.
+      min_step_size: the smallest step size, ``>= 0``.
+      max_step_size: the largest step size.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByRpropState`.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_rprop(0.1)
