@@ -51,7 +51,8 @@ from functrain.transforms.rms import (ScaleByAdaDeltaState, ScaleByRmsState,
                                       ScaleByRStdDevState, ScaleByRStdDevWithCountState,
                                       ScaleBySM3State, scale_by_adadelta, scale_by_rms,
                                       scale_by_rss, scale_by_sm3, scale_by_stddev)
-from functrain.transforms.scaling import (ScaleByScheduleState, SetToZeroState, add_decayed_weights, scale,
+from functrain.transforms.scaling import (ScaleByScheduleState, SetToZeroState,
+                                          add_decayed_weights, scale,
                                           scale_by_learning_rate, scale_by_polyak,
                                           scale_by_schedule, set_to_zero)
 from functrain.transforms.sign import (ScaleByLionState, ScaleByRpropState, scale_by_lion,

@@ -76,5 +76,6 @@ def keep_params_nonnegative() -> GradientTransformation:
     [Array([-1. ,  0.5], dtype=float32)]
     """
     return stage_transform(LeafStage(
-        name="keep_params_nonnegative", update_leaf=lambda g, s, p, c: (jnp.where(p + g < 0, -p, g), ()),
+        name="keep_params_nonnegative", update_leaf=lambda g, s, p, c: (jnp.where(p + g < 0, -p,
+        g), ()),
         needs_params=True))

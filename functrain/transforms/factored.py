@@ -164,5 +164,6 @@ def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
         return u, (v_row, v_col, v)
 
     return stage_transform(LeafStage(
-        name="scale_by_factored_rms", update_leaf=leaf, state_cls=FactoredState, leaf_fields=("v_row", "v_col", "v"), init_leaf=init_leaf,
+        name="scale_by_factored_rms", update_leaf=leaf, state_cls=FactoredState,
+        leaf_fields=("v_row", "v_col", "v"), init_leaf=init_leaf,
         init_global=zero_count, prepare=prepare, shaped_fields=()))

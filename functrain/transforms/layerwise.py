@@ -94,7 +94,8 @@ def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
                         min_norm=min_norm, max_trust_ratio=max_trust_ratio)
         return g * r, ()
 
-    return stage_transform(LeafStage(name="scale_by_trust_ratio", update_leaf=leaf, needs_params=True,
+    return stage_transform(LeafStage(name="scale_by_trust_ratio", update_leaf=leaf,
+    needs_params=True,
                                      mask=mask, norm_of_input=True))
 
 
@@ -147,8 +148,10 @@ def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
         return mu, (mu, nu)
 
     return stage_transform(LeafStage(
-        name="scale_by_novograd", update_leaf=leaf, state_cls=ScaleByNovogradState, leaf_fields=("mu", "nu"),
-        init_leaf=lambda p: (ft.zeros_like(p, mu_dtype), jnp.zeros([], p.dtype)), init_global=zero_count, prepare=prepare,
+        name="scale_by_novograd", update_leaf=leaf, state_cls=ScaleByNovogradState,
+        leaf_fields=("mu", "nu"),
+        init_leaf=lambda p: (ft.zeros_like(p, mu_dtype), jnp.zeros([], p.dtype)),
+        init_global=zero_count, prepare=prepare,
         needs_params=decays, shaped_fields=("mu",)))
 
 
@@ -179,7 +182,8 @@ def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
     """
     check_range("min_scale", min_scale, 0.0, owner="scale_by_param_block_rms")
     return stage_transform(LeafStage(
-        name="scale_by_param_block_rms", update_leaf=lambda g, s, p, c: (g * _safe_rms(p, min_scale), ()),
+        name="scale_by_param_block_rms", update_leaf=lambda g, s, p, c: (g * _safe_rms(p,
+        min_scale), ()),
         needs_params=True))
 
 
@@ -205,4 +209,5 @@ def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation
     check_range("min_scale", min_scale, 0.0, owner="scale_by_param_block_norm")
     return stage_transform(LeafStage(
         name="scale_by_param_block_norm",
-        update_leaf=lambda g, s, p, c: (g * jnp.maximum(ft.leaf_norm(p), min_scale), ()), needs_params=True))
+        update_leaf=lambda g, s, p, c: (g * jnp.maximum(ft.leaf_norm(p), min_scale), ()),
+        needs_params=True))

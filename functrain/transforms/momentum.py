@@ -137,7 +137,8 @@ def ema(decay: float, debias: bool = True,
         return (m / correction if debias else m), (m,)
 
     return stage_transform(LeafStage(
-        name="ema", update_leaf=leaf, state_cls=EmaState, leaf_fields=("ema",), init_leaf=lambda p: (ft.zeros_like(p, accumulator_dtype),),
+        name="ema", update_leaf=leaf, state_cls=EmaState, leaf_fields=("ema",),
+        init_leaf=lambda p: (ft.zeros_like(p, accumulator_dtype),),
         init_global=zero_count, prepare=prepare))
 
 
@@ -174,6 +175,7 @@ def scale_by_optimistic_gradient(alpha: float = 1.0, beta: float = 1.0
         return (alpha + beta) * g - beta * prev, (g,)
 
     return stage_transform(LeafStage(
-        name="scale_by_optimistic_gradient", update_leaf=leaf, state_cls=ScaleByOptimisticGradientState,
+        name="scale_by_optimistic_gradient", update_leaf=leaf,
+        state_cls=ScaleByOptimisticGradientState,
         leaf_fields=("previous_gradient",), init_leaf=lambda p: (ft.zeros_like(p),),
         init_global=lambda: {"is_initial_step": jnp.array(True)}, prepare=prepare))

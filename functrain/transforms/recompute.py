@@ -80,7 +80,7 @@ def engine_optimizations() -> frozenset:
 
 
 def enabled() -> bool:
-    """Whether the recompute is switched on here: the environment allows it and the backend is listed.
+    """Whether the recompute is on here: the environment allows it and the backend is listed.
 
     It needs fusion too (the direction must come from the same block). Set
     ``FUNCTRAIN_ENGINE_OPT=fuse`` (fusion only) or ``0`` (nothing) to turn it

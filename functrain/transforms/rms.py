@@ -301,7 +301,8 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
         return inv * g, (sos,)
 
     return stage_transform(LeafStage(
-        name="scale_by_rss", update_leaf=leaf, state_cls=ScaleByRssState, leaf_fields=("sum_of_squares",),
+        name="scale_by_rss", update_leaf=leaf, state_cls=ScaleByRssState,
+        leaf_fields=("sum_of_squares",),
         init_leaf=lambda p: (ft.full_like(p, initial_accumulator_value),)))
 
 
@@ -335,7 +336,8 @@ def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransforma
         return u, (e_g, ema_update(u * u, s.e_x, rho))
 
     return stage_transform(LeafStage(
-        name="scale_by_adadelta", update_leaf=leaf, state_cls=ScaleByAdaDeltaState, leaf_fields=("e_g", "e_x"),
+        name="scale_by_adadelta", update_leaf=leaf, state_cls=ScaleByAdaDeltaState,
+        leaf_fields=("e_g", "e_x"),
         init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p))))
 
 
@@ -402,7 +404,8 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
         return nu, (new_packed, nu)
 
     return stage_transform(LeafStage(
-        name="scale_by_sm3", update_leaf=leaf, state_cls=ScaleBySM3State, leaf_fields=("mu", "nu"), init_leaf=init_leaf,
+        name="scale_by_sm3", update_leaf=leaf, state_cls=ScaleBySM3State, leaf_fields=("mu",
+        "nu"), init_leaf=init_leaf,
         shaped_fields=("nu",)))
 
 

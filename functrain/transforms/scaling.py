@@ -74,7 +74,8 @@ def scale(step_size: Any) -> GradientTransformation:
     >>> tx.update({'w': jnp.array([2.])}, tx.init({'w': jnp.array([0.])}))[0]
     {'w': Array([-1.], dtype=float32)}
     """
-    return stage_transform(LeafStage(name="scale", update_leaf=lambda g, s, p, c: (g * step_size, ())))
+    return stage_transform(LeafStage(name="scale", update_leaf=lambda g, s, p, c: (g * step_size,
+    ())))
 
 
 def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransformation:
@@ -105,7 +106,8 @@ def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransfo
         return step_size_fn(glob["count"]), {"count": safe_increment(glob["count"])}
 
     return stage_transform(LeafStage(
-        name="scale_by_schedule", update_leaf=lambda g, s, p, step: (g * step, ()), state_cls=ScaleByScheduleState,
+        name="scale_by_schedule", update_leaf=lambda g, s, p, step: (g * step, ()),
+        state_cls=ScaleByScheduleState,
         leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare))
 
 
@@ -225,8 +227,10 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
         return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
 
     return stage_transform(LeafStage(
-        name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()), state_cls=WeightDecayScheduleState,
-        leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare, needs_params=True, mask=mask))
+        name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()),
+        state_cls=WeightDecayScheduleState,
+        leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare,
+        needs_params=True, mask=mask))
 
 
 def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] = None, *,

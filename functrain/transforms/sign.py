@@ -38,7 +38,8 @@ def scale_by_sign() -> GradientTransformation:
     >>> tx.update([jnp.array([-3., 0., 2.])], tx.init([jnp.zeros(3)]))[0]
     [Array([-1.,  0.,  1.], dtype=float32)]
     """
-    return stage_transform(LeafStage(name="scale_by_sign", update_leaf=lambda g, s, p, c: (jnp.sign(g), ())))
+    return stage_transform(LeafStage(name="scale_by_sign", update_leaf=lambda g, s, p,
+    c: (jnp.sign(g), ())))
 
 
 class ScaleByLionState(NamedTuple):
@@ -124,7 +125,8 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
 
     return stage_transform(LeafStage(
         name="scale_by_lion", update_leaf=leaf, state_cls=ScaleByLionState, leaf_fields=("mu",),
-        init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),), init_global=zero_count, prepare=count_only))
+        init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),), init_global=zero_count,
+        prepare=count_only))
 
 
 def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
@@ -177,5 +179,6 @@ def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float
         return jnp.where(flipped, jnp.zeros_like(prev), prev), (steps, signed)
 
     return stage_transform(LeafStage(
-        name="scale_by_rprop", update_leaf=leaf, state_cls=ScaleByRpropState, leaf_fields=("step_sizes", "prev_updates"),
+        name="scale_by_rprop", update_leaf=leaf, state_cls=ScaleByRpropState,
+        leaf_fields=("step_sizes", "prev_updates"),
         init_leaf=lambda p: (ft.full_like(p, learning_rate), ft.zeros_like(p))))
