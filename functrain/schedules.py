@@ -44,6 +44,9 @@ def constant_schedule(value: ArrayLike) -> Schedule:
     Args:
       value: the value held throughout.
 
+    Returns:
+      A ``Schedule``: ``count -> value``.
+
     Example:
       >>> sched = constant_schedule(0.1)
       >>> print(sched(0), sched(10**6))
@@ -78,6 +81,9 @@ def polynomial_schedule(
       transition_begin: steps during which ``init_value`` is held before the
         transition starts; a negative value is taken as 0.
 
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
     Example:
       >>> sched = polynomial_schedule(1.0, 0.0, power=2, transition_steps=10)
       >>> print(float(sched(0)), float(sched(5)), float(sched(20)))
@@ -104,7 +110,18 @@ def linear_schedule(
 ) -> Schedule:
     """Linear transition from ``init_value`` to ``end_value``.
 
-    :func:`polynomial_schedule` with ``power=1``; see it for the arguments.
+    :func:`polynomial_schedule` with ``power=1``.
+
+    Args:
+      init_value: value before and at the start of the transition.
+      end_value: value at and after the end of the transition.
+      transition_steps: length of the transition. If ``<= 0`` the schedule is
+        the constant ``init_value``.
+      transition_begin: steps during which ``init_value`` is held before the
+        transition starts; a negative value is taken as 0.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
 
     Example:
       >>> sched = linear_schedule(1.0, 0.5, transition_steps=10,
@@ -128,7 +145,10 @@ def piecewise_constant_schedule(
     Args:
       init_value: the value before the first boundary.
       boundaries_and_scales: ``{boundary_step: scale}``; scales must be
-        non-negative.
+        non-negative. ``None`` (the default) means none: a constant schedule.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
 
     Raises:
       ValueError: if a scale is negative (or NaN).
@@ -177,7 +197,11 @@ def exponential_decay(
       transition_begin: steps during which ``init_value`` is held before the
         decay starts; a negative value is taken as 0.
       staircase: if True, decay at discrete intervals of ``transition_steps``.
-      end_value: optional bound on the value (see above).
+      end_value: optional bound on the value (see above); ``None`` (the
+        default) means no bound.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
 
     Example:
       >>> sched = exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
@@ -223,6 +247,9 @@ def cosine_decay_schedule(
       alpha: the final value as a fraction of ``init_value``.
       exponent: the power applied to ``c``.
 
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
     Raises:
       ValueError: if ``decay_steps <= 0``.
 
@@ -257,6 +284,12 @@ def join_schedules(schedules: Sequence[Schedule],
       schedules: the schedules, in order.
       boundaries: the steps at which to move to the next schedule.
 
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
+    Raises:
+      ValueError: if ``len(boundaries) != len(schedules) - 1``.
+
     Example:
       >>> sched = join_schedules(
       ...     [constant_schedule(1.0), linear_schedule(1.0, 0.0, 10)], [5])
@@ -288,6 +321,9 @@ def warmup_constant_schedule(
       peak_value: the value from ``warmup_steps`` on.
       warmup_steps: length of the warmup. If ``<= 0`` the schedule is the
         constant ``init_value`` (as in optax).
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
 
     Example:
       >>> sched = warmup_constant_schedule(0.0, 1.0, warmup_steps=4)
@@ -321,6 +357,9 @@ def warmup_cosine_decay_schedule(
       end_value: the value from ``decay_steps`` on.
       exponent: the power applied to the cosine factor, see
         :func:`cosine_decay_schedule`.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
 
     Raises:
       ValueError: if ``decay_steps <= warmup_steps``.

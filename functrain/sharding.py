@@ -132,6 +132,19 @@ def abstract_state(opt: Any, params: PyTree, shardings: Optional[PyTree] = None)
     ``shardings`` defaults to :func:`state_shardings`; pass e.g. the result of
     :func:`zero_shardings` to describe a ZeRO-1 layout instead.
 
+    Args:
+      opt: a ``GradientTransformation`` (anything with ``init``).
+      params: the parameters, concrete or abstract (``jax.ShapeDtypeStruct``
+        leaves).
+      shardings: a tree of ``Sharding`` with the structure of the state, or
+        ``None`` for :func:`state_shardings` ``(opt, params)``; a tree of
+        another structure is a ``ValueError``.
+
+    Returns:
+      A tree with the structure of ``opt.init(params)`` whose leaves are
+      ``jax.ShapeDtypeStruct`` (shape, dtype and sharding of each buffer);
+      nothing is allocated.
+
     >>> import jax.numpy as jnp, functrain
     >>> abstract_state(functrain.sgd(0.1, momentum=0.9), {'w': jnp.zeros(3)})[0].trace['w']
     ShapeDtypeStruct(shape=(3,), dtype=float32, sharding=SingleDeviceSharding(...))
@@ -195,7 +208,17 @@ def zero_shardings(state: PyTree, mesh: Any, axis: str = "data", *,
       state: an optimizer state (or its abstract version).
       mesh: the ``jax.sharding.Mesh`` the parameters live on.
       axis: the mesh axis to split over (the data-parallel axis).
-      min_size: buffers with fewer elements than this stay replicated.
+      min_size: buffers with fewer elements than this stay replicated; the
+        default 0 splits every buffer that can be split.
+
+    Returns:
+      A tree of ``NamedSharding`` on ``mesh`` with the structure of ``state``.
+
+    Raises:
+      ValueError: if ``axis`` is not an axis of ``mesh``, a leaf is sharded
+        over a mesh axis that ``mesh`` lacks (or has with another size), or a
+        leaf has a partial sharding that is not a ``NamedSharding``.
+      TypeError: if a leaf of ``state`` is not an array.
 
     >>> import jax, jax.numpy as jnp, functrain
     >>> mesh = jax.make_mesh((1,), ('data',))
@@ -233,6 +256,13 @@ def per_device_bytes(tree: PyTree) -> dict:
 
     A buffer replicated on ``N`` devices counts on all ``N``; a sharded one
     counts only its shard on each device. Non-``jax.Array`` leaves are ignored.
+
+    Args:
+      tree: any pytree (e.g. params or an optimizer state).
+
+    Returns:
+      A dict from each ``jax.Device`` holding part of ``tree`` to the number
+      of bytes it holds (empty if ``tree`` has no ``jax.Array``).
 
     >>> import jax, jax.numpy as jnp
     >>> list(per_device_bytes({'w': jnp.zeros((4, 2)), 'b': jnp.zeros(2)}).values())

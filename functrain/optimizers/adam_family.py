@@ -1,7 +1,14 @@
-"""The Adam family of named optimizers: Adam(W), NAdam(W), AMSGrad, AdaMax(W), RAdam, Yogi, AdaBelief, LAMB.
+"""The Adam family of named optimizers.
+
+Adam(W), NAdam(W), AMSGrad, AdaMax(W), RAdam, Yogi, AdaBelief and LAMB.
 
 Each is a short ``chain`` of building blocks from :mod:`functrain.transforms`;
 ``chain`` fuses the stages, so e.g. ``lamb`` walks the pytree once per step.
+
+Notation in the docstrings: ``g`` is the gradient, ``p`` the parameter, ``t``
+the step number counted from 1, ``lr`` the learning rate (its value at the
+step count, counted from 0, when it is a schedule), ``m_hat = m / (1 -
+b1**t)`` and ``v_hat = v / (1 - b2**t)`` the bias-corrected moments.
 """
 
 from __future__ import annotations
@@ -22,7 +29,39 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """Adam (Kingma & Ba, 2014); ``nesterov=True`` gives NAdam.
 
+    Update rule: ``m = b1 m + (1-b1) g; v = b2 v + (1-b2) g**2;
+    p -= lr * m_hat / (sqrt(v_hat + eps_root) + eps)``.
+
     ``nu_dtype`` (beyond optax) sets the storage dtype of the second moment.
+
+    Reference: Kingma & Ba, 2014, "Adam: A Method for Stochastic Optimization".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment ``m`` (the moving average of the
+        gradients), in ``[0, 1)``; 0 means no momentum.
+      b2: decay rate of the second moment ``v`` (the moving average of the
+        squared gradients), in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator for numerical
+        stability; ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root, ``>= 0``. The
+        default 0 is Adam as published; a small positive value keeps the
+        gradient of the update finite when differentiating through it (e.g.
+        meta-learning).
+      mu_dtype: storage dtype of ``m`` (e.g. ``jnp.bfloat16`` to save memory);
+        ``None`` stores it in each parameter's dtype. The arithmetic runs in
+        at least float32 either way.
+      nesterov: use Nesterov momentum (NAdam): the first moment looks one
+        step ahead, ``m_hat = b1 m / (1 - b1**(t+1)) + (1-b1) g / (1 - b1**t)``.
+      nu_dtype: storage dtype of ``v``, like ``mu_dtype``; ``None`` stores it
+        in each parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState())``, with ``ScaleByScheduleState(count)`` in place of
+      ``EmptyState()`` when ``learning_rate`` is a schedule.
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.adam(1e-2)
@@ -42,6 +81,41 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
 
+    Update rule: ``m, v`` as in :func:`adam`;
+    ``p -= lr * (m_hat / (sqrt(v_hat + eps_root) + eps) + weight_decay * p)``.
+    The decay is added to Adam's direction (not to the gradient), so it is not
+    rescaled by ``v``.
+
+    Reference: Loshchilov & Hutter, 2019, "Decoupled Weight Decay
+    Regularization".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use). It also
+        multiplies the weight decay.
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
+        :func:`adam`).
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      weight_decay: the decoupled weight-decay coefficient, ``>= 0`` (0
+        disables it); a number, or a schedule of the step count.
+      mask: where to apply the weight decay: a tree of bools shaped like the
+        params (or a prefix of it), or a function of the params returning one.
+        Leaves where it is False are not decayed (e.g. biases and norm
+        scales); ``None`` decays every leaf.
+      nesterov: use Nesterov momentum (NAdamW), see :func:`adam`.
+      nu_dtype: storage dtype of the second moment; ``None``: each
+        parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState(), EmptyState())`` (a ``count`` state in place of an
+      ``EmptyState()`` for each argument given as a schedule).
+
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.adamw(0.1, weight_decay=0.5)
     >>> params = {'w': jnp.array([2.])}
@@ -60,6 +134,32 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """NAdam (Dozat, 2016): Adam with Nesterov momentum; ``adam(..., nesterov=True)``.
 
+    Update rule: ``m = b1 m + (1-b1) g; v = b2 v + (1-b2) g**2;
+    m_hat = b1 m / (1 - b1**(t+1)) + (1-b1) g / (1 - b1**t);
+    p -= lr * m_hat / (sqrt(v_hat + eps_root) + eps)``.
+
+    Reference: Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
+        :func:`adam`).
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      nesterov: the Nesterov look-ahead; True by default (False gives plain
+        Adam).
+      nu_dtype: storage dtype of the second moment; ``None``: each
+        parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation``, the same as :func:`adam`'s; its state is
+      ``(ScaleByAdamState(count, mu, nu), EmptyState())`` (a
+      ``ScaleByScheduleState(count)`` last for a scheduled learning rate).
+
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.nadam(0.1)
     >>> opt.update([jnp.array([2.])], opt.init([jnp.zeros(1)]))[0]
@@ -74,6 +174,35 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            weight_decay: float = 1e-4, mask: Optional[MaskOrFn] = None, *,
            nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """NAdamW: NAdam with decoupled weight decay; ``adamw(..., nesterov=True)``.
+
+    Update rule: ``m_hat`` as in :func:`nadam`;
+    ``p -= lr * (m_hat / (sqrt(v_hat + eps_root) + eps) + weight_decay * p)``.
+
+    Reference: Dozat, 2016, "Incorporating Nesterov Momentum into Adam";
+    Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
+        :func:`adam`).
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      weight_decay: the decoupled weight-decay coefficient, ``>= 0``; a
+        number, or a schedule of the step count.
+      mask: where to apply the weight decay: a tree (or prefix) of bools, or
+        a function of the params returning one; ``None`` decays every leaf.
+      nesterov: the Nesterov look-ahead; True by default (False gives AdamW).
+      nu_dtype: storage dtype of the second moment; ``None``: each
+        parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation``, the same as :func:`adamw`'s; its state is
+      ``(ScaleByAdamState(count, mu, nu), EmptyState(), EmptyState())``, as
+      optax's.
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.nadamw(0.1, weight_decay=0.5)
@@ -91,6 +220,33 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             ) -> GradientTransformation:
     """AMSGrad (Reddi et al., 2018).
 
+    Update rule: ``m, v`` as in :func:`adam`; ``v_max = max(v_max, v_hat);
+    p -= lr * m_hat / (sqrt(v_max + eps_root) + eps)``: Adam with a
+    non-decreasing second moment.
+
+    Reference: Reddi et al., 2018, "On the Convergence of Adam and Beyond".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_max)`` in the denominator; ``>= 0``.
+      eps_root: added to ``v_max`` inside the square root; ``>= 0`` (see
+        :func:`adam`).
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      bias_correction_mu: divide ``m`` by ``1 - b1**t`` (True, the default);
+        False uses the raw ``m``.
+      bias_correction_nu: divide ``v`` by ``1 - b2**t`` before taking the
+        running maximum (True, the default); False uses the raw ``v``.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAmsgradState(count, mu, nu,
+      nu_max), EmptyState())`` (``ScaleByScheduleState(count)`` last for a
+      scheduled learning rate).
+
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.amsgrad(0.1)
     >>> opt.update([jnp.array([-4.])], opt.init([jnp.zeros(1)]))[0]
@@ -105,6 +261,26 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8) -> GradientTransformation:
     """AdaMax: Adam with the infinity norm in place of the second moment.
 
+    Update rule: ``m = b1 m + (1-b1) g; u = max(|g| + eps, b2 u);
+    p -= lr * m_hat / u`` (only ``m`` is bias-corrected).
+
+    Reference: Kingma & Ba, 2014, "Adam: A Method for Stochastic
+    Optimization" (section 7.1).
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the infinity-norm moment ``u``, in ``[0, 1)``.
+      eps: added to ``|g|`` before the maximum, so ``u >= eps`` and the
+        division is safe; ``>= 0``.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState())``, where ``nu`` holds ``u`` (``ScaleByScheduleState(count)``
+      last for a scheduled learning rate).
+
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.adamax(0.1)
     >>> opt.update([jnp.array([-2.])], opt.init([jnp.zeros(1)]))[0]
@@ -117,6 +293,31 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, weight_decay: ScalarOrSchedule = 1e-4,
             mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """AdaMax with decoupled weight decay (which may be a schedule).
+
+    Update rule: ``m, u`` as in :func:`adamax`;
+    ``p -= lr * (m_hat / u + weight_decay * p)``.
+
+    Reference: Kingma & Ba, 2014, "Adam: A Method for Stochastic Optimization"
+    (section 7.1); Loshchilov & Hutter, 2019, "Decoupled Weight Decay
+    Regularization".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the infinity-norm moment, in ``[0, 1)``.
+      eps: added to ``|g|`` before the maximum; ``>= 0``.
+      weight_decay: the decoupled weight-decay coefficient, ``>= 0``; a number
+        or a schedule of the step count. A Python ``0`` adds no decay stage
+        at all (then ``update`` needs no params).
+      mask: where to apply the weight decay: a tree (or prefix) of bools, or
+        a function of the params returning one; ``None`` decays every leaf.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState(), EmptyState())`` (a ``count`` state in place of an
+      ``EmptyState()`` for each argument given as a schedule).
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.adamaxw(0.1, weight_decay=0.5)
@@ -133,6 +334,34 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           nesterov: bool = False) -> GradientTransformation:
     """RAdam (Liu et al., 2020): Adam with a rectified warm-up of the adaptive rate.
 
+    Update rule: ``m, v`` as in :func:`adam`; with ``rho_inf = 2/(1-b2) - 1``
+    and ``rho_t = rho_inf - 2 t b2**t / (1 - b2**t)``: if ``rho_t >= threshold``,
+    ``p -= lr * r_t m_hat / (sqrt(v_hat + eps_root) + eps)`` with
+    ``r_t = sqrt((rho_t-4)(rho_t-2) rho_inf / ((rho_inf-4)(rho_inf-2) rho_t))``,
+    else ``p -= lr * m_hat`` (SGD with momentum while ``v`` is unreliable).
+
+    Reference: Liu et al., 2020, "On the Variance of the Adaptive Learning
+    Rate and Beyond".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
+        :func:`adam`).
+      threshold: the length ``rho_t`` of the approximated simple moving
+        average from which on the adaptive (rectified) update is used; the
+        default 5 is optax's (the paper uses 4).
+      nesterov: use Nesterov momentum for ``m_hat``, as in :func:`adam`.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState())`` (``ScaleByScheduleState(count)`` last for a scheduled
+      learning rate).
+
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.radam(0.1)
     >>> opt.update([jnp.array([3.])], opt.init([jnp.zeros(1)]))[0]
@@ -145,6 +374,28 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
 def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-3) -> GradientTransformation:
     """Yogi (Zaheer et al., 2018).
+
+    Update rule: ``m = b1 m + (1-b1) g; v = v - (1-b2) sign(v - g**2) g**2;
+    p -= lr * m_hat / (sqrt(v_hat) + eps)``: an additive, sign-controlled
+    second moment. ``m`` and ``v`` start at ``1e-6``, as in optax.
+
+    Reference: Zaheer et al., 2018, "Adaptive Methods for Nonconvex
+    Optimization".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: rate of the second moment's additive update, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``; larger than
+        Adam's by default (1e-3, as optax), which bounds the step where ``v``
+        is tiny.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState())`` (``ScaleByScheduleState(count)`` last for a scheduled
+      learning rate).
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.yogi(0.1)
@@ -159,6 +410,29 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
               eps: float = 1e-16, eps_root: float = 1e-16, *,
               nesterov: bool = False) -> GradientTransformation:
     """AdaBelief (Zhuang et al., 2020): Adam scaled by the belief in the gradient.
+
+    Update rule: ``m = b1 m + (1-b1) g; s = b2 s + (1-b2) (g - m)**2 + eps_root;
+    p -= lr * m_hat / (sqrt(s_hat) + eps)``: the second moment is the
+    variance of the gradient around its moving average.
+
+    Reference: Zhuang et al., 2020, "AdaBelief Optimizer: Adapting Stepsizes
+    by the Belief in Observed Gradients".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the belief moment ``s``, in ``[0, 1)``.
+      eps: added to ``sqrt(s_hat)`` in the denominator; ``>= 0``.
+      eps_root: added to ``s`` at every step (stored in the state, as in the
+        paper and optax); ``>= 0``.
+      nesterov: use Nesterov momentum for ``m_hat``, as in :func:`adam`.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByBeliefState(count, mu, nu),
+      EmptyState())``, where ``nu`` holds ``s`` (``ScaleByScheduleState(count)``
+      last for a scheduled learning rate).
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.adabelief(0.1)
@@ -177,10 +451,48 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """LAMB: Adam with weight decay and a per-leaf trust ratio (You et al., 2019).
 
+    Update rule: ``m, v`` as in :func:`adam`; per leaf,
+    ``u = m_hat / (sqrt(v_hat + eps_root) + eps) + weight_decay * p;
+    p -= lr * (||p|| / ||u||) * u`` (the ratio is 1 where either norm is 0;
+    the norms are of each array, never of the whole tree).
+
     Beyond optax: ``trust_ratio_mask`` (leaves where it is False, e.g. biases
     and norm scales, skip layer adaptation), ``max_trust_ratio`` (a cap on the
     ratio; None = no cap), ``mu_dtype`` / ``nu_dtype``. Defaults keep optax's
     numbers.
+
+    Reference: You et al., 2020, "Large Batch Optimization for Deep Learning:
+    Training BERT in 76 minutes" (arXiv 2019).
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
+        :func:`adam`).
+      weight_decay: the weight-decay coefficient added to Adam's direction
+        before the trust ratio, ``>= 0``; the default 0 disables it. A number,
+        or a schedule of the step count.
+      mask: where to apply the weight decay: a tree of bools shaped like the
+        params (or a prefix of it), or a function of the params returning one;
+        ``None`` decays every leaf.
+      trust_ratio_mask: where to apply the trust ratio, in the same forms as
+        ``mask``; leaves where it is False take the plain (AdamW-like) step
+        ``-lr * u``. The default True applies it to every leaf (as optax).
+      max_trust_ratio: an upper bound on the trust ratio, ``>= 0``; ``None``
+        (the default) means no cap.
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      nu_dtype: storage dtype of the second moment; ``None``: each
+        parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
+      EmptyState(), EmptyState(), EmptyState())`` (a ``count`` state in place
+      of an ``EmptyState()`` for each argument given as a schedule).
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.lamb(0.1)

@@ -187,9 +187,15 @@ def grouped(tx: GradientTransformation, max_group: int = 16,
       tx: a transformation whose plan is only functrain leaf stages, e.g.
         ``functrain.lamb(...)`` or ``chain(clip_by_global_norm(1.), adam(...))``;
         anything else (optax transformations, wrappers) raises ``TypeError``.
-      max_group: most leaves in one group (XLA:CPU compiles k slices of one
-        array in O(k^2) time, so keep it small).
-      max_leaf_size: if given, leaves with more elements are not grouped.
+      max_group: most leaves in one group, an int ``>= 1`` (XLA:CPU compiles
+        k slices of one array in O(k^2) time, so keep it small).
+      max_leaf_size: if given, leaves with more elements are not grouped
+        (they are updated one by one, as by ``tx``); ``None`` (the default)
+        groups leaves of any size.
+
+    Returns:
+      A ``GradientTransformation`` with ``tx``'s numbers whose state is a
+      :class:`GroupedState`.
 
     >>> import jax, jax.numpy as jnp, functrain
     >>> params = {f'b{i}': jnp.ones(4) for i in range(3)}

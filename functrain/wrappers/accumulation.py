@@ -32,6 +32,18 @@ class MultiStepsState(NamedTuple):
     mean (or sum) of the micro-batch gradients, ``skip_state`` what
     ``should_skip_update_fn`` returned last.
 
+    Attributes:
+      mini_step: micro-batches accumulated since the last real update (int32,
+        from 0 to ``k - 1``).
+      gradient_step: the number of real updates applied so far (int32); the
+        argument of a callable ``every_k_schedule``.
+      inner_opt_state: the wrapped optimizer's state, changed only by real
+        updates.
+      acc_grads: the running mean (or sum) of this cycle's micro-batch
+        gradients, a tree like the params, in the accumulator dtype.
+      skip_state: the second value ``should_skip_update_fn`` returned last
+        (``()`` without one).
+
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.MultiSteps(functrain.sgd(0.1), every_k_schedule=2)
     >>> opt.init({'w': jnp.zeros(2)}).acc_grads
@@ -65,6 +77,21 @@ class MultiSteps:
     so bfloat16 params with float32 gradients work (an optax bug). Works under
     ``jax.jit``, ``jax.lax.scan`` and sharded jit; the inner optimizer runs
     only on real-update steps (a ``lax.cond``).
+
+    Args:
+      opt: the optimizer to wrap (functrain's, optax's, or any object with
+        ``init`` and ``update``).
+      every_k_schedule: how many micro-batches make one real update: an int
+        ``>= 1`` (1: every call is a real update), or a function of the number
+        of real updates so far returning it.
+      use_grad_mean: hand the wrapped optimizer the mean of the ``k``
+        gradients (True, the default) or their sum (False).
+      should_skip_update_fn: optional
+        ``fn(updates, gradient_step, params) -> (skip, info)``: where ``skip``
+        (a scalar bool array) is True the micro-batch is dropped (state
+        unchanged except ``skip_state = info``); ``None`` never skips.
+      accumulator_dtype: the dtype ``acc_grads`` is stored in: float32 by
+        default, ``None`` for each gradient's own dtype.
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.MultiSteps(functrain.sgd(1.0), every_k_schedule=2)
@@ -105,6 +132,9 @@ class MultiSteps:
     def inner_opt(self) -> GradientTransformation:
         """The wrapped optimizer.
 
+        Returns:
+          The ``opt`` given to the constructor.
+
         >>> import functrain
         >>> opt = functrain.sgd(0.1)
         >>> functrain.MultiSteps(opt, 2).inner_opt is opt
@@ -119,6 +149,14 @@ class MultiSteps:
 
     def init(self, params: Params) -> MultiStepsState:
         """The initial state: zero accumulator, counters at zero.
+
+        Args:
+          params: the parameters (a pytree of arrays).
+
+        Returns:
+          A :class:`MultiStepsState` holding the wrapped optimizer's initial
+          state, a zero accumulator shaped like ``params``, and the
+          ``skip_state`` of ``should_skip_update_fn`` on zero updates.
 
         >>> import jax.numpy as jnp, functrain
         >>> functrain.MultiSteps(functrain.sgd(0.1), 4).init([jnp.ones(1)]).mini_step
@@ -137,6 +175,19 @@ class MultiSteps:
                params: Optional[Params] = None, **extra_args: Any
                ) -> tuple[Updates, MultiStepsState]:
         """Accumulate one micro-batch; every ``k``-th call, run the wrapped optimizer.
+
+        Args:
+          updates: this micro-batch's gradients, a tree like the params.
+          state: the state from :meth:`init` or the previous ``update``.
+          params: the current parameters, handed to the wrapped optimizer (and
+            to ``should_skip_update_fn``); ``None`` if not needed.
+          **extra_args: further keyword arguments (e.g. ``value``) for the
+            wrapped optimizer's ``update``; dropped if it takes none.
+
+        Returns:
+          ``(updates, state)``: zeros shaped like ``updates`` between real
+          updates, the wrapped optimizer's updates on the ``k``-th call; and
+          the new :class:`MultiStepsState`.
 
         >>> import jax.numpy as jnp, functrain
         >>> opt = functrain.MultiSteps(functrain.sgd(1.0), 1)
@@ -192,6 +243,14 @@ class MultiSteps:
     def has_updated(self, state: MultiStepsState) -> Array:
         """True right after a step that applied a real update.
 
+        Args:
+          state: a :class:`MultiStepsState` returned by :meth:`update` (or
+            :meth:`init`).
+
+        Returns:
+          A scalar bool array: True when ``state.mini_step`` is 0 and at least
+          one real update has been applied, i.e. right after a real update.
+
         >>> import jax.numpy as jnp, functrain
         >>> opt = functrain.MultiSteps(functrain.sgd(0.1), 2)
         >>> bool(opt.has_updated(opt.init([jnp.ones(1)])))
@@ -201,6 +260,10 @@ class MultiSteps:
 
     def gradient_transformation(self) -> GradientTransformation:
         """This wrapper as a plain ``GradientTransformation`` (for ``chain`` etc.).
+
+        Returns:
+          ``GradientTransformation(self.init, self.update)``; its state is a
+          :class:`MultiStepsState`.
 
         >>> import functrain
         >>> tx = functrain.MultiSteps(functrain.sgd(0.1), 2).gradient_transformation()

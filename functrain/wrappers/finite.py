@@ -28,6 +28,12 @@ class ApplyIfFiniteState(NamedTuple):
     finite step and by a forced update); ``last_finite``: whether the last
     step was finite; ``total_notfinite``: all non-finite steps seen.
 
+    Attributes:
+      notfinite_count: consecutive non-finite steps so far (int32).
+      last_finite: whether the last step's updates were all finite (bool).
+      total_notfinite: the number of non-finite steps seen in all (int32).
+      inner_state: the wrapped optimizer's state, unchanged by skipped steps.
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.apply_if_finite(functrain.sgd(0.1), 2)
     >>> tx.init([jnp.ones(1)]).total_notfinite
@@ -49,6 +55,17 @@ def apply_if_finite(inner: GradientTransformation,
     next non-finite step is applied anyway (as optax); unlike optax, the
     consecutive counter then restarts from zero, so the following bad steps
     are skipped again.
+
+    Args:
+      inner: the optimizer to protect (functrain's, optax's, or any object with
+        ``init`` and ``update``).
+      max_consecutive_errors: how many non-finite steps in a row are skipped
+        before one is applied anyway, ``>= 0`` (0: none is skipped).
+
+    Returns:
+      A ``GradientTransformation`` whose state is
+      ``ApplyIfFiniteState(notfinite_count, last_finite, total_notfinite,
+      inner_state)``, as optax's.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.apply_if_finite(functrain.sgd(1.0), max_consecutive_errors=2)

@@ -8,7 +8,7 @@ steps without recompiling, and schedules are evaluated at the step count.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,12 @@ class HyperparamsDict(dict):
     and never recompiles (a plain dict holding a Python float would add a
     second entry to ``jit`` 's dispatch cache). It is a pytree like a dict.
 
+    Args:
+      *args: as for ``dict``: a mapping or an iterable of ``(key, value)``
+        pairs. Values given to the constructor are stored as they are; only
+        later assignments are converted.
+      **kwargs: further ``key=value`` entries, as for ``dict``.
+
     >>> import jax.numpy as jnp
     >>> h = HyperparamsDict(learning_rate=jnp.asarray(0.1))
     >>> h['learning_rate'] = 0.01
@@ -42,7 +48,22 @@ class HyperparamsDict(dict):
         super().__setitem__(key, _like(value, self.get(key)))
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        """Assign several values (each converted as by ``d[key] = value``)."""
+        """Assign several values (each converted as by ``d[key] = value``).
+
+        Args:
+          *args: a mapping or an iterable of ``(key, value)`` pairs, as for
+            ``dict.update``.
+          **kwargs: further ``key=value`` assignments.
+
+        Returns:
+          ``None``; the dict is changed in place.
+
+        >>> import jax.numpy as jnp
+        >>> h = HyperparamsDict(b1=jnp.asarray(0.9))
+        >>> h.update(b1=0.5)
+        >>> h
+        {'b1': Array(0.5, dtype=float32, weak_type=True)}
+        """
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 
@@ -75,6 +96,14 @@ class InjectHyperparamsState(NamedTuple):
     (an array, in a :class:`HyperparamsDict`); assign to it between steps
     (``state.hyperparams['learning_rate'] = 0.01``) to change it without
     recompiling. Schedules are re-evaluated at ``count`` every step.
+
+    Attributes:
+      count: the number of ``update`` calls so far (int32), at which the
+        schedules are evaluated.
+      hyperparams: a :class:`HyperparamsDict` from each injected argument's
+        name to its current value (for a schedule: the value the last step
+        used, or after ``init`` the value at step 0).
+      inner_state: the wrapped optimizer's state.
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)
@@ -132,6 +161,22 @@ def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
     ``hyperparam_dtype``, by default the widest floating dtype of the params
     and at least float32 (optax uses the params' dtype, so bfloat16 params
     would round the learning rate).
+
+    Args:
+      inner_factory: a function building a ``GradientTransformation`` from
+        arguments that can be passed by name, e.g. ``functrain.adam`` or
+        ``optax.adam`` (factories taking ``*args`` are not supported).
+      static_args: the name (or names) of arguments to keep as Python values,
+        never injected (e.g. an int that decides state shapes); each must be
+        a parameter of ``inner_factory`` (else ``ValueError``).
+      hyperparam_dtype: the dtype floating hyperparameters are stored in;
+        ``None`` (the default): the widest floating dtype of the params, at
+        least float32.
+
+    Returns:
+      A function with ``inner_factory``'s arguments (and docstring) that
+      returns a ``GradientTransformation`` whose state is
+      ``InjectHyperparamsState(count, hyperparams, inner_state)``.
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)

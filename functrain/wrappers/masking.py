@@ -61,6 +61,10 @@ def _merge(new_masked: PyTree, old: PyTree, flags: list[bool]) -> PyTree:
 class MaskedState(NamedTuple):
     """State of :func:`masked` around a non-stage transformation.
 
+    Attributes:
+      inner_state: the wrapped transformation's state; masked-out leaves hold
+        ``MaskedNode`` placeholders (no buffers) in its params-shaped fields.
+
     >>> MaskedState(inner_state=())
     MaskedState(inner_state=())
     """
@@ -181,6 +185,22 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
     itself a stage with the stage's own state, and fuses into an outer
     ``chain``.
 
+    Args:
+      inner: the transformation to restrict (functrain's, optax's, or any
+        object with ``init`` and ``update``).
+      mask: where to apply ``inner``: a tree of bools shaped like the params,
+        a prefix of it, or a function of the params (or, without params, of
+        the updates) returning one. True: ``inner`` updates the leaf; False:
+        the leaf's update passes through unchanged.
+      mask_compatible_extra_args: if True, keyword arguments of ``update``
+        whose tree structure equals the updates' are masked like them before
+        reaching ``inner``; others are passed as they are. False (the
+        default) passes all of them unchanged.
+
+    Returns:
+      A ``GradientTransformation`` whose state is ``MaskedState(inner_state)``,
+      or, for a single-stage ``inner``, that stage's own state.
+
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.masked(functrain.add_decayed_weights(0.5), {'w': True, 'b': False})
     >>> params = {'w': jnp.array([2.]), 'b': jnp.array([2.])}
@@ -210,6 +230,13 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
 
 class PartitionState(NamedTuple):
     """State of :func:`multi_transform`: each label's (masked) inner state.
+
+    ``MultiTransformState`` is the same class.
+
+    Attributes:
+      inner_states: a dict from each label to the state of its
+        transformation, which holds buffers only for the leaves with that
+        label (``MaskedNode`` placeholders elsewhere).
 
     >>> PartitionState(inner_states={'adam': ()})
     PartitionState(inner_states={'adam': ()})
@@ -250,6 +277,21 @@ def multi_transform(transforms: Mapping[Hashable, GradientTransformation],
     without a transformation, or a transformation whose label no leaf has,
     is a ``ValueError`` listing the labels on both sides (an empty params tree
     uses none, and is allowed).
+
+    Args:
+      transforms: a mapping from label to ``GradientTransformation``
+        (functrain's or optax's); a non-mapping is a ``TypeError``.
+      param_labels: the label of each leaf: a tree of labels (hashables)
+        shaped like the params, a prefix of it (one label for a whole
+        subtree), or a function of the params returning one.
+      mask_compatible_extra_args: if True, keyword arguments of ``update``
+        shaped like the updates are masked to each group before reaching its
+        transformation (as in :func:`masked`); False (the default) passes
+        them unchanged.
+
+    Returns:
+      A ``GradientTransformation`` whose state is
+      ``PartitionState(inner_states)``, with one entry per label, as optax's.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.multi_transform({'fast': functrain.sgd(1.0), 'slow': functrain.sgd(0.1)},
@@ -324,6 +366,15 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
 
     Other leaves pass through; chain it with an optimizer masked the other way
     (or use ``multi_transform``) so frozen leaves also hold no optimizer state.
+
+    Args:
+      mask: the leaves to freeze: a tree of bools shaped like the params, a
+        prefix of it, or a function of the params returning one. True: the
+        update is replaced by zeros; False: it passes through unchanged.
+
+    Returns:
+      A ``GradientTransformation`` (a single stage, so it fuses into an outer
+      ``chain``) whose state is ``EmptyState()``.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.freeze({'emb': True, 'head': False})
