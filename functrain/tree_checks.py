@@ -16,6 +16,7 @@ import numpy as np
 PyTree = Any
 
 __all__ = ["MaskedNode", "is_placeholder", "key_paths", "check_structure", "check_shapes",
+           "format_paths",
            "flatten_with_paths", "flatten_like", "resolve_mask", "resolve_leaf_mask"]
 
 
@@ -122,10 +123,10 @@ def check_structure(reference: PyTree, other: PyTree, other_name: str,
     extra = [p for p in other_paths if p not in ref_set]
     missing = [p for p in ref_paths if p not in other_set]
     if extra:
-        problems.append(f"{_fmt_paths(extra)} in {other_name} "
+        problems.append(f"{format_paths(extra)} in {other_name} "
                         f"{'is' if len(extra) == 1 else 'are'} missing from {reference_name}")
     if missing:
-        problems.append(f"{_fmt_paths(missing)} in {reference_name} "
+        problems.append(f"{format_paths(missing)} in {reference_name} "
                         f"{'is' if len(missing) == 1 else 'are'} missing from {other_name}")
     if not problems:
         ref_nodes, other_nodes = _node_description(reference), _node_description(other)
@@ -141,7 +142,19 @@ def check_structure(reference: PyTree, other: PyTree, other_name: str,
                      + "; ".join(problems) + ".")
 
 
-def _fmt_paths(paths: Sequence[str], limit: int = 6) -> str:
+def format_paths(paths: Sequence[str], limit: int = 6) -> str:
+    """Key paths joined for an error message, at most ``limit`` of them.
+
+    Args:
+      paths: key-path strings (``''`` is the root).
+      limit: how many to show before "(and N more)".
+
+    Returns:
+      One string.
+
+    >>> format_paths(["['a']", "['b']", ''], limit=2)
+    "['a'], ['b'] (and 1 more)"
+    """
     shown = [p or "<root>" for p in paths[:limit]]
     more = f" (and {len(paths) - limit} more)" if len(paths) > limit else ""
     return ", ".join(shown) + more

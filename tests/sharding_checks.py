@@ -48,7 +48,9 @@ MODEL_SPECS = {"proj": P("data", "model"), "w1": P(None, "model"), "b1": P("mode
 STEPS = 10
 
 
-def make_params(seed: int = 0) -> dict:
+def model_params(seed: int = 0) -> dict:
+    """The parameters of the model above (not helpers.make_params: this tree's shapes divide
+    the mesh axes and tell its state buffers apart; this script runs alone, on 8 devices)."""
     rng = np.random.default_rng(seed)
     return {k: jnp.asarray(rng.standard_normal(s) * 0.5, jnp.float32) for k, s in SHAPES.items()}
 
@@ -130,8 +132,8 @@ def init_all(names: tuple, params: Any, **jit_kwargs: Any) -> dict:
 @functools.lru_cache(maxsize=None)
 def single_device() -> dict:
     """name -> parameters after ``STEPS`` jitted steps on one device, for ``CORE``."""
-    params = {n: make_params() for n in CORE}
-    states = init_all(CORE, make_params())
+    params = {n: model_params() for n in CORE}
+    states = init_all(CORE, model_params())
     xs, ys = make_batches()
     step = jax.jit(multi_step(CORE))
     for i in range(STEPS):
@@ -214,7 +216,7 @@ def zero1_run() -> tuple:
     xs, ys = jax.device_put(xs, data), jax.device_put(ys, data)
     out_p, out_s, out_sh = {}, {}, {}
     for name in CORE:
-        params = {name: jax.device_put(make_params(), replicated)}
+        params = {name: jax.device_put(model_params(), replicated)}
         step, s_sh = zero1_step((name,), mesh, params)
         states = init_all((name,), params[name], out_shardings=s_sh)
         for i in range(STEPS):
@@ -258,7 +260,7 @@ def check_zero1_per_device_bytes() -> None:
     state = zero1_run()[1]["adam"]
     per_device = fs.per_device_bytes(state)
     assert len(per_device) == 8
-    params = make_params()
+    params = model_params()
     big = sum(x.nbytes for k, x in params.items() if k != "extra")
     # mu and nu: the big leaves split 8 ways, ``extra`` replicated; plus the int32 count.
     want = 2 * (big // 8 + params["extra"].nbytes) + 4
@@ -349,13 +351,13 @@ def check_model_parallel_state_follows_params() -> None:
     mesh = mesh_2d(AxisType.Auto)
     p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
     names = tuple(cases())
-    states = expect_init_follows_params(names, jax.device_put(make_params(), p_sh), mesh,
+    states = expect_init_follows_params(names, jax.device_put(model_params(), p_sh), mesh,
                                         "(4x2 auto)")
     xs, ys = make_batches()
     # Steps for the CORE ones and the wrappers; the plain optimizers left out run
     # the same engine code as those (keeps the test's compile time down).
     for name in CORE + ("adam(mu bf16)", "masked", "multi_transform", "inject_hyperparams"):
-        params = {name: jax.device_put(make_params(), p_sh)}
+        params = {name: jax.device_put(model_params(), p_sh)}
         state = {name: states[name]}
         # Plain jit, no shardings given: the partitioner must keep every layout.
         step = jax.jit(multi_step((name,)))
@@ -375,11 +377,11 @@ def check_explicit_axes_state_follows_params() -> None:
     p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
     batch = NamedSharding(mesh, P("data"))
     names = tuple(cases())
-    states = expect_init_follows_params(names, jax.device_put(make_params(), p_sh), mesh,
+    states = expect_init_follows_params(names, jax.device_put(model_params(), p_sh), mesh,
                                         "(4x2 explicit)")
     xs, ys = make_batches(steps=2)
     for name in ("clip+adamw", "MultiSteps(lamb)", "apply_if_finite"):
-        params = {name: jax.device_put(make_params(), p_sh)}
+        params = {name: jax.device_put(model_params(), p_sh)}
         state = {name: states[name]}
         # The MLP's matmuls would need out_sharding hints under explicit axes (model
         # code, not optimizer code), so this step uses a pointwise loss.
@@ -454,7 +456,7 @@ def check_hlo_no_moment_all_gather() -> None:
     mesh = mesh_1d()
     batch = NamedSharding(mesh, P("data"))
     names = ("adam", "lamb")
-    params = {n: jax.device_put(make_params(), NamedSharding(mesh, P())) for n in names}
+    params = {n: jax.device_put(model_params(), NamedSharding(mesh, P())) for n in names}
     p_sh = jax.tree_util.tree_map(lambda x: x.sharding, params)
     xs, ys = make_batches(steps=1)
     x, y = jax.device_put(xs[0], batch), jax.device_put(ys[0], batch)

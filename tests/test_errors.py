@@ -1,4 +1,8 @@
-"""Bad input: clear errors naming the problem, raised before any array math."""
+"""Bad input across the package: clear errors naming the problem, raised before any array math.
+
+Errors of one module only are tested in that module's file (e.g. the masks and labels of
+masked/multi_transform in tests/wrappers/test_masking.py, grouped's in
+tests/transforms/test_grouped.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -111,6 +115,21 @@ def test_chain_rejects_non_transformations():
 def test_apply_updates_mismatch_names_path():
     with pytest.raises(ValueError, match=r"\['encoder'\]"):
         ft.apply_updates(PARAMS, {"decoder": grads_like(PARAMS["decoder"])})
+
+
+def test_wrong_state_is_named():
+    """Wrappers and named_chain name themselves when given another optimizer's state."""
+    params = [jnp.ones(1)]
+    with pytest.raises(TypeError, match="MultiSteps"):
+        ft.MultiSteps(ft.sgd(0.1), 2).update(params, (), params)
+    with pytest.raises(TypeError, match="apply_if_finite"):
+        ft.apply_if_finite(ft.sgd(0.1), 2).update(params, (), params)
+    with pytest.raises(ValueError, match="named_chain"):
+        ft.named_chain(("a", ft.sgd(0.1))).update(params, {"b": ()}, params)
+    with pytest.raises(ValueError, match="every_k_schedule"):
+        ft.MultiSteps(ft.sgd(0.1), 0)
+    with pytest.raises(ValueError, match="unique"):
+        ft.named_chain(("a", ft.sgd(0.1)), ("a", ft.sgd(0.1)))
 
 
 def test_mask_that_does_not_fit():

@@ -28,15 +28,9 @@ from functrain.grad import (
     value_and_grad,
 )
 
+from helpers import loose, tight
+
 A = jnp.array
-
-
-def tight(got, expected):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=3e-7, atol=1e-9)
-
-
-def loose(got, expected):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=6e-3, atol=1e-7)
 
 
 def mean_square(x):

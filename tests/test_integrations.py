@@ -1,12 +1,14 @@
-"""functrain inside the JAX ecosystem: Flax, Equinox, Orbax, and optax interop.
+"""functrain inside the JAX ecosystem: Flax, Equinox and Orbax.
 
 * Flax linen: ``TrainState.create(..., tx=functrain.lamb(...))``.
 * Flax NNX: ``nnx.Optimizer(model, functrain.adamw(...), wrt=nnx.Param)``.
 * Equinox: ``eqx.filter`` and ``eqx.partition`` / ``eqx.combine`` training.
 * Orbax: save and restore the optimizer state and a full train state, also into
   a sharded layout from ``functrain.sharding``; training continues bit-identically.
-* optax: functrain transforms inside ``optax.chain`` (and optax's wrappers),
-  optax transforms inside ``functrain.chain``.
+
+functrain inside optax (``optax.chain``, optax's wrappers) and optax inside
+functrain (``functrain.chain``, functrain's wrappers) are compared step by step
+in ``tests/parity/test_optax_parity.py``.
 
 Each result is compared with something independent: the same run with optax's
 optimizer (rtol 2e-5), or the same run without the framework or checkpoint in
@@ -37,6 +39,7 @@ from flax import nnx
 from flax.training import train_state
 
 import functrain
+from helpers import matrices_only
 
 ROOT = Path(__file__).resolve().parent.parent
 RTOL, ATOL = 2e-5, 1e-6
@@ -70,10 +73,6 @@ def data(n=64, features=8, classes=3, seed=1):
 
 def xent(logits, y):
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=-1))
-
-
-def matrices_only(params):
-    return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
 
 
 def leaves_changed(before, after):
@@ -412,86 +411,3 @@ def test_orbax_restore_into_sharded_layout_from_functrain_sharding(tmp_path):
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "SHARDED RESTORE OK" in proc.stdout
-
-
-# ----------------------------------------------------------------------------- optax interop
-def interop_params():
-    k1, k2 = jax.random.split(jax.random.PRNGKey(7))
-    return {"w": jax.random.normal(k1, (5, 4)), "b": jnp.zeros(4), "scale": jnp.array(2.0),
-            "emb": jax.random.normal(k2, (3, 6)) * 10.0}
-
-
-def interop_grads(params):
-    # Gradients of a fixed quadratic, spanning 1e-3..1e3 across leaves.
-    weights = {"w": 1e3, "b": 1.0, "scale": 1e-3, "emb": 3.0}
-    return {k: weights[k] * (v - 0.5) for k, v in params.items()}
-
-
-def trajectory(opt, steps=30):
-    params = interop_params()
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state):
-        updates, state = opt.update(interop_grads(params), state, params)
-        return optax.apply_updates(params, updates), state
-
-    out = []
-    for _ in range(steps):
-        params, state = step(params, state)
-        out.append(params)
-    return out
-
-
-def assert_same_trajectory(a, b):
-    for step, (x, y) in enumerate(zip(a, b)):
-        try:
-            assert_trees_close(x, y)
-        except AssertionError as err:
-            raise AssertionError(f"trajectories differ at step {step}: {err}") from None
-
-
-def test_functrain_transforms_inside_optax_chain():
-    schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 5, 30)
-    mixed = optax.chain(functrain.clip_by_global_norm(1.0), functrain.scale_by_adam(),
-                        functrain.add_decayed_weights(1e-2, mask=matrices_only),
-                        functrain.scale_by_trust_ratio(),
-                        optax.scale_by_learning_rate(schedule))
-    pure = optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(),
-                       optax.add_decayed_weights(1e-2, mask=matrices_only),
-                       optax.scale_by_trust_ratio(), optax.scale_by_learning_rate(schedule))
-    assert_same_trajectory(trajectory(mixed), trajectory(pure))
-
-
-def test_optax_transforms_inside_functrain_chain():
-    schedule = functrain.warmup_cosine_decay_schedule(0.0, 1e-2, 5, 30)
-    # eps=1e-6: lamb's default, so the chain equals clip + lamb below.
-    mixed = functrain.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(eps=1e-6),
-                            functrain.add_decayed_weights(1e-2, mask=matrices_only),
-                            optax.scale_by_trust_ratio(),
-                            functrain.scale_by_learning_rate(schedule))
-    pure = functrain.chain(functrain.clip_by_global_norm(1.0), functrain.scale_by_adam(eps=1e-6),
-                           functrain.add_decayed_weights(1e-2, mask=matrices_only),
-                           functrain.scale_by_trust_ratio(),
-                           functrain.scale_by_learning_rate(schedule))
-    reference = optax.lamb(schedule, weight_decay=1e-2, mask=matrices_only)
-    mixed_run = trajectory(mixed)
-    assert_same_trajectory(mixed_run, trajectory(pure))
-    # clip(1.0) + lamb's pieces == clip(1.0) then optax.lamb
-    assert_same_trajectory(mixed_run, trajectory(optax.chain(optax.clip_by_global_norm(1.0),
-                                                             reference)))
-
-
-def test_optax_wrappers_around_functrain_optimizers():
-    pairs = [
-        (optax.MultiSteps(functrain.adam(1e-2), every_k_schedule=3).gradient_transformation(),
-         optax.MultiSteps(optax.adam(1e-2), every_k_schedule=3).gradient_transformation()),
-        (optax.masked(functrain.lamb(1e-2, weight_decay=1e-2), matrices_only),
-         optax.masked(optax.lamb(1e-2, weight_decay=1e-2), matrices_only)),
-        (optax.inject_hyperparams(functrain.adamw)(learning_rate=1e-2, weight_decay=1e-3),
-         optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2, weight_decay=1e-3)),
-        (optax.apply_if_finite(functrain.lars(0.5), max_consecutive_errors=2),
-         optax.apply_if_finite(optax.lars(0.5), max_consecutive_errors=2)),
-    ]
-    for ours, theirs in pairs:
-        assert_same_trajectory(trajectory(ours, steps=12), trajectory(theirs, steps=12))

@@ -30,17 +30,9 @@ from functrain.seed_updates import (
     optimizer_update,
 )
 
+from helpers import loose, tight
+
 A = jnp.array
-
-
-def tight(got, expected):
-    """Docs printed ~8 significant digits: agree to float32 rounding."""
-    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=3e-7, atol=1e-10)
-
-
-def loose(got, expected):
-    """Docs printed ~3 significant digits: agree to that rounding."""
-    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=6e-3, atol=1e-7)
 
 
 def assert_tree(check, got, expected):

@@ -56,27 +56,6 @@ def test_mismatched_trees_name_paths():
         ft.add(A, {"x": A["x"], "y": [A["y"][0]]})
 
 
-def test_check_structure_reports_type_differences():
-    with pytest.raises(ValueError, match="list.*tuple|tuple.*list|container types"):
-        ft.check_structure([1, 2], (1, 2), "b", "a")
-
-
-def test_resolve_mask_prefix_function_and_errors():
-    params = {"enc": {"w": 1.0, "b": 2.0}, "dec": 3.0}
-    assert ft.resolve_mask({"enc": False, "dec": True}, params, "m") == [True, False, False]
-    assert ft.resolve_mask(lambda p: {"enc": {"w": True, "b": False}, "dec": False},
-                           params, "m") == [False, False, True]
-    assert ft.resolve_mask(True, params, "m") == [True] * 3
-    with pytest.raises(ValueError, match="mask of m"):
-        ft.resolve_mask({"other": True}, params, "m")
-    with pytest.raises(TypeError, match="Python bools"):
-        ft.resolve_mask({"enc": jnp.ones(2, bool), "dec": True}, params, "m")
-
-
-def test_masked_node_holds_no_leaves():
-    assert jax.tree_util.tree_leaves({"a": ft.MaskedNode()}) == []
-
-
 def test_traced_full_like_is_exact_for_non_finite_params():
     """Under jit the fill is derived from the param; inf/NaN entries never leak in."""
     x = jnp.array([jnp.inf, -jnp.inf, jnp.nan, -2.0, 0.0])
@@ -84,3 +63,54 @@ def test_traced_full_like_is_exact_for_non_finite_params():
     np.testing.assert_array_equal(out, np.full(5, 0.25, np.float32))
     zeros = jax.jit(lambda x: ft.zeros_like(x, jnp.bfloat16))(x)
     assert zeros.dtype == jnp.bfloat16 and not bool(jnp.any(zeros != 0))
+
+
+def test_leaf_norm_and_sum_of_squares():
+    x = jnp.array([[3.0], [4.0]])
+    np.testing.assert_allclose(ft.sum_of_squares(x), 25.0)
+    np.testing.assert_allclose(ft.sum_of_squares(jnp.array([1j, 2.0])), 5.0)
+    assert ft.sum_of_squares(jnp.ones(2, jnp.bfloat16)).dtype == jnp.float32
+    assert ft.sum_of_squares(jnp.arange(3)).dtype == jnp.float32
+    np.testing.assert_allclose(ft.leaf_norm(x), 5.0)
+    # Differentiable at zero: gradient 0, not NaN.
+    np.testing.assert_array_equal(jax.grad(ft.leaf_norm)(jnp.zeros(3)), np.zeros(3))
+    np.testing.assert_allclose(jax.grad(ft.leaf_norm)(jnp.array([3.0, 4.0])), [0.6, 0.8])
+
+
+def test_compute_dtype_and_single_leaves():
+    assert ft.compute_dtype(jnp.bfloat16) == jnp.float32
+    assert ft.compute_dtype(jnp.float16) == jnp.float32
+    assert ft.compute_dtype(jnp.float32) == jnp.float32
+    assert ft.is_single_leaf(jnp.ones(2)) and ft.is_single_leaf(1.0)
+    assert not ft.is_single_leaf({}) and not ft.is_single_leaf([1.0])
+
+
+def test_get_path_and_set_path():
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        a: float
+        b: tuple
+
+    tree = {"x": [1.0, Pair(2.0, (3.0, 4.0))]}
+    assert ft.get_path(tree, ("x", 1, "b", 0)) == 3.0
+    assert ft.get_path(tree, ("x", 1, 0)) == 2.0          # a NamedTuple field by position
+    assert ft.get_path(tree, ()) is tree
+    new = ft.set_path(tree, ("x", 1, "a"), 9.0)
+    assert isinstance(new["x"][1], Pair) and new["x"][1].a == 9.0
+    assert tree["x"][1].a == 2.0                          # the original is untouched
+    with pytest.raises(KeyError, match="no child 'y'"):
+        ft.get_path(tree, ("y",))
+    with pytest.raises(KeyError, match="cannot index into a leaf"):
+        ft.get_path(tree, ("x", 0, 0))
+
+
+def test_map_broadcast():
+    out = ft.map_broadcast(lambda w, s: w * s, ("w", "s"), ({"a": jnp.ones(2)}, 3.0))
+    np.testing.assert_array_equal(out["a"], [3.0, 3.0])
+    assert ft.map_broadcast(lambda a, b: a + b, ("a", "b"), (1.0, 2.0)) == 3.0
+    two = ft.map_broadcast(lambda a, b: (a + b, a - b), ("a", "b"),
+                           ([1.0, 2.0], [0.5, 0.5]), num_outputs=2)
+    assert two == ([1.5, 2.5], [0.5, 1.5])
+    with pytest.raises(ValueError, match="`b`"):
+        ft.map_broadcast(lambda a, b: a + b, ("a", "b"), ({"x": 1.0}, {"y": 1.0}))

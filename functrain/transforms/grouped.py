@@ -147,7 +147,7 @@ def _check_state(state: Any, stages: Sequence[LeafStage], layout: _Layout,
                 if got != want:
                     raise ValueError(
                         f"grouped: {stage.name} state .{stage.leaf_fields[j]} of the group "
-                        f"{ft._fmt_paths([paths[i] for i in idx])} has shape {got}, expected "
+                        f"{ft.format_paths([paths[i] for i in idx])} has shape {got}, expected "
                         f"{want}: was the state made by this optimizer's init?")
         for j in shaped:
             field = state.singles[k][j] if stage.state_cls is not None else ()
@@ -160,7 +160,7 @@ def _check_state(state: Any, stages: Sequence[LeafStage], layout: _Layout,
     for idx in layout.chunks:
         dts = {jnp.result_type(gs[i]) for i in idx}
         if len(dts) > 1:
-            raise ValueError(f"grouped: updates {ft._fmt_paths([paths[i] for i in idx])} share "
+            raise ValueError(f"grouped: updates {ft.format_paths([paths[i] for i in idx])} share "
                              f"a group but have different dtypes {sorted(map(str, dts))}.")
 
 

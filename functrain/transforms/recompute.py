@@ -25,7 +25,7 @@ When. Only on the backends in :data:`BACKENDS` (measured to pay: CPU), when
 ``FUNCTRAIN_ENGINE_OPT`` allows it (see :func:`enabled`), and when the
 temporaries saved reach :data:`MIN_BYTES` (below that the recomputing
 reduction is the slower kernel: 2M params, 3.7 -> 4.5 ms). On GPU/TPU this was
-not measured, so it is off there. ``tests/engine/test_recompute.py`` fails if
+not measured, so it is off there. ``tests/transforms/test_recompute.py`` fails if
 the recompute stops firing where it should.
 """
 

@@ -1,4 +1,4 @@
-"""functrain.grouped (issue 5, P2): same numbers as the ungrouped engine, stacked state."""
+"""functrain.transforms.grouped (issue 5, P2): the ungrouped engine's numbers, stacked state."""
 
 import jax
 import jax.numpy as jnp

@@ -1,0 +1,405 @@
+"""Helpers shared by the test files: one copy of each.
+
+Test files anywhere under ``tests/`` import them as ``from helpers import ...``
+(``tests/conftest.py`` puts ``tests/`` on ``sys.path``). Fixtures live in
+``tests/conftest.py``.
+
+* Trees: :func:`make_params`, :func:`make_grads`, :func:`matrices_only`, :func:`loss_value`.
+* Against optax: :func:`trajectory` and :func:`assert_same_trajectory`, every step compared.
+* Against a formula by hand: :func:`check_against_formula` on ``FORMULA_P0``/``FORMULA_GRADS``.
+* Every named optimizer: :func:`optimizer_functions` (by introspection of
+  ``functrain/optimizers/*.py``), ``OPTIMIZER_ARGS`` and the checks each family
+  file runs on its optimizers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import functrain as ft
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "functrain"
+
+# --------------------------------------------------------------------------
+# Trees
+# --------------------------------------------------------------------------
+
+
+def make_params(scalar: bool = True, vector: bool = True) -> dict:
+    """A tree with a zero-valued leaf, a scalar leaf, nested containers and mixed shapes.
+
+    ``scalar=False`` leaves out the scalar leaf (optax's sm3 fails on scalars);
+    ``vector=False`` leaves out the (5,) leaf (and so draws the later leaves
+    from an earlier point of the same random stream).
+    """
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.standard_normal((4, 3)), jnp.float32)
+    layers = [jnp.asarray(rng.standard_normal((5,)), jnp.float32)] if vector else []
+    layers.append(jnp.asarray(rng.uniform(1, 2, (2, 2, 2)), jnp.float32))
+    params = {"dense": {"w": w, "b": jnp.zeros((3,), jnp.float32)}, "layers": layers}
+    if scalar:
+        params["scalar"] = jnp.asarray(0.7, jnp.float32)
+    return params
+
+
+def make_grads(params: Any, steps: int = 50, seed: int = 1) -> Any:
+    """Gradients whose magnitudes span 1e-3..1e3, stacked over ``steps``."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(p):
+        shape = (steps,) + p.shape
+        mag = 10.0 ** rng.uniform(-3, 3, shape)
+        return jnp.asarray(rng.standard_normal(shape) * mag, p.dtype)
+
+    return jax.tree_util.tree_map(leaf, params)
+
+
+def matrices_only(params: Any) -> Any:
+    """A mask (or weight-decay mask) selecting the leaves with more than one dimension."""
+    return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+
+
+def loss_value(params: Any) -> jax.Array:
+    """A loss value for the optimizers that take one (Polyak)."""
+    return 0.5 * sum(jnp.sum(x * x) for x in jax.tree_util.tree_leaves(params))
+
+
+# --------------------------------------------------------------------------
+# Trajectories against optax
+# --------------------------------------------------------------------------
+
+STEPS = 50
+# Test-only: XLA's cheapest CPU codegen halves compile time; numerics are unchanged.
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def trajectory(opt: Any, apply_updates: Callable, params: Any, grads: Any,
+               steps: Optional[int] = None, with_value: bool = False) -> Any:
+    """Params after each step of one jitted step function, stacked over the steps.
+
+    Args:
+      opt: the transformation.
+      apply_updates: ``functrain.apply_updates`` or ``optax.apply_updates``.
+      params: the initial parameters.
+      grads: a tree of arrays stacked over the steps (step ``t`` reads ``x[t]``),
+        or a function ``params -> grads`` called inside the step.
+      steps: how many steps (default: the stacked length, or ``STEPS``).
+      with_value: pass ``value=loss_value(params)`` to ``update`` (Polyak).
+    """
+    if steps is None:
+        steps = STEPS if callable(grads) else jax.tree_util.tree_leaves(grads)[0].shape[0]
+
+    @jax.jit(compiler_options=FAST_COMPILE)
+    def step(p, s, g):
+        if callable(grads):
+            g = grads(p)
+        extra = {"value": loss_value(p)} if with_value else {}
+        u, s = opt.update(g, s, p, **extra)
+        return apply_updates(p, u), s
+
+    state, out = opt.init(params), []
+    for t in range(steps):
+        g = None if callable(grads) else jax.tree_util.tree_map(lambda x: x[t], grads)
+        params, state = step(params, state, g)
+        out.append(params)
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *out)
+
+
+def assert_same_trajectory(ours: Any, theirs: Any, *, params: Any = None, grads: Any = None,
+                           steps: Optional[int] = None, with_value: bool = False,
+                           name: str = "", rtol: float = 2e-5, atol: float = 1e-6,
+                           apply_ours: Callable = ft.apply_updates,
+                           apply_theirs: Callable = optax.apply_updates) -> None:
+    """``ours`` and ``theirs`` give the same params at every step, and the params really moved.
+
+    Args:
+      ours, theirs: the two transformations (usually functrain's and optax's).
+      params: the initial parameters (default :func:`make_params`).
+      grads: stacked gradients or a function of the params (default
+        :func:`make_grads` over ``steps`` or ``STEPS`` steps).
+      steps: the number of steps.
+      with_value: pass a loss ``value`` to ``update``.
+      name: named in failure messages.
+      rtol, atol: the tolerance at every step (optax parity: 2e-5, 1e-6).
+      apply_ours, apply_theirs: how each side applies its updates.
+    """
+    params = make_params() if params is None else params
+    grads = make_grads(params, steps or STEPS) if grads is None else grads
+    a = trajectory(ours, apply_ours, params, grads, steps, with_value)
+    b = trajectory(theirs, apply_theirs, params, grads, steps, with_value)
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b), name
+    moved = False
+    for (path, x), y, p0 in zip(jax.tree_util.tree_flatten_with_path(a)[0],
+                                jax.tree_util.tree_leaves(b), jax.tree_util.tree_leaves(params)):
+        where = f"{name} {jax.tree_util.keystr(path)}".strip()
+        assert x.dtype == y.dtype, (where, x.dtype, y.dtype)
+        x, y = np.asarray(x), np.asarray(y)
+        bad = ~np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
+        first = int(np.argmax(bad.reshape(len(bad), -1).any(axis=1))) if bad.any() else None
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol,
+                                   err_msg=f"{where}: first differs at step {first}")
+        moved |= bool(np.any(x[-1] != np.asarray(p0)))
+    assert moved, f"{name} never moved the params: the comparison would be vacuous"
+
+
+def jitted_steps(opt: Any, params: Any, grads: Any, steps: int = 4) -> tuple:
+    """``(params, state)`` after ``steps`` steps with the same gradients, all in one jit."""
+    @jax.jit
+    def run(params):
+        state = opt.init(params)
+        for _ in range(steps):
+            updates, state = opt.update(grads, state, params)
+            params = ft.apply_updates(params, updates)
+        return params, state
+    return run(params)
+
+
+# --------------------------------------------------------------------------
+# Hand-derived formulas (numpy, float64)
+# --------------------------------------------------------------------------
+
+FORMULA_P0 = np.array([0.5, -1.5, 2.0, 0.0], np.float64)
+FORMULA_GRADS = [np.array([0.1, -2.0, 0.3, 1.0]), np.array([-0.4, 0.5, 0.0, 2.0]),
+                 np.array([1.0, 1.0, -1.0, -0.5])]
+
+
+def run_on_formula_inputs(opt: Any, steps: int = len(FORMULA_GRADS)) -> list:
+    """Params (float64 copies) after each step from ``FORMULA_P0`` with ``FORMULA_GRADS``."""
+    p = jnp.asarray(FORMULA_P0, jnp.float32)
+    state = opt.init(p)
+    out = []
+    for g in FORMULA_GRADS[:steps]:
+        u, state = opt.update(jnp.asarray(g, jnp.float32), state, p)
+        p = ft.apply_updates(p, u)
+        out.append(np.asarray(p, np.float64))
+    return out
+
+
+def check_against_formula(opt: Any, reference: list) -> None:
+    """Every step of ``opt`` equals the hand-written ``reference`` trajectory (float32 rounding)."""
+    ours = run_on_formula_inputs(opt)
+    assert len(ours) == len(reference)
+    for ours_p, theirs_p in zip(ours, reference):
+        np.testing.assert_allclose(ours_p, theirs_p, rtol=1e-5, atol=1e-7)
+
+
+def updates_of(tx: Any, grads: list = None, params: Any = FORMULA_P0, **extra: Any) -> list:
+    """The updates (float64 copies) of each step of ``tx`` on fixed ``params``.
+
+    ``grads`` defaults to ``FORMULA_GRADS``; ``params=None`` passes no params.
+    """
+    grads = FORMULA_GRADS if grads is None else grads
+    p = None if params is None else jnp.asarray(params, jnp.float32)
+    state = tx.init(jnp.zeros(np.shape(grads[0]), jnp.float32) if p is None else p)
+    out = []
+    for g in grads:
+        u, state = tx.update(jnp.asarray(g, jnp.float32), state, p, **extra)
+        out.append(np.asarray(u, np.float64))
+    return out
+
+
+def assert_updates(ours: list, reference: list, rtol: float = 1e-5, atol: float = 1e-7) -> None:
+    """Step by step, ``ours`` equals the hand-derived ``reference`` (float32 rounding)."""
+    assert len(ours) == len(reference)
+    for t, (a, b) in enumerate(zip(ours, reference)):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"step {t}")
+
+
+def tight(got: Any, expected: Any) -> None:
+    """Documents printed ~8 significant digits: agree to float32 rounding."""
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=3e-7, atol=1e-10)
+
+
+def loose(got: Any, expected: Any) -> None:
+    """Documents printed ~3 significant digits: agree to that rounding."""
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=6e-3, atol=1e-7)
+
+
+# --------------------------------------------------------------------------
+# Every named optimizer
+# --------------------------------------------------------------------------
+
+def optimizer_modules() -> list:
+    """The modules ``functrain/optimizers/*.py`` (found on disk, so a new file is included)."""
+    return [importlib.import_module(f"functrain.optimizers.{p.stem}")
+            for p in sorted((PACKAGE / "optimizers").glob("*.py")) if p.stem != "__init__"]
+
+
+def optimizer_functions(module: Any = None) -> dict:
+    """name -> function for the public functions defined in ``module`` (default: every file).
+
+    A function counts if its ``__module__`` is that module and its name does
+    not start with ``_``: every named optimizer the package defines.
+    """
+    modules = optimizer_modules() if module is None else [module]
+    found = {}
+    for mod in modules:
+        for name, obj in vars(mod).items():
+            if (inspect.isfunction(obj) and obj.__module__ == mod.__name__
+                    and not name.startswith("_")):
+                found[name] = obj
+    return found
+
+
+# Arguments that exercise each optimizer (a few non-defaults each).
+OPTIMIZER_ARGS = {
+    "sgd": dict(learning_rate=0.1, momentum=0.9),
+    "adam": dict(learning_rate=0.1),
+    "adamw": dict(learning_rate=0.1, weight_decay=0.01),
+    "lamb": dict(learning_rate=0.1, weight_decay=0.01),
+    "lars": dict(learning_rate=0.1, weight_decay=0.01),
+    "rmsprop": dict(learning_rate=0.1, momentum=0.5, centered=True),
+    "adagrad": dict(learning_rate=0.1),
+    "lion": dict(learning_rate=0.1),
+    "adafactor": dict(learning_rate=0.1, min_dim_size_to_factor=2, momentum=0.5,
+                      weight_decay_rate=0.01),
+    "nadam": dict(learning_rate=0.1),
+    "nadamw": dict(learning_rate=0.1, weight_decay=0.01),
+    "adabelief": dict(learning_rate=0.1),
+    "adamax": dict(learning_rate=0.1),
+    "adamaxw": dict(learning_rate=0.1, weight_decay=0.01),
+    "novograd": dict(learning_rate=0.1, weight_decay=0.01),
+    "radam": dict(learning_rate=0.1, b2=0.9),
+    "sm3": dict(learning_rate=0.1),
+    "sign_sgd": dict(learning_rate=0.1),
+    "signum": dict(learning_rate=0.1),
+    "amsgrad": dict(learning_rate=0.1),
+    "yogi": dict(learning_rate=0.1),
+    "fromage": dict(learning_rate=0.1),
+    "noisy_sgd": dict(learning_rate=0.1, key=0),
+    "adadelta": dict(learning_rate=1.0, weight_decay=0.01),
+    "rprop": dict(learning_rate=0.1),
+    "polyak_sgd": dict(max_learning_rate=0.5),
+    "optimistic_gradient_descent": dict(learning_rate=0.1),
+}
+
+
+def optimizer_names(module: Any) -> list:
+    """The optimizers a family's test file parametrizes over: those ``module`` defines."""
+    return sorted(optimizer_functions(module))
+
+
+def small_tree(dtype: Any = jnp.float32, scalar: bool = True) -> dict:
+    tree = {"w": jnp.arange(6, dtype=dtype).reshape(2, 3) / 7 - 0.3, "b": jnp.zeros(3, dtype)}
+    if scalar:
+        tree["s"] = jnp.asarray(0.5, dtype)
+    return tree
+
+
+def small_grads(dtype: Any = jnp.float32, steps: int = 3, scalar: bool = True) -> list:
+    rng = np.random.default_rng(2)
+    return [jax.tree_util.tree_map(
+        lambda p: jnp.asarray(rng.standard_normal(p.shape), dtype), small_tree(dtype, scalar))
+        for _ in range(steps)]
+
+
+def run_steps(opt: Any, params: Any, grads: list, **extra: Any) -> tuple:
+    """Eager steps (cheap once the primitives are compiled): [(params, updates)], state."""
+    state, out = opt.init(params), []
+    for g in grads:
+        u, state = opt.update(g, state, params, value=loss_value(params), **extra)
+        params = ft.apply_updates(params, u)
+        out.append((params, u))
+    return out, state
+
+
+def check_extra_args_ignored_and_inject_hyperparams(name: str) -> None:
+    """Unknown ``update`` keywords are ignored; ``inject_hyperparams`` gives the same numbers."""
+    factory, kwargs = getattr(ft, name), OPTIMIZER_ARGS[name]
+    params, grads = small_tree(), small_grads(steps=2)
+    plain, _ = run_steps(factory(**kwargs), params, grads)
+    noisy, _ = run_steps(factory(**kwargs), params, grads,
+                         unknown_argument=jnp.ones(()), another="text")
+    injected_opt = ft.inject_hyperparams(factory)(**kwargs)
+    injected, state = run_steps(injected_opt, params, grads, unknown_argument=1.0)
+    rate = "max_learning_rate" if name == "polyak_sgd" else "learning_rate"
+    assert rate in state.hyperparams
+    for (_, u1), (_, u2), (_, u3) in zip(plain, noisy, injected):
+        for a, b, c in zip(*map(jax.tree_util.tree_leaves, (u1, u2, u3))):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(c, a, rtol=2e-5, atol=1e-6, err_msg=name)
+    assert any(np.any(np.asarray(u) != 0) for u in jax.tree_util.tree_leaves(plain[-1][1]))
+    # Under jit the hyperparameters are traced: every factory must accept that.
+    # (Lowering traces the whole step; compiling would add nothing but time.)
+    jax.jit(lambda p, s, g: injected_opt.update(g, s, p, value=loss_value(p))).lower(
+        params, state, grads[0])
+
+
+def check_float64_params_stay_float64(name: str) -> None:
+    """float64 params give float64 updates and states, with optax's float64 numbers."""
+    factory, kwargs = getattr(ft, name), OPTIMIZER_ARGS[name]
+    if name == "adafactor":  # its momentum is float32 unless told otherwise (as optax)
+        kwargs = dict(kwargs, dtype_momentum=jnp.float64)
+    with jax.enable_x64(True):
+        scalar = name != "sm3"  # optax's sm3 fails on scalar leaves
+        params = small_tree(jnp.float64, scalar)
+        grads = small_grads(jnp.float64, steps=2, scalar=scalar)
+        out, state = run_steps(factory(**kwargs), params, grads)
+        for p, u in out:
+            for x in jax.tree_util.tree_leaves((p, u)):
+                assert x.dtype == jnp.float64, name
+        for x in jax.tree_util.tree_leaves(state):
+            if jnp.issubdtype(x.dtype, jnp.floating):
+                assert x.dtype == jnp.float64, (name, x.dtype)
+        # The arithmetic is float64 as well: optax under x64 agrees far below
+        # float32 rounding (any float32 step in between would show at ~1e-7).
+        theirs, _ = run_steps(getattr(optax, name)(**kwargs), params, grads)
+        for (p1, _), (p2, _) in zip(out, theirs):
+            for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)):
+                np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13, err_msg=name)
+    assert not jax.config.jax_enable_x64
+
+
+def rosenbrock(p: jax.Array) -> jax.Array:
+    x, y = p[0], p[1]
+    return (1.0 - x) ** 2 + 100.0 * (y - x ** 2) ** 2
+
+
+def assert_reaches_rosenbrock_minimum(opt: Any) -> None:
+    """optax's convergence bar: Rosenbrock (a=1, b=100) from (0, 0) to (1, 1) in 10,000 steps."""
+    params = jnp.zeros(2)  # one leaf, as optax's test: the trust ratio sees the vector
+
+    @jax.jit
+    def run(params):
+        def step(carry, _):
+            p, s = carry
+            u, s = opt.update(jax.grad(rosenbrock)(p), s, p)
+            return (ft.apply_updates(p, u), s), None
+        return jax.lax.scan(step, (params, opt.init(params)), None, length=10_000)[0][0]
+
+    final = run(params)
+    np.testing.assert_allclose(final, [1.0, 1.0], atol=3e-2)
+
+
+# --------------------------------------------------------------------------
+# Properties every wrapper and combinator keeps
+# --------------------------------------------------------------------------
+
+def assert_empty_params_step(opt: Any) -> None:
+    """init and a jitted update on ``{}`` give ``{}``."""
+    state = opt.init({})
+    updates, state = jax.jit(lambda s: opt.update({}, s, {}))(state)
+    assert updates == {}
+
+
+def assert_state_donatable(opt: Any) -> None:
+    """The state initialises abstractly (same structure), has distinct buffers, and donates."""
+    params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    abstract = jax.eval_shape(opt.init, params)
+    state = opt.init(params)
+    assert jax.tree_util.tree_structure(abstract) == jax.tree_util.tree_structure(state)
+    buffers = [id(x) for x in jax.tree_util.tree_leaves(state)]
+    assert len(buffers) == len(set(buffers))
+    step = jax.jit(lambda p, s, g: opt.update(g, s, p), donate_argnums=1)
+    for _ in range(2):
+        _, state = step(params, state, {"w": jnp.ones((2, 2)), "b": jnp.ones(2)})
+    jax.block_until_ready(state)

@@ -1,0 +1,100 @@
+"""functrain.optimizers.sgd_family: by hand (numpy), convergence, and for each optimizer of
+the file: unknown update keywords, inject_hyperparams, float64.
+
+Every step against optax: tests/parity/test_optax_parity.py.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import functrain as ft
+from functrain.optimizers import sgd_family
+from helpers import (FORMULA_GRADS, FORMULA_P0, assert_reaches_rosenbrock_minimum,
+                     check_against_formula, check_extra_args_ignored_and_inject_hyperparams,
+                     check_float64_params_stay_float64, optimizer_names)
+
+NAMES = optimizer_names(sgd_family)
+
+
+def ref_sgd(lr, momentum=0.0, nesterov=False):
+    p, t, out = FORMULA_P0.copy(), np.zeros_like(FORMULA_P0), []
+    for g in FORMULA_GRADS:
+        t = g + momentum * t
+        p = p - lr * ((g + momentum * t) if nesterov else t)
+        out.append(p)
+    return out
+
+
+def ref_lars(lr, wd, tc, momentum):
+    p, t, out = FORMULA_P0.copy(), np.zeros_like(FORMULA_P0), []
+    for g in FORMULA_GRADS:
+        u = g + wd * p
+        pn, un = np.linalg.norm(p), np.linalg.norm(u)
+        u = u * (tc * pn / un if pn > 0 and un > 0 else 1.0)
+        t = -lr * u + momentum * t
+        p = p + t
+        out.append(p)
+    return out
+
+
+def ref_lion(lr, b1, b2, wd):
+    p, m, out = FORMULA_P0.copy(), np.zeros_like(FORMULA_P0), []
+    for g in FORMULA_GRADS:
+        u = np.sign((1 - b1) * g + b1 * m) + wd * p
+        m = b2 * m + (1 - b2) * g
+        p = p - lr * u
+        out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("opt,reference", [
+    (ft.sgd(0.1), ref_sgd(0.1)),
+    (ft.sgd(0.1, momentum=0.9), ref_sgd(0.1, 0.9)),
+    (ft.sgd(0.1, momentum=0.9, nesterov=True), ref_sgd(0.1, 0.9, True)),
+    (ft.lars(0.1), ref_lars(0.1, 0.0, 0.001, 0.9)),
+    (ft.lars(0.1, weight_decay=0.1, trust_coefficient=0.5, momentum=0.5),
+     ref_lars(0.1, 0.1, 0.5, 0.5)),
+    (ft.lion(0.01), ref_lion(0.01, 0.9, 0.99, 1e-3)),
+], ids=["sgd", "momentum", "nesterov", "lars", "lars_settings", "lion"])
+def test_against_hand_formula(opt, reference):
+    check_against_formula(opt, reference)
+
+
+def test_novograd_by_hand():
+    opt = ft.novograd(0.1, b1=0.5, b2=0.5, eps=0.0, weight_decay=0.1)
+    p = [jnp.array([1., 1.])]
+    state = opt.init(p)
+    u1, state = opt.update([jnp.array([3., 4.])], state, p)
+    m1 = np.array([3., 4.]) / 5.0 + 0.1
+    np.testing.assert_allclose(u1[0], -0.1 * m1, rtol=1e-6)
+    u2, state = opt.update([jnp.array([0., 1.])], state, p)
+    nu2 = 0.5 * 25.0 + 0.5 * 1.0
+    m2 = 0.5 * m1 + np.array([0., 1.]) / np.sqrt(nu2) + 0.1
+    np.testing.assert_allclose(u2[0], -0.1 * m2, rtol=1e-6)
+    assert state[0].nu[0].shape == ()
+
+
+def test_polyak_needs_value():
+    opt = ft.polyak_sgd()
+    with pytest.raises(ValueError, match="value="):
+        opt.update([jnp.ones(1)], opt.init([jnp.ones(1)]), [jnp.ones(1)])
+
+
+@pytest.mark.parametrize("opt", [ft.sgd(1e-3, momentum=0.9)], ids=["sgd_momentum"])
+def test_reaches_the_minimum(opt):
+    assert_reaches_rosenbrock_minimum(opt)
+
+
+# --------------------------------------------------------------------------
+# Every optimizer of this file
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_extra_args_ignored_and_inject_hyperparams(name):
+    check_extra_args_ignored_and_inject_hyperparams(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float64_params_stay_float64(name):
+    check_float64_params_stay_float64(name)

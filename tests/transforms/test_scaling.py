@@ -1,0 +1,76 @@
+"""functrain.transforms.scaling: scale, schedules, learning rates, weight decay, Polyak, zero."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import functrain as ft
+from helpers import FORMULA_GRADS, FORMULA_P0, assert_updates, updates_of
+
+
+def test_scale_by_hand():
+    assert_updates(updates_of(ft.scale(-0.5)), [-0.5 * g for g in FORMULA_GRADS])
+    assert ft.scale(2.0).init(jnp.ones(2)) == ft.EmptyState()
+
+
+def test_scale_by_schedule_reads_the_count_before_incrementing():
+    ours = updates_of(ft.scale_by_schedule(lambda count: 0.1 * (count + 1)))
+    assert_updates(ours, [0.1 * (t + 1) * g for t, g in enumerate(FORMULA_GRADS)])
+    with pytest.raises(TypeError, match="function of the step count"):
+        ft.scale_by_schedule(0.1)
+
+
+def test_schedule_counter_saturates():
+    tx = ft.scale_by_schedule(lambda c: c.astype(jnp.float32))
+    state = ft.ScaleByScheduleState(count=jnp.asarray(jnp.iinfo(jnp.int32).max, jnp.int32))
+    _, state = tx.update([jnp.ones(1)], state)
+    assert int(state.count) == jnp.iinfo(jnp.int32).max
+
+
+def test_scale_by_learning_rate_by_hand():
+    assert_updates(updates_of(ft.scale_by_learning_rate(0.1)), [-0.1 * g for g in FORMULA_GRADS])
+    assert_updates(updates_of(ft.scale_by_learning_rate(0.1, flip_sign=False)),
+                   [0.1 * g for g in FORMULA_GRADS])
+    scheduled = updates_of(ft.scale_by_learning_rate(lambda c: 0.1 / (c + 1)))
+    assert_updates(scheduled, [-0.1 / (t + 1) * g for t, g in enumerate(FORMULA_GRADS)])
+
+
+def test_add_decayed_weights_by_hand():
+    assert_updates(updates_of(ft.add_decayed_weights(0.1)),
+                   [g + 0.1 * FORMULA_P0 for g in FORMULA_GRADS])
+    scheduled = updates_of(ft.add_decayed_weights(lambda c: 0.1 * (c + 1)))
+    assert_updates(scheduled, [g + 0.1 * (t + 1) * FORMULA_P0
+                               for t, g in enumerate(FORMULA_GRADS)])
+    params = {"w": jnp.array([1.0, 2.0]), "b": jnp.array([3.0])}
+    tx = ft.add_decayed_weights(0.5, mask={"w": True, "b": False})
+    u, _ = tx.update({"w": jnp.zeros(2), "b": jnp.zeros(1)}, tx.init(params), params)
+    np.testing.assert_allclose(u["w"], [0.5, 1.0])
+    np.testing.assert_array_equal(u["b"], [0.0])
+    with pytest.raises(ValueError, match="params.*required"):
+        tx.update(params, tx.init(params))
+    with pytest.raises(ValueError, match="weight_decay"):
+        ft.add_decayed_weights(-0.1)
+
+
+@pytest.mark.parametrize("variant", ["sps", "sps+"])
+def test_scale_by_polyak_by_hand(variant):
+    g = {"a": jnp.array([1.0, 1.0]), "b": jnp.array(2.0)}     # ||g||^2 = 6
+    tx = ft.scale_by_polyak(f_min=1.0, max_learning_rate=10.0, eps=2.0, variant=variant)
+    u, _ = tx.update(g, tx.init(g), value=jnp.array(5.0))   # (5 - 1) / (6 + 2) = 0.5
+    np.testing.assert_allclose(u["a"], [0.5, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(u["b"], 1.0, rtol=1e-6)
+    capped, _ = ft.scale_by_polyak(max_learning_rate=0.1).update(g, (), value=jnp.array(60.0))
+    np.testing.assert_allclose(capped["b"], 0.2, rtol=1e-6)
+    below, _ = tx.update(g, (), value=jnp.array(0.0))      # value under f_min
+    np.testing.assert_allclose(below["b"], 0.0 if variant == "sps+" else -0.25, rtol=1e-6)
+    zero, _ = tx.update({"a": jnp.zeros(2), "b": jnp.array(0.0)}, (), value=jnp.array(5.0))
+    assert all(float(jnp.max(jnp.abs(x))) == 0.0 for x in zero.values())
+    with pytest.raises(ValueError, match="variant"):
+        ft.scale_by_polyak(variant="sps++")
+
+
+def test_set_to_zero():
+    tx = ft.set_to_zero()
+    u, state = tx.update({"w": jnp.full(3, jnp.nan)}, tx.init({"w": jnp.ones(3)}))
+    np.testing.assert_array_equal(u["w"], np.zeros(3))
+    assert jnp.asarray(u["w"]).dtype == jnp.float32

@@ -1,0 +1,119 @@
+"""functrain.wrappers.masking: masked, multi_transform, partition, freeze (by hand; every step
+against optax in tests/parity/test_optax_parity.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import functrain as ft
+from functrain.tree import MaskedNode
+from helpers import assert_empty_params_step, assert_state_donatable, matrices_only
+
+
+def test_masked_weight_decay_by_hand():
+    opt = ft.chain(ft.masked(ft.add_decayed_weights(0.1), {"w": True, "b": False}),
+                   ft.sgd(0.5))
+    params = {"w": jnp.array([2., -4.]), "b": jnp.array([3.])}
+    state = opt.init(params)
+    grads = {"w": jnp.array([1., 1.]), "b": jnp.array([1.])}
+    for _ in range(3):
+        u, state = opt.update(grads, state, params)
+        expected_w = params["w"] - 0.5 * (grads["w"] + 0.1 * params["w"])
+        expected_b = params["b"] - 0.5 * grads["b"]
+        params = ft.apply_updates(params, u)
+        np.testing.assert_allclose(params["w"], expected_w, rtol=1e-6)
+        np.testing.assert_allclose(params["b"], expected_b, rtol=1e-6)
+
+
+def test_masked_out_leaves_hold_no_state():
+    params = {"w": jnp.ones((3, 3)), "b": jnp.ones(3)}
+    state = ft.masked(ft.adam(1e-2), {"w": True, "b": False}).init(params)
+    adam_state = state.inner_state[0]
+    assert isinstance(adam_state.mu["b"], MaskedNode)
+    assert isinstance(adam_state.nu["b"], MaskedNode)
+    assert [x.shape for x in jax.tree_util.tree_leaves(state)] == [(), (3, 3), (3, 3)]
+    frozen = ft.freeze({"w": True, "b": False}).init(params)
+    assert jax.tree_util.tree_leaves(frozen) == []
+    # multi_transform: each group's optimizer holds state for its own leaves only.
+    state = ft.multi_transform({"x": ft.adam(1e-2), "y": ft.sgd(0.1, momentum=0.9)},
+                               {"w": "x", "b": "y"}).init(params)
+    assert [x.shape for x in jax.tree_util.tree_leaves(state.inner_states["x"])] == \
+        [(), (3, 3), (3, 3)]
+    assert [x.shape for x in jax.tree_util.tree_leaves(state.inner_states["y"])] == [(3,)]
+
+
+def test_stage_mask_inside_a_placeholder_tree_hits_the_right_leaves():
+    """A masked optimizer behind apply_if_finite inside masked: flags index real leaves."""
+    params = {'a': jnp.array([1.]), 'b': jnp.array([1.]), 'c': jnp.array([1.])}
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    results = []
+    for lib in (ft, optax):
+        opt = lib.masked(lib.apply_if_finite(
+            lib.adamw(0.1, weight_decay=0.5, mask={'a': True, 'b': False, 'c': False}), 2),
+            {'a': False, 'b': True, 'c': True})
+        results.append(opt.update(grads, opt.init(params), params)[0])
+    for x, y in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])):
+        np.testing.assert_allclose(x, y, rtol=1e-6)
+
+
+def test_freeze_and_partition_by_hand():
+    params = {"w": jnp.array([1.0, 2.0]), "b": jnp.array([3.0])}
+    grads = {"w": jnp.array([1.0, -1.0]), "b": jnp.array([2.0])}
+    opt = ft.chain(ft.freeze({"w": False, "b": True}), ft.sgd(0.5))
+    u, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_allclose(u["w"], [-0.5, 0.5])
+    np.testing.assert_array_equal(u["b"], [0.0])
+    opt = ft.partition({"fast": ft.sgd(1.0), "off": ft.set_to_zero()}, {"w": "fast", "b": "off"})
+    u, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_allclose(u["w"], [-1.0, 1.0])
+    np.testing.assert_array_equal(u["b"], [0.0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ft.masked(ft.adam(0.1), {}),
+    lambda: ft.multi_transform({"a": ft.adam(0.1)}, {}),
+], ids=["masked", "multi_transform"])
+def test_empty_params(make):
+    assert_empty_params_step(make())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ft.masked(ft.adamw(0.1, mask=matrices_only), {"w": True, "b": False}),
+    lambda: ft.multi_transform({"x": ft.adam(0.1), "y": ft.lion(0.1)}, {"w": "x", "b": "y"}),
+], ids=["masked", "multi_transform"])
+def test_state_can_be_donated_and_abstractly_initialised(make):
+    assert_state_donatable(make())
+
+
+# --------------------------------------------------------------------------
+# Errors name the wrapper and the key path
+# --------------------------------------------------------------------------
+
+def test_mask_that_does_not_fit_names_path_and_wrapper():
+    params = {"encoder": {"w": jnp.ones(2)}, "decoder": {"w": jnp.ones(2)}}
+    with pytest.raises(ValueError, match=r"masked.*\['decoder'\]|\['decoder'\].*masked"):
+        ft.masked(ft.adam(0.1), {"encoder": True}).init(params)
+    with pytest.raises(ValueError, match=r"masked.*\['decoder'\]|\['decoder'\].*masked"):
+        ft.masked(ft.add_decayed_weights(0.1), {"encoder": True}).init(params)
+    with pytest.raises(ValueError, match=r"freeze.*\['decoder'\]|\['decoder'\].*freeze"):
+        ft.freeze({"encoder": True, "head": False}).init(params)
+
+
+def test_labels_that_do_not_fit_name_path_and_wrapper():
+    params = {"encoder": {"w": jnp.ones(2)}, "decoder": {"w": jnp.ones(2)}}
+    with pytest.raises(ValueError,
+                       match=r"multi_transform.*\['decoder'\]|\['decoder'\].*multi_transform"):
+        ft.multi_transform({"a": ft.adam(0.1)}, {"encoder": "a"}).init(params)
+
+
+def test_label_without_transform_and_unused_transform_list_both_sides():
+    params = {"w": jnp.ones(2), "b": jnp.ones(2)}
+    with pytest.raises(ValueError, match=r"\['c'\] have no transformation.*\['a', 'c'\].*"
+                                         r"\['a', 'b'\]"):
+        ft.multi_transform({"a": ft.adam(0.1), "b": ft.sgd(0.1)},
+                           {"w": "a", "b": "c"}).init(params)
+    with pytest.raises(ValueError, match=r"\['b'\] are used by no leaf.*\['a'\].*\['a', 'b'\]"):
+        ft.multi_transform({"a": ft.adam(0.1), "b": ft.sgd(0.1)},
+                           {"w": "a", "b": "a"}).init(params)
