@@ -25,8 +25,30 @@ from functrain.tree import leaf_norm, sum_of_squares
 
 Array = jax.Array
 
-__all__ = ["ema_update", "bias_correction_factor", "adam_direction", "nesterov_mu_hat",
+__all__ = ["abs_sq", "ema_update", "bias_correction_factor", "adam_direction", "nesterov_mu_hat",
            "trust_ratio"]
+
+
+def abs_sq(x: Array) -> Array:
+    """``|x|**2`` entrywise: ``x * x`` for real ``x``, ``real(x * conj(x))`` for complex.
+
+    This is the rule every second moment, sum of squares and RMS of functrain
+    follows, so complex parameters get optax's numbers: the squared modulus,
+    real, never ``x**2`` (which would rotate the phase).
+
+    Args:
+      x: an array, real or complex.
+
+    Returns:
+      A real array shaped like ``x`` (``x``'s real precision).
+
+    >>> import jax.numpy as jnp
+    >>> abs_sq(jnp.array([1 + 1j, 3.0]))
+    Array([2., 9.], dtype=float32)
+    """
+    if jnp.iscomplexobj(x):
+        return jnp.real(x * jnp.conj(x))
+    return x * x
 
 
 def ema_update(x: Array, average: Array, decay: Any) -> Array:

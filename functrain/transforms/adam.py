@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.numerics import adam_direction, ema_update, nesterov_mu_hat
+from functrain.numerics import abs_sq, adam_direction, ema_update, nesterov_mu_hat
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
                                        check_nonnegative, safe_increment, zero_count)
 from functrain.transforms.engine import stage_transform
@@ -182,7 +182,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
         return (ft.zeros_like(p, mu_dtype), ft.zeros_like(p, nu_dtype))
 
     def leaf(g: Array, state: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        mu, nu = ema_update(g, state.mu, b1), ema_update(g * g, state.nu, b2)
+        mu, nu = ema_update(g, state.mu, b1), ema_update(abs_sq(g), state.nu, b2)
         mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
         return adam_direction(mu_hat, nu, None, ctx.nu, eps, eps_root), (mu, nu)
 
@@ -232,7 +232,7 @@ def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
     check_nonnegative("scale_by_amsgrad", eps=eps, eps_root=eps_root)
 
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        mu, nu = ema_update(g, s.mu, b1), ema_update(g * g, s.nu, b2)
+        mu, nu = ema_update(g, s.mu, b1), ema_update(abs_sq(g), s.nu, b2)
         mu_hat = mu / ctx.mu if bias_correction_mu else mu
         nu_max = jnp.maximum(s.nu_max, nu / ctx.nu if bias_correction_nu else nu)
         return adam_direction(mu_hat, nu_max, None, None, eps, eps_root), (mu, nu, nu_max)
@@ -352,7 +352,7 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
         return RAdamContext(ctx, r, rho >= threshold), new_glob
 
     def leaf(g: Array, s: Any, p: Any, ctx: RAdamContext) -> tuple:
-        mu, nu = ema_update(g, s.mu, b1), ema_update(g * g, s.nu, b2)
+        mu, nu = ema_update(g, s.mu, b1), ema_update(abs_sq(g), s.nu, b2)
         mu_hat = _first_moment_hat(g, mu, b1, ctx.corrections, nesterov)
         adapted = ctx.r.astype(g.dtype) * mu_hat / (
             jnp.sqrt(nu / ctx.corrections.nu + eps_root) + eps)
@@ -398,7 +398,7 @@ def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
     check_nonnegative("scale_by_yogi", eps=eps, eps_root=eps_root)
 
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        g2 = g * g
+        g2 = abs_sq(g)
         mu = ema_update(g, s.mu, b1)
         nu = s.nu - (1 - b2) * jnp.sign(s.nu - g2) * g2
         return adam_direction(mu, nu, ctx.mu, ctx.nu, eps, eps_root), (mu, nu)
@@ -449,7 +449,7 @@ def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
         mu = ema_update(g, s.mu, b1)
         err = g - mu
-        nu = ema_update(err * err, s.nu, b2) + eps_root
+        nu = ema_update(abs_sq(err), s.nu, b2) + eps_root
         mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
         return adam_direction(mu_hat, nu, None, ctx.nu, eps), (mu, nu)
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
+from functrain.numerics import abs_sq
 from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage, check_range
 from functrain.transforms.engine import stage_transform
 
@@ -107,6 +108,6 @@ def clip_by_block_rms(threshold: float) -> GradientTransformation:
     check_range("threshold", threshold, 0.0, owner="clip_by_block_rms")
 
     def leaf(g: Array, s: tuple, p: Any, c: Any) -> tuple:
-        return g / jnp.maximum(1.0, jnp.sqrt(jnp.mean(g * g)) / threshold), ()
+        return g / jnp.maximum(1.0, jnp.sqrt(jnp.mean(abs_sq(g))) / threshold), ()
 
     return stage_transform(LeafStage(name="clip_by_block_rms", update_leaf=leaf))

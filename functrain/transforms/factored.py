@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
+from functrain.numerics import abs_sq
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
                                        safe_increment, zero_count)
 from functrain.transforms.engine import stage_transform
@@ -150,7 +151,7 @@ def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
 
     def leaf(g: Array, s: tuple, p: Any, decay: Array) -> tuple:
         v_row, v_col, v = s.v_row, s.v_col, s.v
-        sq = g * g + epsilon
+        sq = abs_sq(g) + epsilon
         dims = _factored_dims(g.shape, factored, min_dim_size_to_factor)
         if dims is None:
             v = decay * v + (1.0 - decay) * sq

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from functrain import numerics
 from functrain import tree as ft
-from functrain.numerics import ema_update
+from functrain.numerics import abs_sq, ema_update
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
                                        MaskOrFn, check_betas, check_nonnegative, check_range,
                                        safe_increment, zero_count)
@@ -156,7 +156,7 @@ def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
 
 
 def _safe_rms(x: Array, min_rms: Any) -> Array:
-    rms = jnp.sqrt(jnp.mean(x * x))
+    rms = jnp.sqrt(jnp.mean(abs_sq(x)))
     return jnp.where(rms <= min_rms, min_rms, rms)
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.numerics import ema_update
+from functrain.numerics import abs_sq, ema_update
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
                                        check_range, safe_increment, zero_count)
 from functrain.transforms.engine import stage_transform
@@ -206,7 +206,7 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
     prepare = _rms_correction(decay, bias_correction)
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
-        nu = ema_update(g * g, state.nu, decay)
+        nu = ema_update(abs_sq(g), state.nu, decay)
         nu_hat = nu / ctx.nu if bias_correction else nu
         return _rms_scale(g, nu_hat, eps, eps_in_sqrt), (nu,)
 
@@ -259,9 +259,9 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
     prepare = _rms_correction(decay, bias_correction)
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
-        mu, nu = ema_update(g, state.mu, decay), ema_update(g * g, state.nu, decay)
+        mu, nu = ema_update(g, state.mu, decay), ema_update(abs_sq(g), state.nu, decay)
         mu_hat, nu_hat = (mu / ctx.nu, nu / ctx.nu) if bias_correction else (mu, nu)
-        return _rms_scale(g, nu_hat - mu_hat * mu_hat, eps, eps_in_sqrt), (mu, nu)
+        return _rms_scale(g, nu_hat - abs_sq(mu_hat), eps, eps_in_sqrt), (mu, nu)
 
     return stage_transform(LeafStage(
         name="scale_by_stddev", update_leaf=leaf, state_cls=state_cls, leaf_fields=("mu", "nu"),
@@ -296,7 +296,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
     check_range("eps", eps, 0.0, owner="scale_by_rss")
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
-        sos = g * g + state.sum_of_squares
+        sos = abs_sq(g) + state.sum_of_squares
         inv = jnp.where(sos > 0, jax.lax.rsqrt(sos + eps), 0.0)
         return inv * g, (sos,)
 
