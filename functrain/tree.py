@@ -16,9 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.tree_checks import (MaskedNode, check_shapes, check_structure, flatten_like,
-                                   flatten_with_paths, format_paths, is_placeholder, key_paths,
-                                   resolve_leaf_mask, resolve_mask)
+from functrain.tree_checks import (MaskedNode, check_leaf_dtypes, check_shapes,
+                                   check_structure, flatten_like, flatten_with_paths,
+                                   format_paths, is_mask_function, is_params_placeholder,
+                                   is_placeholder, key_paths, resolve_leaf_mask, resolve_mask)
 
 PyTree = Any
 Array = jax.Array

@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 PyTree = Any
 
 __all__ = ["MaskedNode", "is_placeholder", "key_paths", "check_structure", "check_shapes",
-           "format_paths",
+           "format_paths", "is_mask_function", "is_params_placeholder", "check_leaf_dtypes",
            "flatten_with_paths", "flatten_like", "resolve_mask", "resolve_leaf_mask"]
 
 
@@ -232,6 +233,86 @@ def flatten_like(treedef: Any, tree: PyTree, tree_name: str, reference: PyTree,
         raise
 
 
+def is_mask_function(mask: Any) -> bool:
+    """Whether ``mask`` is a function of the params rather than a tree of bools (optax's rule).
+
+    A mask is a function when every leaf of it is callable: a plain function
+    is; a callable pytree whose leaves are bools (an Equinox module, say) is a
+    tree.
+
+    Args:
+      mask: a mask as given to ``masked``, ``add_decayed_weights``, ...
+
+    Returns:
+      ``True`` if it is to be called with the params.
+
+    >>> is_mask_function(lambda p: p), is_mask_function({'w': True})
+    (True, False)
+    """
+    flags = jax.tree_util.tree_leaves(jax.tree_util.tree_map(callable, mask))
+    return len(flags) > 0 and all(flags)
+
+
+def is_params_placeholder(tree: Any) -> bool:
+    """Whether ``tree`` is a childless stand-in for a params tree (as ``optax.tree.map_params`` passes).
+
+    ``map_params`` calls ``init`` with one opaque, leafless pytree node to find
+    the params-shaped parts of a state. Masks and labels cannot be resolved
+    against it, so wrappers pass it through unmasked, as optax's do.
+
+    Args:
+      tree: the ``params`` given to ``init``.
+
+    Returns:
+      ``True`` for a registered pytree node of a custom class with no children.
+
+    >>> is_params_placeholder({}), is_params_placeholder(MaskedNode())
+    (False, False)
+    """
+    if tree is None or isinstance(tree, (MaskedNode, dict, list, tuple)):
+        return False
+    treedef = jax.tree_util.tree_structure(tree)
+    return treedef.num_leaves == 0 and treedef.num_nodes == 1
+
+
+def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Sequence[bool],
+                      owner: str, what: str, *, real_only: bool = False) -> None:
+    """Raise ``TypeError`` naming the first active leaf that is not floating (or is complex).
+
+    Args:
+      paths: the key paths of the leaves.
+      leaves: the leaves (arrays or Python numbers).
+      active: which leaves ``owner`` transforms (masked-out leaves are not checked).
+      owner: the transformation, for the message.
+      what: what the leaves are ("params", "updates"), for the message.
+      real_only: reject complex leaves too (``owner`` has no complex version).
+
+    Returns:
+      ``None``; raises ``TypeError`` when a leaf does not fit.
+
+    >>> import jax.numpy as jnp
+    >>> check_leaf_dtypes(["['step']"], [jnp.zeros((), jnp.int32)], [True], 'adam', 'params')
+    Traceback (most recent call last):
+    ...
+    TypeError: adam: params leaf ['step'] has dtype int32, but optimizers update floating or complex leaves. Leave it out with functrain.masked / freeze / multi_transform (e.g. a step counter kept in params).
+    """
+    for path, x, on in zip(paths, leaves, active):
+        if not on or x is None or isinstance(x, MaskedNode):
+            continue
+        dtype = np.result_type(x) if not hasattr(x, "dtype") else np.dtype(x.dtype)
+        where = path or "<root>"
+        if not jnp.issubdtype(dtype, jnp.inexact) and dtype.name != "float0":
+            raise TypeError(
+                f"{owner}: {what} leaf {where} has dtype {dtype.name}, but optimizers update "
+                f"floating or complex leaves. Leave it out with functrain.masked / freeze / "
+                f"multi_transform (e.g. a step counter kept in params).")
+        if real_only and jnp.issubdtype(dtype, jnp.complexfloating):
+            raise TypeError(
+                f"{owner} does not support complex parameters: {what} leaf {where} is "
+                f"{dtype.name}. Optimize its real and imaginary parts as two real leaves "
+                f"(split_real_and_imaginary-style), or leave it out of {owner} with a mask.")
+
+
 def resolve_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
     """Per-leaf Python bools from a mask tree, a prefix of ``tree``, or a function.
 
@@ -247,9 +328,11 @@ def resolve_mask(mask: Any, tree: PyTree, wrapper: str) -> list[bool]:
     >>> resolve_mask({'w': True, 'b': False}, {'w': 1., 'b': 2.}, 'masked')
     [False, True]
     """
+    if is_params_placeholder(tree):
+        return []
     if mask is None:
         return [True] * len(jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder))
-    if callable(mask):
+    if is_mask_function(mask):
         mask = mask(tree)
     if isinstance(mask, (bool, np.bool_)):
         return [bool(mask)] * len(jax.tree_util.tree_leaves(tree, is_leaf=is_placeholder))

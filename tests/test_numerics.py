@@ -149,6 +149,16 @@ def test_trust_ratio_plain_quotient_at_zero_and_its_gradient():
 
 
 def test_module_exports():
-    assert sorted(numerics.__all__) == sorted(["ema_update", "bias_correction_factor",
+    assert sorted(numerics.__all__) == sorted(["abs_sq", "ema_update", "bias_correction_factor",
                                                "adam_direction", "nesterov_mu_hat",
                                                "trust_ratio"])
+
+
+def test_abs_sq_is_the_squared_modulus():
+    """|x|^2, real, for complex x (never x**2, which rotates the phase); x*x for real x."""
+    z = np.array([1 + 1j, -2 + 0.5j, 3j], np.complex64)
+    out = numerics.abs_sq(jnp.asarray(z))
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(out, z.real ** 2 + z.imag ** 2, rtol=1e-6)
+    x = np.array([-3.0, 0.5], np.float32)
+    np.testing.assert_array_equal(numerics.abs_sq(jnp.asarray(x)), x * x)

@@ -17,13 +17,15 @@ from typing import Any, Optional
 
 from functrain.transforms.adam import (scale_by_adam, scale_by_adamax, scale_by_amsgrad,
                                        scale_by_belief, scale_by_radam, scale_by_yogi)
-from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
+from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
+                                       validate_hyperparams)
 from functrain.transforms.engine import chain
 from functrain.transforms.layerwise import scale_by_trust_ratio
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
                                           weight_decay_stage)
 
 
+@validate_hyperparams
 def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
          nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -75,9 +77,10 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
-          weight_decay: float = 1e-4, mask: Optional[MaskOrFn] = None, *,
+          weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
           nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
 
@@ -129,6 +132,7 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
           nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -169,9 +173,10 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                 nu_dtype=nu_dtype)
 
 
+@validate_hyperparams
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
-           weight_decay: float = 1e-4, mask: Optional[MaskOrFn] = None, *,
+           weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
            nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
     """NAdamW: NAdam with decoupled weight decay; ``adamw(..., nesterov=True)``.
 
@@ -214,6 +219,7 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  nesterov=nesterov, nu_dtype=nu_dtype)
 
 
+@validate_hyperparams
 def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
             bias_correction_mu: bool = True, bias_correction_nu: bool = True
@@ -257,6 +263,7 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8) -> GradientTransformation:
     """AdaMax: Adam with the infinity norm in place of the second moment.
@@ -289,6 +296,7 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_adamax(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, weight_decay: ScalarOrSchedule = 1e-4,
             mask: Optional[MaskOrFn] = None) -> GradientTransformation:
@@ -329,6 +337,7 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, threshold: float = 5.0, *,
           nesterov: bool = False) -> GradientTransformation:
@@ -371,6 +380,7 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-3) -> GradientTransformation:
     """Yogi (Zaheer et al., 2018).
@@ -406,6 +416,7 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-16, eps_root: float = 1e-16, *,
               nesterov: bool = False) -> GradientTransformation:
@@ -444,8 +455,9 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
-         eps: float = 1e-6, eps_root: float = 0.0, weight_decay: float = 0.0,
+         eps: float = 1e-6, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 0.0,
          mask: Optional[MaskOrFn] = None, *, trust_ratio_mask: MaskOrFn = True,
          max_trust_ratio: Optional[float] = None, mu_dtype: Optional[Any] = None,
          nu_dtype: Optional[Any] = None) -> GradientTransformation:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import jax.numpy as jnp
 
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
-                                       check_momentum)
+                                       check_momentum, validate_hyperparams)
 from functrain.transforms.clipping import clip_by_block_rms
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.factored import scale_by_factored_rms
@@ -26,6 +26,7 @@ from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_l
                                           weight_decay_stage)
 
 
+@validate_hyperparams
 def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-8,
             initial_scale: float = 0.0, eps_in_sqrt: bool = True, centered: bool = False,
             momentum: Optional[float] = None, nesterov: bool = False,
@@ -82,6 +83,7 @@ def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e
         trace(decay=momentum, nesterov=nesterov) if momentum is not None else identity())
 
 
+@validate_hyperparams
 def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 0.1,
             eps: float = 1e-7) -> GradientTransformation:
     """Adagrad (Duchi et al., 2011).
@@ -115,6 +117,7 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
              eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
              weight_decay_mask: Optional[MaskOrFn] = None) -> GradientTransformation:
@@ -161,6 +164,7 @@ def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
                  scale_by_adadelta(rho, eps), learning_rate_stage(learning_rate))
 
 
+@validate_hyperparams
 def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     """SM3 (Anil et al., 2019) with a constant learning rate.
 
@@ -194,6 +198,7 @@ def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     return chain(scale_by_sm3(momentum), scale(-learning_rate))
 
 
+@validate_hyperparams
 def adafactor(learning_rate: Optional[ScalarOrSchedule] = None,
               min_dim_size_to_factor: int = 128, decay_rate: float = 0.8,
               decay_offset: int = 0, multiply_by_parameter_scale: bool = True,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
-                                       check_momentum)
+                                       check_momentum, validate_hyperparams)
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.layerwise import scale_by_novograd, scale_by_trust_ratio
 from functrain.transforms.momentum import ema, scale_by_optimistic_gradient, trace
@@ -24,6 +24,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale, scale_by_l
 from functrain.transforms.sign import scale_by_lion, scale_by_rprop, scale_by_sign
 
 
+@validate_hyperparams
 def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         nesterov: bool = False, accumulator_dtype: Optional[Any] = None
         ) -> GradientTransformation:
@@ -66,7 +67,8 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         scale_by_learning_rate(learning_rate))
 
 
-def lars(learning_rate: ScalarOrSchedule, weight_decay: float = 0.0,
+@validate_hyperparams
+def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
          weight_decay_mask: MaskOrFn = True, trust_coefficient: float = 0.001,
          eps: float = 0.0, trust_ratio_mask: MaskOrFn = True, momentum: float = 0.9,
          nesterov: bool = False) -> GradientTransformation:
@@ -121,6 +123,7 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: float = 0.0,
         trace(decay=momentum, nesterov=nesterov))
 
 
+@validate_hyperparams
 def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
               key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
     """SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).
@@ -163,6 +166,7 @@ def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float =
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
                f_min: float = 0.0, eps: float = 0.0, variant: str = "sps"
                ) -> GradientTransformation:
@@ -207,6 +211,7 @@ def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
                  scale_by_polyak(f_min, max_learning_rate, eps, variant))
 
 
+@validate_hyperparams
 def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
                                 beta: float = 1.0) -> GradientTransformation:
     """Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.
@@ -243,6 +248,7 @@ def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     """signSGD (Bernstein et al., 2018): step by the sign of the gradient.
 
@@ -268,6 +274,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
            accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """Signum (Bernstein et al., 2018): the sign of a (non-debiased) momentum.
@@ -299,8 +306,9 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
                  scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
-         mu_dtype: Optional[Any] = None, weight_decay: float = 1e-3,
+         mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
          mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """Lion (Chen et al., 2023): sign of an interpolated momentum, decoupled decay.
 
@@ -342,6 +350,7 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                  scale_by_learning_rate(learning_rate))
 
 
+@validate_hyperparams
 def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
             ) -> GradientTransformation:
     """Fromage (Bernstein et al., 2020): per-leaf trust ratio with a norm-preserving shrink.
@@ -383,6 +392,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
                  weight_decay_stage(mult - 1, signed=True))
 
 
+@validate_hyperparams
 def rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
           min_step_size: float = 1e-6, max_step_size: float = 50.0
           ) -> GradientTransformation:
@@ -424,6 +434,7 @@ def rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
                                 max_step_size), scale(-1.0))
 
 
+@validate_hyperparams
 def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,
              eps: float = 1e-6, eps_root: float = 0.0, weight_decay: float = 0.0
              ) -> GradientTransformation:

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, ema_update, nesterov_mu_hat
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
-                                       check_nonnegative, safe_increment, zero_count)
+                                       check_nonnegative, safe_increment, validate_hyperparams,
+                                       zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -134,6 +135,7 @@ def _first_moment_hat(g: Array, mu: Array, b1: Any, ctx: BiasCorrections,
 # Adam
 # --------------------------------------------------------------------------
 
+@validate_hyperparams
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                   eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = False, nu_dtype: Optional[Any] = None
@@ -196,6 +198,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # AMSGrad
 # --------------------------------------------------------------------------
 
+@validate_hyperparams
 def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                      eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
                      bias_correction_mu: bool = True, bias_correction_nu: bool = True
@@ -248,6 +251,7 @@ def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # AdaMax
 # --------------------------------------------------------------------------
 
+@validate_hyperparams
 def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
                     ) -> GradientTransformation:
     """Rescale by AdaMax's infinity-norm moment (Kingma & Ba, 2014, sec. 7.1).
@@ -305,6 +309,7 @@ class RAdamContext(NamedTuple):
     rectify: Any
 
 
+@validate_hyperparams
 def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    eps_root: float = 0.0, threshold: float = 5.0, *,
                    nesterov: bool = False) -> GradientTransformation:
@@ -368,6 +373,7 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # Yogi
 # --------------------------------------------------------------------------
 
+@validate_hyperparams
 def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
                   eps_root: float = 0.0, initial_accumulator_value: float = 1e-6
                   ) -> GradientTransformation:
@@ -415,6 +421,7 @@ def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
 # AdaBelief
 # --------------------------------------------------------------------------
 
+@validate_hyperparams
 def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
                     eps_root: float = 1e-16, *, nesterov: bool = False
                     ) -> GradientTransformation:

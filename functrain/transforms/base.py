@@ -104,6 +104,8 @@ class LeafStage:
         keyword ``x_for_norm``: an equal value of its input, computed
         separately, to take the reductions from (see
         :mod:`functrain.transforms.recompute`).
+      real_only: the math has no complex version (sign flips, clipping by
+        value): complex leaves raise a ``TypeError`` naming the leaf.
 
     >>> import jax.numpy as jnp
     >>> from functrain.transforms.engine import stage_transform
@@ -126,6 +128,7 @@ class LeafStage:
     mask: Any = None
     shaped_fields: Optional[tuple[str, ...]] = None
     norm_of_input: bool = False
+    real_only: bool = False
 
     @property
     def global_fields(self) -> list[str]:
@@ -150,9 +153,12 @@ class LeafStage:
           fields from ``init_global``.
         """
         active = ft.resolve_leaf_mask(self.mask, params, self.name)
+        paths, leaves, treedef = ft.flatten_with_paths(params)
+        ft.check_leaf_dtypes(paths, leaves, active, self.name, "params",
+                             real_only=self.real_only)
         if self.state_cls is None:
             return EmptyState()
-        _, leaves, treedef = ft.flatten_with_paths(params)
+        leaves = [as_array(p) for p in leaves]
         per_field: list[list[Any]] = [[] for _ in self.leaf_fields]
         for p, on in zip(leaves, active):
             values = self.init_leaf(p) if on else (ft.MaskedNode(),) * len(self.leaf_fields)
@@ -162,6 +168,21 @@ class LeafStage:
         for name, lst in zip(self.leaf_fields, per_field):
             fields[name] = treedef.unflatten(lst)
         return self.state_cls(**fields)
+
+
+def as_array(x: Any) -> Any:
+    """``x`` itself if it has a dtype, else ``jnp.asarray(x)`` (Python numbers as parameters).
+
+    Args:
+      x: a leaf.
+
+    Returns:
+      An array-like with ``shape`` and ``dtype``.
+
+    >>> as_array(1.0)
+    Array(1., dtype=float32, weak_type=True)
+    """
+    return x if hasattr(x, "dtype") else jnp.asarray(x)
 
 
 @functools.lru_cache(maxsize=None)
@@ -378,6 +399,99 @@ def check_range(name: str, value: Any, low: float, high: Optional[float] = None,
             raise ValueError(f"{where}{name} must be >= {low}, got {value}.")
         close = "]" if high_inclusive else ")"
         raise ValueError(f"{where}{name} must be in [{low}, {high}{close}, got {value}.")
+
+
+_NUMBER_ANNOTATIONS = {"float": False, "int": False, "Optional[float]": False,
+                       "Optional[int]": False, "ScalarOrSchedule": True,
+                       "Optional[ScalarOrSchedule]": True}
+# Arguments that may be infinite (a bound that disables itself); every other
+# number must be finite.
+_MAY_BE_INFINITE = frozenset({"max_delta", "max_norm", "threshold", "clipping_threshold",
+                              "max_trust_ratio", "max_step_size", "max_learning_rate", "f_min"})
+
+
+def check_hyperparameter(owner: str, name: str, value: Any, *, schedule_ok: bool = False,
+                         optional: bool = False) -> None:
+    """Raise if a concrete hyperparameter is not a finite real number (or a schedule).
+
+    Traced values pass unchecked; so do schedules where ``schedule_ok``.
+
+    Args:
+      owner: the optimizer or transformation, for the message.
+      name: the argument's name, for the message.
+      value: the value given.
+      schedule_ok: a callable (a schedule of the step count) is allowed.
+      optional: ``None`` is allowed.
+
+    Returns:
+      ``None``; raises ``TypeError`` for a wrong type or shape, ``ValueError``
+      for NaN or (except for bounds such as ``max_norm``) an infinity.
+
+    >>> check_hyperparameter('adam', 'learning_rate', '0.1', schedule_ok=True)
+    Traceback (most recent call last):
+    ...
+    TypeError: adam: learning_rate must be a real number or a schedule (a function of the step count), got str '0.1'.
+    """
+    if value is None and optional:
+        return
+    if isinstance(value, jax.core.Tracer) or (schedule_ok and callable(value)):
+        return
+    what = "a real number" + (" or a schedule (a function of the step count)"
+                              if schedule_ok else "")
+    is_real_scalar = (
+        (isinstance(value, numbers.Real) and not isinstance(value, bool))
+        or (isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
+            and np.issubdtype(np.asarray(value).dtype, np.number)
+            and not np.issubdtype(np.asarray(value).dtype, np.complexfloating)))
+    if not is_real_scalar:
+        shape = f" of shape {np.shape(value)}" if hasattr(value, "shape") else ""
+        raise TypeError(f"{owner}: {name} must be {what}, got {type(value).__name__}"
+                        f"{shape} {value!r:.40}.")
+    v = float(value)
+    if v != v or (v in (float("inf"), float("-inf")) and name not in _MAY_BE_INFINITE):
+        raise ValueError(f"{owner}: {name} must be finite, got {value}.")
+
+
+def validate_hyperparams(fn: Callable) -> Callable:
+    """Decorator: check a builder's numeric arguments (by annotation) before it runs.
+
+    Arguments annotated ``float``/``int`` must be finite real numbers (or
+    scalar arrays, or traced values); ``ScalarOrSchedule`` ones may also be
+    schedules; ``Optional[...]`` ones may be ``None``. Errors name the
+    argument and ``fn``. Ranges are the business of each function
+    (:func:`check_range`).
+
+    Args:
+      fn: an optimizer or transformation builder.
+
+    Returns:
+      ``fn`` with the checks in front (same name, docstring and signature).
+
+    >>> @validate_hyperparams
+    ... def sgd_like(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None):
+    ...     return learning_rate
+    >>> sgd_like(float('nan'))
+    Traceback (most recent call last):
+    ...
+    ValueError: sgd_like: learning_rate must be finite, got nan.
+    """
+    signature = inspect.signature(fn)
+    annotations = {name: str(p.annotation).strip("'\"")
+                   for name, p in signature.parameters.items()}
+    checked = {name: (_NUMBER_ANNOTATIONS[text], text.startswith("Optional"))
+               for name, text in annotations.items() if text in _NUMBER_ANNOTATIONS}
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            if name in checked:
+                schedule_ok, optional = checked[name]
+                check_hyperparameter(fn.__name__, name, value, schedule_ok=schedule_ok,
+                                     optional=optional)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def check_betas(owner: str, **betas: Any) -> None:

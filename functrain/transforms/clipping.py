@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage, check_range
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, check_range,
+                                       validate_hyperparams)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -43,7 +44,8 @@ def clip(max_delta: Any) -> GradientTransformation:
     """
     check_range("max_delta", max_delta, 0.0, owner="clip")
     return stage_transform(LeafStage(
-        name="clip", update_leaf=lambda g, s, p, c: (jnp.clip(g, -max_delta, max_delta), ())))
+        name="clip", update_leaf=lambda g, s, p, c: (jnp.clip(g, -max_delta, max_delta), ()),
+        real_only=True))
 
 
 def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
@@ -86,6 +88,7 @@ def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
 ClipByBlockRmsState = EmptyState
 
 
+@validate_hyperparams
 def clip_by_block_rms(threshold: float) -> GradientTransformation:
     """Scale each leaf down so its RMS is at most ``threshold``.
 

@@ -26,6 +26,7 @@ import numpy as np
 from functrain import tree as ft
 from functrain.transforms import recompute
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, OptState,
+                                       as_array,
                                        Params, Updates, call_update, check_transformation,
                                        sorted_labels)
 
@@ -65,9 +66,10 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     """
     extra_args = extra_args or {}
     paths, gs, treedef = ft.flatten_with_paths(updates)
+    gs = [as_array(g) for g in gs]
     if params is not None:
         ft.check_structure(updates, params, "params", "updates")
-        ps = treedef.flatten_up_to(params)
+        ps = [as_array(p) for p in treedef.flatten_up_to(params)]
         ft.check_shapes(paths, ps, gs, "updates", "params")
     else:
         needing = [s.name for s in stages if s.needs_params]
@@ -85,6 +87,11 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
                             f"got {type(state).__name__}: was the state made by this "
                             f"optimizer's init?")
         active = ft.resolve_leaf_mask(stage.mask, mask_source, stage.name)
+        ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
+                             real_only=stage.real_only)
+        if params is not None:
+            ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
+                                 real_only=stage.real_only)
         fields = []
         for name in stage.leaf_fields:
             leaves = ft.flatten_like(treedef, getattr(state, name),

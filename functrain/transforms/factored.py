@@ -23,12 +23,13 @@ import numpy as np
 from functrain import tree as ft
 from functrain.numerics import abs_sq
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
-                                       safe_increment, zero_count)
+                                       safe_increment, validate_hyperparams, zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
 
 
+@validate_hyperparams
 def decay_rate_pow(i: Array, exponent: float = 0.8) -> Array:
     """Adafactor's second-moment decay ``1 - (i + 1) ** -exponent`` at step ``i``.
 
@@ -91,6 +92,7 @@ class FactoredState(NamedTuple):
     v: Any
 
 
+@validate_hyperparams
 def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
                           step_offset: int = 0, min_dim_size_to_factor: int = 128,
                           epsilon: float = 1e-30,

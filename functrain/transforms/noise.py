@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, Params, Updates,
-                                       check_range, check_state_type, safe_increment)
+from functrain.transforms.base import (GradientTransformation, Params, Updates, check_range,
+                                       check_state_type, safe_increment, validate_hyperparams)
 
 Array = jax.Array
 
@@ -42,6 +42,7 @@ def _as_key(key: Any) -> Array:
     return jax.random.key(key)
 
 
+@validate_hyperparams
 def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
     """Add Gaussian noise of variance ``eta / t**gamma`` at step ``t`` (Neelakantan et al.).
 

@@ -19,8 +19,8 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
-from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
-                                       check_range, safe_increment, zero_count)
+from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas, check_range,
+                                       safe_increment, validate_hyperparams, zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -168,6 +168,7 @@ def _rms_correction(decay: Any, enabled: bool) -> Any:
     return prepare
 
 
+@validate_hyperparams
 def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0,
                  eps_in_sqrt: bool = True, bias_correction: bool = False
                  ) -> GradientTransformation:
@@ -222,6 +223,7 @@ def _rms_scale(g: Array, second: Array, eps: Any, eps_in_sqrt: bool) -> Array:
     return g / (jnp.sqrt(second) + eps)
 
 
+@validate_hyperparams
 def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0,
                     eps_in_sqrt: bool = True, bias_correction: bool = False
                     ) -> GradientTransformation:
@@ -269,6 +271,7 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
         init_global=zero_count if bias_correction else dict, prepare=prepare))
 
 
+@validate_hyperparams
 def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
                  ) -> GradientTransformation:
     """Rescale updates by the root of the running sum of squares (Adagrad).
@@ -306,6 +309,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
         init_leaf=lambda p: (ft.full_like(p, initial_accumulator_value),)))
 
 
+@validate_hyperparams
 def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransformation:
     """Rescale with Adadelta (Zeiler, 2012): ``g sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps)``.
 
@@ -341,6 +345,7 @@ def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransforma
         init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p))))
 
 
+@validate_hyperparams
 def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
                  ) -> GradientTransformation:
     """Rescale with SM3 (Anil et al., 2019): memory-efficient Adagrad with cover sets.
@@ -406,6 +411,6 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
     return stage_transform(LeafStage(
         name="scale_by_sm3", update_leaf=leaf, state_cls=ScaleBySM3State, leaf_fields=("mu",
         "nu"), init_leaf=init_leaf,
-        shaped_fields=("nu",)))
+        shaped_fields=("nu",), real_only=True))
 
 

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
-                                       MaskOrFn, ScalarOrSchedule, check_range, safe_increment,
-                                       zero_count)
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
+                                       ScalarOrSchedule, check_range, safe_increment,
+                                       validate_hyperparams, zero_count)
 from functrain.transforms.engine import identity, stage_transform
 
 Array = jax.Array
@@ -111,6 +111,7 @@ def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransfo
         leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare))
 
 
+@validate_hyperparams
 def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
                            flip_sign: bool = True) -> GradientTransformation:
     """Scale by ``-learning_rate`` (or ``+`` with ``flip_sign=False``); accepts schedules.
@@ -139,6 +140,7 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
     return scale(sign * learning_rate)
 
 
+@validate_hyperparams
 def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTransformation:
     """``scale_by_learning_rate``, or ``identity()`` for ``None`` (as optax does).
 
@@ -158,6 +160,7 @@ def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTr
     return identity() if learning_rate is None else scale_by_learning_rate(learning_rate)
 
 
+@validate_hyperparams
 def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
                         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """Add ``weight_decay * params`` to the updates, where ``mask`` is True.
@@ -193,6 +196,7 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
     return decayed_weights_stage(weight_decay, mask)
 
 
+@validate_hyperparams
 def decayed_weights_stage(weight_decay: ScalarOrSchedule,
                           mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """:func:`add_decayed_weights` without the sign check (Fromage shrinks with ``< 0``).
@@ -233,6 +237,7 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
         needs_params=True, mask=mask))
 
 
+@validate_hyperparams
 def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] = None, *,
                        signed: bool = False) -> GradientTransformation:
     """``updates + weight_decay * params`` where ``mask`` is True; the decay may be a schedule.
@@ -270,6 +275,7 @@ def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] 
     return decayed_weights_stage(weight_decay, mask)
 
 
+@validate_hyperparams
 def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: float = 0.0,
                     variant: str = "sps") -> GradientTransformation:
     """Scale updates by the Polyak step ``min((f - f_min) / (||u||^2 + eps), max_lr)``.

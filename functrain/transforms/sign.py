@@ -12,8 +12,8 @@ import jax.numpy as jnp
 
 from functrain import tree as ft
 from functrain.numerics import ema_update
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
-                                       check_betas, check_range, count_only, zero_count)
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, check_betas,
+                                       check_range, count_only, validate_hyperparams, zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -77,6 +77,7 @@ class ScaleByRpropState(NamedTuple):
     prev_updates: Any
 
 
+@validate_hyperparams
 def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = None,
                   mode: Literal["hard", "smooth", "refined"] = "hard",
                   smooth_beta: float = 1.0) -> GradientTransformation:
@@ -129,6 +130,7 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
         prepare=count_only))
 
 
+@validate_hyperparams
 def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
                    min_step_size: float = 1e-6, max_step_size: float = 50.0
                    ) -> GradientTransformation:
@@ -181,4 +183,5 @@ def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float
     return stage_transform(LeafStage(
         name="scale_by_rprop", update_leaf=leaf, state_cls=ScaleByRpropState,
         leaf_fields=("step_sizes", "prev_updates"),
-        init_leaf=lambda p: (ft.full_like(p, learning_rate), ft.zeros_like(p))))
+        init_leaf=lambda p: (ft.full_like(p, learning_rate), ft.zeros_like(p)),
+        real_only=True))

@@ -154,7 +154,10 @@ def _masked_part(tx: Any, mask: MaskOrFn, wrapper: str, extra: bool) -> Gradient
                    for _, item in plan))
 
     def init_fn(params: Params) -> OptState:
-        state = jax.eval_shape(tx.init, params)  # the layout; every part is replaced
+        # The nesting of tx's state (every part is replaced below), from params with
+        # the masked-out leaves left out, so that tx.init never sees those leaves.
+        flags = ft.resolve_leaf_mask(mask, params, wrapper)
+        state = jax.eval_shape(tx.init, _mask_tree(params, flags))
         for path, part in zip(paths, flat.init(params)):
             state = ft.set_path(state, path, part)
         return state
@@ -336,7 +339,8 @@ def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
               for label, tx in transforms.items()}
 
     def init_fn(params: Params) -> PartitionState:
-        labels_of(params)
+        if not ft.is_params_placeholder(params):  # optax.tree.map_params passes one
+            labels_of(params)
         return PartitionState({label: tx.init(params) for label, tx in groups.items()})
 
     def update_fn(updates: Updates, state: PartitionState, params: Optional[Params] = None,
