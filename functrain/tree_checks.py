@@ -294,7 +294,7 @@ def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Seque
     >>> check_leaf_dtypes(["['step']"], [jnp.zeros((), jnp.int32)], [True], 'adam', 'params')
     Traceback (most recent call last):
     ...
-    TypeError: adam: params leaf ['step'] has dtype int32, but optimizers update floating or complex leaves. Leave it out with functrain.masked / freeze / multi_transform (e.g. a step counter kept in params).
+    TypeError: adam: params leaf ['step'] has dtype int32, but optimizers update floating or complex leaves. Leave it out with functrain.masked or multi_transform (e.g. a step counter kept in params).
     """
     for path, x, on in zip(paths, leaves, active):
         if not on or x is None or isinstance(x, MaskedNode):
@@ -304,7 +304,7 @@ def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Seque
         if not jnp.issubdtype(dtype, jnp.inexact) and dtype.name != "float0":
             raise TypeError(
                 f"{owner}: {what} leaf {where} has dtype {dtype.name}, but optimizers update "
-                f"floating or complex leaves. Leave it out with functrain.masked / freeze / "
+                f"floating or complex leaves. Leave it out with functrain.masked or "
                 f"multi_transform (e.g. a step counter kept in params).")
         if real_only and jnp.issubdtype(dtype, jnp.complexfloating):
             raise TypeError(

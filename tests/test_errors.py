@@ -136,3 +136,171 @@ def test_mask_that_does_not_fit():
     opt = ft.adamw(1e-3, mask={"decoder": True, "other": False})
     with pytest.raises(ValueError, match="mask"):
         opt.init(PARAMS)
+
+
+# --------------------------------------------------------------------------
+# Issue 11: dtypes, hyperparameter types, and optax's peer-suite defects
+# --------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+INT_PARAMS = {"w": jnp.ones((2, 3)), "step": jnp.zeros((), jnp.int32)}
+
+
+@pytest.mark.parametrize("make", [lambda: ft.adam(0.1), lambda: ft.sgd(0.1),
+                                  lambda: ft.lamb(0.1), lambda: ft.add_noise(0.1, 0.5)],
+                         ids=["adam", "sgd", "lamb", "add_noise"])
+def test_integer_leaves_are_rejected_at_init_naming_the_leaf(make):
+    with pytest.raises(TypeError, match=r"\['step'\] has dtype int32.*masked or multi_transform"):
+        make().init(INT_PARAMS)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.bool_])
+def test_integer_updates_are_rejected_naming_the_leaf(dtype):
+    opt = ft.adam(0.1)
+    state = opt.init({"w": jnp.ones(2)})
+    with pytest.raises(TypeError, match=r"updates leaf \['w'\] has dtype"):
+        opt.update({"w": jnp.ones(2, dtype)}, state)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ft.masked(ft.adam(0.1), {"w": True, "step": False}),
+    lambda: ft.multi_transform({"opt": ft.adam(0.1), "none": ft.set_to_zero()},
+                               {"w": "opt", "step": "none"}),
+    lambda: ft.chain(ft.masked(ft.adamw(0.1), {"w": True, "step": False}),
+                     ft.freeze({"w": False, "step": True})),
+], ids=["masked", "multi_transform", "masked_adamw_and_freeze"])
+def test_masked_out_integer_leaves_keep_working(make):
+    """A step counter kept in params, masked out of the optimizer, is left alone."""
+    opt = make()
+    state = opt.init(INT_PARAMS)
+    grads = {"w": jnp.ones((2, 3)), "step": jnp.ones((), jnp.int32)}
+    updates, _ = opt.update(grads, state, INT_PARAMS)
+    assert updates["step"].dtype == jnp.int32
+    assert np.all(np.isfinite(updates["w"])) and np.all(updates["w"] < 0)
+
+
+@pytest.mark.parametrize("make", [lambda: ft.sm3(0.1), lambda: ft.rprop(0.1),
+                                  lambda: ft.chain(ft.clip(1.0), ft.sgd(0.1))],
+                         ids=["sm3", "rprop", "clip"])
+def test_complex_leaves_rejected_where_there_is_no_complex_version(make):
+    params = {"w": jnp.ones(2), "z": jnp.ones(2, jnp.complex64)}
+    with pytest.raises(TypeError, match=r"does not support complex.*\['z'\] is complex64"):
+        make().init(params)
+
+
+def test_complex_leaves_can_be_masked_out_of_a_real_only_stage():
+    params = {"w": jnp.ones(2), "z": jnp.ones(2, jnp.complex64)}
+    opt = ft.chain(ft.masked(ft.clip(0.5), {"w": True, "z": False}), ft.sgd(0.1))
+    updates, _ = opt.update({"w": jnp.full(2, 3.0), "z": jnp.full(2, 3 + 3j, jnp.complex64)},
+                            opt.init(params))
+    np.testing.assert_allclose(updates["w"], -0.05)
+    np.testing.assert_allclose(updates["z"], -(0.3 + 0.3j), rtol=1e-6)
+
+
+@pytest.mark.parametrize("value, error, match", [
+    ("0.1", TypeError, "learning_rate must be a real number or a schedule"),
+    (None, TypeError, "learning_rate must be a real number"),
+    (jnp.ones(3), TypeError, r"learning_rate must be .* of shape \(3,\)"),
+    (float("nan"), ValueError, "learning_rate must be finite"),
+    (float("inf"), ValueError, "learning_rate must be finite"),
+    (True, TypeError, "learning_rate must be a real number"),
+    (1j, TypeError, "learning_rate must be a real number"),
+])
+def test_bad_learning_rates_name_the_argument_and_optimizer(value, error, match):
+    with pytest.raises(error, match="adam: " + match):
+        ft.adam(value)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: ft.adam(0.1, b1=float("nan")), "adam: b1 must be finite"),
+    (lambda: ft.adam(0.1, eps="1e-8"), "adam: eps must be a real number"),
+    (lambda: ft.lamb(0.1, weight_decay=float("inf")), "lamb: weight_decay must be finite"),
+    (lambda: ft.scale_by_adam(b2=None), "scale_by_adam: b2 must be a real number"),
+    (lambda: ft.trace(decay=[0.9]), "trace: decay must be a real number"),
+])
+def test_bad_hyperparameters_name_the_argument(make, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        make()
+
+
+def test_good_hyperparameter_forms_are_accepted():
+    ft.adam(jnp.asarray(0.1))                       # a scalar array
+    ft.adam(np.float32(0.1), b1=np.float64(0.9))    # numpy scalars
+    ft.adam(lambda count: 0.1 / (1 + count))       # a schedule
+    ft.adamw(0.1, weight_decay=lambda count: 1e-4)  # a scheduled decay, as optax
+    ft.clip_by_global_norm(float("inf"))           # a bound may be infinite
+    ft.inject_hyperparams(ft.adam)(learning_rate=0.1)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ft.masked(ft.adam(0.1), {"w": True, "b": False}),
+    lambda: ft.adamw(0.1, mask={"w": True, "b": False}),
+    lambda: ft.multi_transform({"a": ft.adam(0.1), "s": ft.sgd(0.1)}, {"w": "a", "b": "s"}),
+    lambda: ft.freeze({"w": True, "b": False}),
+    lambda: ft.masked(ft.MultiSteps(ft.adam(0.1), 2), {"w": True, "b": False}),
+    lambda: ft.chain(ft.clip_by_global_norm(1.0),
+                     ft.masked(ft.chain(ft.scale_by_adam(), ft.scale(-0.1)),
+                               {"w": True, "b": False})),
+], ids=["masked", "adamw_mask", "multi_transform", "freeze", "masked_generic", "chain_masked"])
+def test_optax_map_params_works_on_every_wrapper(make):
+    """optax.tree.map_params calls init with a leafless placeholder: masks let it through."""
+    params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+    opt = make()
+    state = opt.init(params)
+    mapped = optax.tree.map_params(opt, lambda p: p.shape, state,
+                                   transform_non_params=lambda _: None)
+    # Every params-shaped array of the state was mapped to its shape, nothing else.
+    leaves = jax.tree_util.tree_leaves(mapped, is_leaf=lambda x: isinstance(x, tuple)
+                                       and all(isinstance(d, int) for d in x))
+    assert all(isinstance(x, tuple) for x in leaves)
+
+
+class _CallableMask(dict):
+    """A mask that is a callable pytree (like an Equinox module): used as a tree."""
+
+    def __call__(self, *args):
+        raise AssertionError("a callable pytree mask must not be called")
+
+
+jax.tree_util.register_pytree_node(
+    _CallableMask, lambda d: (tuple(d[k] for k in sorted(d)), tuple(sorted(d))),
+    lambda keys, values: _CallableMask(zip(keys, values)))
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda m: ft.masked(ft.sgd(0.1), m), lambda m: ft.adamw(0.1, mask=m),
+    lambda m: ft.masked(ft.MultiSteps(ft.sgd(0.1), 1), m)], ids=["masked", "adamw", "generic"])
+def test_callable_pytree_masks_are_trees(wrap):
+    params = _CallableMask(w=jnp.ones(2), b=jnp.full(2, 3.0))
+    opt = wrap(_CallableMask(w=True, b=False))
+    updates, _ = opt.update(params, opt.init(params), params)
+    # The same as with the mask given as a function returning that tree.
+    ref = wrap(lambda p: _CallableMask(w=True, b=False))
+    expected, _ = ref.update(params, ref.init(params), params)
+    for k in ("w", "b"):
+        np.testing.assert_array_equal(updates[k], expected[k])
+    assert not np.allclose(updates["w"], updates["b"])
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd", "lamb", "rmsprop"])
+def test_python_number_params_as_in_optax(name):
+    params = {"a": 1.0, "b": 2.0}
+    opt = getattr(ft, name)(0.1)
+    updates, _ = opt.update({"a": 0.5, "b": -1.0}, opt.init(params), params)
+    ref = getattr(optax, name)(0.1) if name != "lamb" else None
+    if ref is not None:  # optax's lamb fails on Python floats; the others agree
+        expected, _ = ref.update({"a": 0.5, "b": -1.0}, ref.init(params), params)
+        for k in params:
+            np.testing.assert_allclose(updates[k], expected[k], rtol=1e-6)
+    new = ft.apply_updates(params, updates)
+    assert set(new) == {"a", "b"}
+
+
+def test_apply_updates_passes_none_through_as_optax():
+    assert ft.apply_updates(None, None) is None
+    params = {"a": None, "b": jnp.ones(1)}
+    out = ft.apply_updates(params, {"a": None, "b": jnp.ones(1)})
+    assert out["a"] is None
+    np.testing.assert_allclose(out["b"], 2.0)

@@ -106,6 +106,9 @@ class LeafStage:
         :mod:`functrain.transforms.recompute`).
       real_only: the math has no complex version (sign flips, clipping by
         value): complex leaves raise a ``TypeError`` naming the leaf.
+      any_dtype: the stage does no arithmetic (``set_to_zero``, ``freeze``,
+        ``identity``), so integer leaves are allowed; every other stage
+        rejects them with a ``TypeError`` naming the leaf.
 
     >>> import jax.numpy as jnp
     >>> from functrain.transforms.engine import stage_transform
@@ -129,6 +132,7 @@ class LeafStage:
     shaped_fields: Optional[tuple[str, ...]] = None
     norm_of_input: bool = False
     real_only: bool = False
+    any_dtype: bool = False
 
     @property
     def global_fields(self) -> list[str]:
@@ -154,8 +158,9 @@ class LeafStage:
         """
         active = ft.resolve_leaf_mask(self.mask, params, self.name)
         paths, leaves, treedef = ft.flatten_with_paths(params)
-        ft.check_leaf_dtypes(paths, leaves, active, self.name, "params",
-                             real_only=self.real_only)
+        if not self.any_dtype:
+            ft.check_leaf_dtypes(paths, leaves, active, self.name, "params",
+                                 real_only=self.real_only)
         if self.state_cls is None:
             return EmptyState()
         leaves = [as_array(p) for p in leaves]

@@ -87,11 +87,12 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
                             f"got {type(state).__name__}: was the state made by this "
                             f"optimizer's init?")
         active = ft.resolve_leaf_mask(stage.mask, mask_source, stage.name)
-        ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
-                             real_only=stage.real_only)
-        if params is not None:
-            ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
+        if not stage.any_dtype:
+            ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
                                  real_only=stage.real_only)
+            if params is not None:
+                ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
+                                     real_only=stage.real_only)
         fields = []
         for name in stage.leaf_fields:
             leaves = ft.flatten_like(treedef, getattr(state, name),
@@ -431,7 +432,8 @@ def identity() -> GradientTransformation:
     >>> tx.update([jnp.ones(1)], tx.init([jnp.ones(1)]))
     ([Array([1.], dtype=float32)], EmptyState())
     """
-    return stage_transform(LeafStage(name="identity", update_leaf=lambda g, s, p, c: (g, ())))
+    return stage_transform(LeafStage(name="identity", update_leaf=lambda g, s, p, c: (g, ()),
+                                     any_dtype=True))
 
 
 # --------------------------------------------------------------------------

@@ -71,6 +71,8 @@ def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
     check_range("eta", eta, 0.0, owner="add_noise")
 
     def init_fn(params: Params) -> AddNoiseState:
+        paths, leaves, _ = ft.flatten_with_paths(params)
+        ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), "add_noise", "params")
         return AddNoiseState(jnp.zeros([], jnp.int32), _as_key(key))
 
     def update_fn(updates: Updates, state: AddNoiseState, params: Optional[Params] = None,

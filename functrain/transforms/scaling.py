@@ -343,4 +343,5 @@ def set_to_zero() -> GradientTransformation:
     [Array([0.], dtype=float32)]
     """
     return stage_transform(LeafStage(name="set_to_zero",
-                                     update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ())))
+                                     update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
+                                     any_dtype=True))

@@ -388,4 +388,4 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
     """
     return stage_transform(LeafStage(
         name="freeze", update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
-        mask=_stage_mask(mask, None, "freeze")))
+        mask=_stage_mask(mask, None, "freeze"), any_dtype=True))
