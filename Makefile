@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench venv clean
+.PHONY: test test-oldest demo bench venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,25 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The declared floors, tested: a separate venv with the lowest versions that
+# pyproject.toml allows (README, "Running the tests"). Same pytest run as `make
+# test`, less the three files that need the flax/equinox/orbax/demo/notebooks extras.
+OLD_VENV  ?= .venv-oldest
+OLD_PY    := $(OLD_VENV)/bin/python
+OLD_STAMP := $(OLD_VENV)/.installed
+OLDEST    := jax==0.10.2 jaxlib==0.10.2 optax==0.2.8 chex==0.1.86 absl-py==1.0.0
+
+$(OLD_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(OLD_VENV)
+	$(OLD_PY) -m pip install -q --upgrade pip
+	$(OLD_PY) -m pip install -q $(OLDEST)
+	$(OLD_PY) -m pip install -q -e ".[test]" $(OLDEST)
+	touch $(OLD_STAMP)
+
+test-oldest: $(OLD_STAMP)
+	$(OLD_PY) -m pytest -q --ignore=tests/test_integrations.py \
+	  --ignore=tests/test_notebooks.py --ignore=tests/test_demo.py
+
 demo: $(STAMP)
 	$(PY) -c "import sklearn, tqdm, matplotlib" 2>/dev/null || $(PY) -m pip install -q -e ".[demo]"
 	$(PY) examples/demo.py
@@ -26,4 +45,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(OLD_VENV) build *.egg-info
