@@ -191,10 +191,11 @@ def norm(tree: PyTree, squared: bool = False) -> Array:
     >>> import jax.numpy as jnp
     >>> norm({'a': jnp.array([3.]), 'b': jnp.array([4.])})
     Array(5., dtype=float32)
+    >>> norm([jnp.array([3j])])
+    Array(3., dtype=float32)
     """
     leaves = jax.tree_util.tree_leaves(tree)
-    sq = _total([jnp.sum(jnp.square(jnp.abs(x).astype(_promote_float(x.dtype))))
-                 for x in leaves])
+    sq = _total([sum_of_squares(x) for x in leaves])
     return sq if squared else jnp.sqrt(sq)
 
 

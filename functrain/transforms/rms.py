@@ -385,11 +385,13 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
         new_weight = jnp.where(b2 == 1.0, 1.0, 1.0 - b2)
 
     def init_leaf(p: Array) -> tuple:
-        size = max(sum(p.shape), 1) if p.ndim >= 2 else max(p.size, 1)
+        size = sum(p.shape) if p.ndim >= 2 else p.size
         return (jnp.zeros((size,), p.dtype), ft.zeros_like(p))
 
     def leaf(g: Array, s: tuple, p: Any, ctx: Any) -> tuple:
         packed, momentum = s.mu, s.nu
+        if g.size == 0:  # nothing to accumulate (and a max over no entries is undefined)
+            return g, (packed, momentum)
         if g.ndim < 2:
             accum = new_weight * g * g + b2 * packed.reshape(g.shape)
             new_packed = accum.reshape(-1)

@@ -145,6 +145,10 @@ class MultiSteps:
     def _acc(self, x: Array) -> Any:
         if self._accumulator_dtype is None:
             return x.dtype
+        if jnp.iscomplexobj(x):
+            # Complex gradients accumulate as complex numbers of at least that precision
+            # (optax's float32 accumulator drops their imaginary parts).
+            return jnp.promote_types(self._accumulator_dtype, x.dtype)
         return self._accumulator_dtype
 
     def init(self, params: Params) -> MultiStepsState:
