@@ -1,0 +1,627 @@
+"""Property-based tests (hypothesis) over every named optimizer and every wrapper.
+
+The subjects are found by introspection, so a new optimizer or wrapper cannot be
+forgotten: :func:`optimizer_names` (the public functions of
+``functrain/optimizers/*.py``) and :func:`wrapper_names` (the public
+transformations of ``functrain/wrappers/*.py``, and those of
+``functrain/transforms/engine.py`` and ``grouped.py`` that take a
+transformation). ``RECIPES`` says how to build each one;
+:func:`test_recipes_cover_every_optimizer_and_wrapper` fails, naming it, when
+one has no recipe.
+
+Hypothesis draws trees: nested dicts, lists and tuples (depth <= 3, empty ones
+too) of leaves shaped ``()``, ``(0,)``, ``(2, 0)``, ``(1,)``, ``(3,)`` or
+``(2, 3)``, each leaf float32, bfloat16, float16 or complex64 (a tree mixes
+them), with finite params and gradients in [-10, 10]. For every subject:
+
+1. finite inputs give finite updates;
+2. each update leaf has its gradient's shape and dtype;
+3. the state keeps its structure, shapes and dtypes over two steps, and a
+   jitted step is traced once for two calls (the state it returns is the
+   state it takes, weak types and static data included);
+4. a jitted step gives the eager numbers;
+5. ``jax.eval_shape(opt.init, params)`` is ``opt.init(params)``'s structure,
+   shapes and dtypes;
+
+and (a warning filter made an error, file-wide) no real leaf is computed
+through a complex dtype and cast back: JAX warns that casting complex to real
+"will soon raise a ValueError". Each subject also runs on one hand-made tree
+with every shape and dtype (an explicit example: hypothesis' first drawn
+example is always the simplest tree, a float32 scalar 0.0).
+
+:func:`test_properties_float64` repeats them with float64 trees under
+``jax.enable_x64(True)``. Subjects whose math has no complex version
+(``real_only``: sm3, rprop, anything with ``clip``) draw real trees only;
+:func:`test_complex_rejected_with_clear_error` checks that they refuse complex
+leaves, naming the leaf, and :func:`test_complex_matches_optax` that every other
+optimizer gives optax's numbers on a complex tree.
+
+Hypothesis settings come from a profile registered here: ``functrain-ci`` (the
+default: few examples, derandomized, no example database, so every run draws
+the same trees) or ``functrain-heavy`` (many random examples), picked with
+``HYPOTHESIS_PROFILE=ci`` / ``HYPOTHESIS_PROFILE=heavy``. They are applied to
+these tests only (hypothesis' built-in ``ci`` profile, and the profile loaded
+for other test files, are left alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import pathlib
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import functrain as ft
+from helpers import FAST_COMPILE, optimizer_functions
+
+PACKAGE = pathlib.Path(ft.__file__).resolve().parent
+
+# A real leaf's update must never pass through a complex dtype: JAX warns that
+# dropping the imaginary part "will soon raise a ValueError".
+pytestmark = pytest.mark.filterwarnings(
+    "error:Casting from complex to real dtypes:DeprecationWarning")
+
+# --------------------------------------------------------------------------
+# Hypothesis profiles
+# --------------------------------------------------------------------------
+
+_COMMON = dict(deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      HealthCheck.filter_too_much])
+settings.register_profile("functrain-ci", max_examples=2, derandomize=True, database=None,
+                          **_COMMON)
+settings.register_profile("functrain-heavy", max_examples=60, database=None, **_COMMON)
+
+
+def _profile(scale: float = 1.0) -> settings:
+    """The selected profile, with ``max_examples`` scaled by ``scale`` (at least 1)."""
+    name = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+    name = name if name.startswith("functrain-") else f"functrain-{name}"
+    if name not in ("functrain-ci", "functrain-heavy"):
+        name = "functrain-ci"
+    base = settings.get_profile(name)
+    return settings(base, max_examples=max(1, int(base.max_examples * scale)))
+
+
+# --------------------------------------------------------------------------
+# What exists: optimizers and wrappers, by introspection
+# --------------------------------------------------------------------------
+
+def optimizer_names() -> set:
+    """Every named optimizer: the public functions of ``functrain/optimizers/*.py``."""
+    found = optimizer_functions()
+    assert all(f.__module__.startswith("functrain.optimizers.") for f in found.values())
+    return set(found)
+
+
+_TRANSFORMATION_PARAMS = {"tx", "inner", "opt", "transforms", "inner_factory"}
+
+
+def _takes_transformation(fn: Callable) -> bool:
+    """Whether ``fn`` has a parameter that is a transformation (by annotation or name)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any("GradientTransformation" in str(p.annotation) or p.name in _TRANSFORMATION_PARAMS
+               for p in parameters)
+
+
+def wrapper_functions() -> dict:
+    """name -> object for every wrapper the package exports.
+
+    All public functions and classes defined in ``functrain/wrappers/*.py``
+    (found on disk, so a new file counts), except the state types (tuples and
+    dicts); and the functions of ``functrain/transforms/engine.py`` and
+    ``grouped.py`` that functrain exports and that take a transformation
+    (``chain``, ``named_chain``, ``grouped``). An alias (``partition`` is
+    ``multi_transform``) appears under each of its names.
+    """
+    found = {}
+    for path in sorted((PACKAGE / "wrappers").glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        mod = importlib.import_module(f"functrain.wrappers.{path.stem}")
+        for name, obj in vars(mod).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
+                continue
+            if inspect.isclass(obj) and issubclass(obj, (tuple, dict)):
+                continue  # MaskedState, MultiStepsState, HyperparamsDict, ...
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                found[name] = obj
+    for modname in ("functrain.transforms.engine", "functrain.transforms.grouped"):
+        mod = importlib.import_module(modname)
+        for name, obj in vars(mod).items():
+            if (inspect.isfunction(obj) and obj.__module__ == modname
+                    and not name.startswith("_") and getattr(ft, name, None) is obj
+                    and _takes_transformation(obj)):
+                found[name] = obj
+    return found
+
+
+def wrapper_names() -> set:
+    """The names of :func:`wrapper_functions`."""
+    return set(wrapper_functions())
+
+
+# --------------------------------------------------------------------------
+# Recipes: how to build each subject
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How to build one test subject.
+
+    Attributes:
+      covers: the optimizer or wrapper name it exercises.
+      make: ``make(module) -> transformation``; ``module`` is ``functrain``
+        (or ``optax``, for the optimizers' complex parity).
+      needs_value: ``update`` takes ``value=loss`` (Polyak).
+      real_only: documented to reject complex leaves (sign flips or clipping
+        by value have no complex version): drawn on real trees only.
+      min_leaves: trees with fewer (but at least one) leaves are not drawn
+        (multi_transform needs every label to be used).
+    """
+
+    covers: str
+    make: Callable[[Any], Any]
+    needs_value: bool = False
+    real_only: bool = False
+    min_leaves: int = 0
+
+
+LR = 1e-2
+
+
+def _opt(name: str, *, needs_value: bool = False, real_only: bool = False,
+         **kwargs: Any) -> Recipe:
+    return Recipe(name, lambda m: getattr(m, name)(**kwargs), needs_value, real_only)
+
+
+def alternating(tree: Any) -> Any:
+    """A mask function: True on the leaves of even index, False on the others."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef.unflatten([i % 2 == 0 for i in range(len(leaves))])
+
+
+def two_labels(tree: Any) -> Any:
+    """A label function: 'adam' on the leaves of even index, 'sgd' on the others."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef.unflatten(["adam" if i % 2 == 0 else "sgd" for i in range(len(leaves))])
+
+
+OPTIMIZER_RECIPES = {
+    "adabelief": _opt("adabelief", learning_rate=LR),
+    "adadelta": _opt("adadelta", learning_rate=1.0),
+    "adafactor": _opt("adafactor", learning_rate=LR, min_dim_size_to_factor=2),
+    "adagrad": _opt("adagrad", learning_rate=LR),
+    "adam": _opt("adam", learning_rate=LR),
+    "adamax": _opt("adamax", learning_rate=LR),
+    "adamaxw": _opt("adamaxw", learning_rate=LR),
+    "adamw": _opt("adamw", learning_rate=LR, weight_decay=1e-2),
+    "amsgrad": _opt("amsgrad", learning_rate=LR),
+    "fromage": _opt("fromage", learning_rate=LR),
+    "lamb": _opt("lamb", learning_rate=LR, weight_decay=1e-2),
+    "lars": _opt("lars", learning_rate=LR, weight_decay=1e-2),
+    "lion": _opt("lion", learning_rate=LR),
+    "nadam": _opt("nadam", learning_rate=LR),
+    "nadamw": _opt("nadamw", learning_rate=LR),
+    "noisy_sgd": _opt("noisy_sgd", learning_rate=LR, key=0),
+    "novograd": _opt("novograd", learning_rate=LR, weight_decay=1e-2),
+    "optimistic_gradient_descent": _opt("optimistic_gradient_descent", learning_rate=LR),
+    "polyak_sgd": _opt("polyak_sgd", needs_value=True, max_learning_rate=0.5),
+    "radam": _opt("radam", learning_rate=LR),
+    "rmsprop": _opt("rmsprop", learning_rate=LR, centered=True, momentum=0.5),
+    "rprop": _opt("rprop", real_only=True, learning_rate=LR),
+    "sgd": _opt("sgd", learning_rate=LR, momentum=0.9),
+    "sign_sgd": _opt("sign_sgd", learning_rate=LR),
+    "signum": _opt("signum", learning_rate=LR),
+    "sm3": _opt("sm3", real_only=True, learning_rate=LR),
+    "yogi": _opt("yogi", learning_rate=LR),
+}
+
+WRAPPER_RECIPES = {
+    "masked(adam)": Recipe("masked", lambda m: m.masked(m.adam(LR), alternating)),
+    "chain(masked(add_decayed_weights), sgd)": Recipe(  # a single-stage inner: fused path
+        "masked", lambda m: m.chain(m.masked(m.add_decayed_weights(1e-2), alternating),
+                                    m.sgd(LR, momentum=0.9))),
+    "multi_transform(adam, sgd)": Recipe(
+        "multi_transform", lambda m: m.multi_transform(
+            {"adam": m.adam(LR), "sgd": m.sgd(LR, momentum=0.9)}, two_labels), min_leaves=2),
+    "chain(freeze, adam)": Recipe("freeze", lambda m: m.chain(m.freeze(alternating),
+                                                              m.adam(LR))),
+    "MultiSteps(adam)": Recipe("MultiSteps", lambda m: m.MultiSteps(m.adam(LR),
+                                                                    every_k_schedule=2)),
+    "apply_if_finite(adam)": Recipe("apply_if_finite",
+                                    lambda m: m.apply_if_finite(m.adam(LR), 2)),
+    "inject_hyperparams(adam)": Recipe(
+        "inject_hyperparams", lambda m: m.inject_hyperparams(m.adam)(learning_rate=LR)),
+    "named_chain(clip_by_block_rms, sgd)": Recipe(
+        "named_chain", lambda m: m.named_chain(("clip", m.clip_by_block_rms(1.0)),
+                                               ("sgd", m.sgd(LR, momentum=0.9)))),
+    "chain(clip_by_global_norm, adam)": Recipe(
+        "chain", lambda m: m.chain(m.clip_by_global_norm(1.0), m.adam(LR))),
+    "chain(clip, sgd)": Recipe(
+        "chain", lambda m: m.chain(m.clip(0.5), m.sgd(LR, momentum=0.9)), real_only=True),
+    "grouped(chain(clip_by_global_norm, lamb))": Recipe(
+        "grouped", lambda m: m.grouped(m.chain(m.clip_by_global_norm(1.0), m.lamb(LR)))),
+}
+
+RECIPES = {**OPTIMIZER_RECIPES, **WRAPPER_RECIPES}
+
+
+def test_recipes_cover_every_optimizer_and_wrapper():
+    """Every optimizer and wrapper has a recipe here, and every recipe names one.
+
+    An alias is covered by a recipe under any of its names (``partition`` by
+    ``multi_transform``'s): the same object needs no second run.
+    """
+    optimizers, wrappers = optimizer_names(), wrapper_functions()
+    expected_wrappers = {"masked", "multi_transform", "partition", "freeze", "MultiSteps",
+                         "apply_if_finite", "inject_hyperparams", "named_chain", "chain",
+                         "grouped"}
+    assert expected_wrappers <= set(wrappers), (
+        f"the introspection lost wrappers: {sorted(expected_wrappers - set(wrappers))}")
+    covered = {r.covers for r in RECIPES.values()}
+    covered_objects = [wrappers[n] for n in covered if n in wrappers]
+    missing = sorted(optimizers - covered) + sorted(
+        n for n, obj in wrappers.items() if not any(obj is c for c in covered_objects))
+    assert not missing, f"no recipe in tests/test_properties.py RECIPES for: {missing}"
+    unknown = sorted(covered - optimizers - set(wrappers))
+    assert not unknown, f"recipes for names that are neither optimizer nor wrapper: {unknown}"
+    assert set(OPTIMIZER_RECIPES) == optimizers, (
+        f"OPTIMIZER_RECIPES must be keyed by optimizer name: "
+        f"{sorted(set(OPTIMIZER_RECIPES) ^ optimizers)}")
+    for name, recipe in OPTIMIZER_RECIPES.items():
+        assert recipe.covers == name, name
+
+
+# --------------------------------------------------------------------------
+# Strategies: trees of leaves of varied shapes and dtypes
+# --------------------------------------------------------------------------
+
+SHAPES = [(), (0,), (2, 0), (1,), (3,), (2, 3)]
+REAL_DTYPES = ["float32", "bfloat16", "float16"]
+COMPLEX_DTYPES = ["complex64"]
+KEYS = ["w", "b", "scale", "emb", "x"]
+
+
+class Leaf:
+    """One drawn leaf: its shape, dtype and the values of params and both gradients.
+
+    ``data[2k]`` / ``data[2k + 1]`` are the real / imaginary parts of array
+    ``k`` (0: params, 1: first gradient, 2: second gradient); the imaginary
+    parts are ignored for real dtypes. Not a pytree node, so ``tree_map``
+    sees it as a leaf.
+    """
+
+    def __init__(self, shape: tuple, dtype: str, data: np.ndarray):
+        self.shape, self.dtype, self.data = shape, dtype, data
+
+    def array(self, k: int) -> jax.Array:
+        x = self.data[2 * k].astype(np.float64)
+        if "complex" in self.dtype:
+            x = x + 1j * self.data[2 * k + 1].astype(np.float64)
+        return jnp.asarray(x, jnp.dtype(self.dtype))
+
+    def __repr__(self) -> str:
+        vals = [self.data[2 * k].tolist() if "complex" not in self.dtype else
+                (self.data[2 * k] + 1j * self.data[2 * k + 1]).tolist() for k in range(3)]
+        return f"Leaf({self.shape}, {self.dtype}, p={vals[0]}, g1={vals[1]}, g2={vals[2]})"
+
+
+def leaves(dtypes: list) -> st.SearchStrategy:
+    """One leaf: a shape from ``SHAPES``, a dtype from ``dtypes``, values in [-10, 10]."""
+    values = st.floats(-10, 10, width=32, allow_subnormal=False)
+
+    def with_values(shape_dtype: tuple) -> st.SearchStrategy:
+        shape, dtype = shape_dtype
+        return hnp.arrays(np.float32, (6,) + shape, elements=values).map(
+            lambda data: Leaf(shape, dtype, data))
+
+    return st.tuples(st.sampled_from(SHAPES), st.sampled_from(dtypes)).flatmap(with_values)
+
+
+def nested(leaf: st.SearchStrategy, depth: int = 3) -> st.SearchStrategy:
+    """A bare leaf, or dicts / lists / tuples (possibly empty) nested at most ``depth`` deep."""
+    if depth == 0:
+        return leaf
+    sub = nested(leaf, depth - 1)
+    return st.one_of(
+        leaf,
+        st.dictionaries(st.sampled_from(KEYS), sub, max_size=3),
+        st.lists(sub, max_size=3),
+        st.lists(sub, max_size=3).map(tuple),
+    )
+
+
+def trees(dtypes: list) -> st.SearchStrategy:
+    """A tree of :class:`Leaf`, its leaves' dtypes drawn from a sub-list of ``dtypes``."""
+    pools = st.lists(st.sampled_from(dtypes), min_size=1, max_size=len(dtypes), unique=True)
+    return pools.flatmap(lambda pool: nested(leaves(pool)))
+
+
+def materialize(spec: Any) -> tuple:
+    """``(params, grads1, grads2)``: the arrays of a drawn tree."""
+    return tuple(jax.tree_util.tree_map(lambda leaf, k=k: leaf.array(k), spec) for k in range(3))
+
+
+# --------------------------------------------------------------------------
+# The properties
+# --------------------------------------------------------------------------
+
+def loss(params: Any) -> jax.Array:
+    """A real loss of (possibly complex) params, for Polyak's ``value``."""
+    return 0.5 * sum(jnp.sum(jnp.abs(x.astype(jnp.promote_types(x.dtype, jnp.float32))) ** 2)
+                     for x in jax.tree_util.tree_leaves(params))
+
+
+def tolerance(dtype: Any) -> dict:
+    """How closely jit and eager must agree on a leaf of ``dtype``."""
+    dtype = jnp.dtype(dtype)
+    if dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return dict(rtol=2e-2, atol=1e-4)  # one or two 16-bit roundings apart
+    if dtype in (jnp.dtype(jnp.float64), jnp.dtype(jnp.complex128)):
+        return dict(rtol=1e-10, atol=1e-12)
+    return dict(rtol=1e-5, atol=1e-6)
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    """A numpy copy: 16-bit floats as float32, typed PRNG keys as their key data."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    x = np.asarray(x)
+    if x.dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return x.astype(np.float32)
+    return x
+
+
+def coupling_dtype(params: Any) -> Any:
+    """The precision whole-tree quantities (global norms) of ``params`` are summed in.
+
+    Each leaf's sum of squares is at least float32, so a float64 leaf's update
+    can carry float32 rounding when the tree also holds a narrower leaf
+    (``clip_by_global_norm``, Polyak): float64 only if every leaf is.
+    """
+    wide = all(jnp.finfo(x.dtype).bits >= 64 for x in jax.tree_util.tree_leaves(params))
+    return jnp.float64 if wide else jnp.float32
+
+
+def assert_close_leafwise(eager: Any, jitted: Any, what: str, coupling: Any) -> None:
+    """Same structure, and every leaf within its dtype's tolerance (at most ``coupling``'s)."""
+    assert jax.tree_util.tree_structure(eager) == jax.tree_util.tree_structure(jitted), what
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(eager)[0],
+                            jax.tree_util.tree_leaves(jitted)):
+        where = f"{what} {jax.tree_util.keystr(path)}"
+        assert a.dtype == b.dtype, (where, a.dtype, b.dtype)
+        tol = None
+        if jnp.issubdtype(a.dtype, jnp.inexact):
+            own, shared = tolerance(a.dtype), tolerance(coupling)
+            tol = {k: max(own[k], shared[k]) for k in own}
+        a, b = as_numpy(a), as_numpy(b)
+        if tol is not None:
+            np.testing.assert_allclose(b, a, err_msg=f"{where}: jit != eager", **tol)
+        else:  # counts, PRNG keys: exact
+            np.testing.assert_array_equal(b, a, err_msg=f"{where}: jit != eager")
+
+
+def avals(tree: Any) -> list:
+    """(path, shape, dtype, weak_type) of every leaf: what a jit cache key sees of them."""
+    return [(jax.tree_util.keystr(path), jnp.shape(x), getattr(x, "dtype", type(x)),
+             getattr(x, "weak_type", False))
+            for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def check_properties(recipe: Recipe, spec: Any) -> None:
+    """Properties 1-5 for one subject on one drawn tree."""
+    n = len(jax.tree_util.tree_leaves(spec))
+    assume(n == 0 or n >= recipe.min_leaves)
+    params, g1, g2 = materialize(spec)
+    opt = recipe.make(ft)
+    extra = (lambda p: {"value": loss(p)}) if recipe.needs_value else (lambda p: {})
+
+    # 5. eval_shape of init is init's structure, shapes and dtypes.
+    state0 = opt.init(params)
+    abstract = jax.eval_shape(opt.init, params)
+    assert jax.tree_util.tree_structure(abstract) == jax.tree_util.tree_structure(state0)
+    chex.assert_trees_all_equal_shapes_and_dtypes(abstract, state0)
+
+    # Eager: two steps.
+    u1, state1 = opt.update(g1, state0, params, **extra(params))
+    p1 = ft.apply_updates(params, u1)
+    u2, state2 = opt.update(g2, state1, p1, **extra(p1))
+
+    # 1. finite updates (16-bit updates may round to 0, but are finite).
+    for t, u in ((1, u1), (2, u2)):
+        for path, x in jax.tree_util.tree_flatten_with_path(u)[0]:
+            assert bool(jnp.all(jnp.isfinite(x))), (
+                f"step {t}: update {jax.tree_util.keystr(path)} ({x.dtype}) is not finite: {x}")
+
+    # 2. updates keep the gradients' shapes and dtypes.
+    chex.assert_trees_all_equal_shapes_and_dtypes(u1, g1)
+    chex.assert_trees_all_equal_shapes_and_dtypes(u2, g2)
+
+    # 3. the state keeps its structure, shapes and dtypes ...
+    chex.assert_trees_all_equal_shapes_and_dtypes(state0, state1)
+    chex.assert_trees_all_equal_shapes_and_dtypes(state0, state2)
+
+    # ... and a jitted step is traced once for two calls.
+    traces = []
+
+    @jax.jit(compiler_options=FAST_COMPILE)
+    def step(p, s, g):
+        traces.append(1)
+        u, s = opt.update(g, s, p, **extra(p))
+        return u, s, ft.apply_updates(p, u)
+
+    ju1, jstate1, jp1 = step(params, state0, g1)
+    ju2, jstate2, _ = step(jp1, jstate1, g2)
+    if len(traces) != 1:
+        first, second = (params, state0, g1), (jp1, jstate1, g2)
+        changed = [(a, b) for a, b in zip(avals(first), avals(second)) if a != b]
+        same_def = jax.tree_util.tree_structure(first) == jax.tree_util.tree_structure(second)
+        raise AssertionError(
+            f"the jitted step was traced {len(traces)} times for 2 calls. (params, state, "
+            f"grads) avals that changed between the calls: {changed}; same tree structure "
+            f"and static data: {same_def}")
+    chex.assert_trees_all_equal_shapes_and_dtypes(state0, jstate2)
+
+    # 4. jit and eager give the same numbers.
+    coupling = coupling_dtype(params)
+    assert_close_leafwise(u1, ju1, "step 1 updates", coupling)
+    assert_close_leafwise(state1, jstate1, "step 1 state", coupling)
+    assert_close_leafwise(u2, ju2, "step 2 updates", coupling)
+    assert_close_leafwise(state2, jstate2, "step 2 state", coupling)
+
+
+def fixed_leaf(shape: tuple, dtype: str, seed: int) -> Leaf:
+    rng = np.random.default_rng(seed)
+    return Leaf(shape, dtype, rng.uniform(-10, 10, (6,) + shape).astype(np.float32))
+
+
+# Explicit examples run for every subject before the drawn ones (hypothesis'
+# first drawn example is always the simplest tree, one float32 scalar 0.0):
+# every shape and dtype, and empty containers, in one tree.
+MIXED = {"w": fixed_leaf((2, 3), "float32", 1),
+         "b": [fixed_leaf((3,), "bfloat16", 2), fixed_leaf((), "float16", 3)],
+         "x": (fixed_leaf((0,), "complex64", 4), fixed_leaf((2, 0), "float32", 5),
+               fixed_leaf((2, 3), "complex64", 6)),
+         "empty": [], "none": {}}
+MIXED_REAL = {**MIXED, "x": (fixed_leaf((0,), "float32", 4), fixed_leaf((2, 0), "float32", 5),
+                             fixed_leaf((2, 3), "float16", 6))}
+MIXED_F64 = {"w": fixed_leaf((2, 3), "float64", 1),
+             "b": [fixed_leaf((3,), "float64", 2), fixed_leaf((), "float64", 3)]}
+
+TREES = trees(REAL_DTYPES + COMPLEX_DTYPES)
+REAL_TREES = trees(REAL_DTYPES)
+F64_TREES = trees(["float64", "float32"])
+
+COMPLEX_SUBJECTS = sorted(n for n, r in RECIPES.items() if not r.real_only)
+REAL_ONLY_SUBJECTS = sorted(n for n, r in RECIPES.items() if r.real_only)
+
+
+@pytest.mark.parametrize("subject", COMPLEX_SUBJECTS)
+@given(spec=TREES)
+@example(spec=MIXED)
+@_profile()
+def test_properties(subject, spec):
+    """Properties 1-5 on trees mixing float32, bfloat16, float16 and complex64 leaves."""
+    check_properties(RECIPES[subject], spec)
+
+
+@pytest.mark.parametrize("subject", REAL_ONLY_SUBJECTS)
+@given(spec=REAL_TREES)
+@example(spec=MIXED_REAL)
+@_profile()
+def test_properties_real_only(subject, spec):
+    """Properties 1-5 for the subjects without complex support, on real trees."""
+    check_properties(RECIPES[subject], spec)
+
+
+@pytest.mark.parametrize("subject", sorted(RECIPES))
+@given(spec=F64_TREES)
+@example(spec=MIXED_F64)
+@_profile(scale=0.5)
+def test_properties_float64(subject, spec):
+    """The same properties on float64 (and mixed float64/float32) trees, with x64 on."""
+    with jax.enable_x64(True):
+        check_properties(RECIPES[subject], spec)
+    assert not jax.config.jax_enable_x64
+
+
+# --------------------------------------------------------------------------
+# Complex: optax's numbers, or a clear error
+# --------------------------------------------------------------------------
+
+COMPLEX_PARAMS = {
+    "w": np.array([[1 + 0.5j, -0.3 + 2j, 0.2], [0.7 - 1j, 0.1 + 0.1j, -2j]]),
+    "b": np.array([0.5 - 0.25j, -1 + 1j, 0.0]),
+    "nested": [(np.array(0.3 - 0.7j),)],
+}
+TARGET = 1 + 1j
+
+
+def complex_loss(params: Any) -> jax.Array:
+    return sum(jnp.sum(jnp.abs(x - TARGET) ** 2) for x in jax.tree_util.tree_leaves(params))
+
+
+def complex_trajectories(recipe: Recipe, steps: int = 20) -> tuple:
+    """functrain's and optax's params after each of ``steps`` steps, stacked, in one jit.
+
+    The gradients are conj(grad) of a real loss (the steepest-descent
+    direction for complex params, optax's convention).
+    """
+    def run(module: Any, params: Any) -> Any:
+        opt = recipe.make(module)
+
+        def step(carry, _):
+            p, s = carry
+            value, g = jax.value_and_grad(complex_loss)(p)
+            g = jax.tree_util.tree_map(jnp.conj, g)
+            extra = {"value": value} if recipe.needs_value else {}
+            u, s = opt.update(g, s, p, **extra)
+            p = module.apply_updates(p, u)
+            return (p, s), p
+
+        return jax.lax.scan(step, (params, opt.init(params)), None, length=steps)[1]
+
+    params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.complex64), COMPLEX_PARAMS)
+    both = jax.jit(lambda p: (run(ft, p), run(optax, p)), compiler_options=FAST_COMPILE)
+    return both(params)
+
+
+COMPLEX_OPTIMIZERS = sorted(n for n, r in OPTIMIZER_RECIPES.items() if not r.real_only)
+
+
+@pytest.mark.parametrize("name", COMPLEX_OPTIMIZERS)
+def test_complex_matches_optax(name):
+    """Every optimizer that accepts complex params gives optax's numbers for 20 jitted steps."""
+    ours, theirs = complex_trajectories(OPTIMIZER_RECIPES[name])
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(theirs)
+    start = jax.tree_util.tree_leaves(COMPLEX_PARAMS)
+    for (path, x), y, p0 in zip(jax.tree_util.tree_flatten_with_path(ours)[0],
+                                jax.tree_util.tree_leaves(theirs), start):
+        where = f"{name} {jax.tree_util.keystr(path)}"
+        assert x.dtype == y.dtype == jnp.complex64, (where, x.dtype, y.dtype)
+        x, y = np.asarray(x), np.asarray(y)
+        bad = ~np.isclose(x, y, rtol=2e-5, atol=1e-6)
+        first = int(np.argmax(bad.reshape(len(bad), -1).any(axis=1))) if bad.any() else None
+        np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6,
+                                   err_msg=f"{where}: first differs at step {first}")
+    assert any(np.any(np.imag(np.asarray(x[-1])) != np.imag(p0))
+               for x, p0 in zip(jax.tree_util.tree_leaves(ours), start)), (
+        f"{name} never moved the imaginary parts: the comparison would be vacuous")
+
+
+REJECTS_COMPLEX = {
+    "sm3": lambda: ft.sm3(LR),
+    "rprop": lambda: ft.rprop(LR),
+    "clip": lambda: ft.clip(0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REJECTS_COMPLEX))
+def test_complex_rejected_with_clear_error(name):
+    """sm3, rprop and clip have no complex version: a TypeError/ValueError naming the leaf."""
+    opt = REJECTS_COMPLEX[name]()
+    params = {"b": jnp.ones(3, jnp.float32),
+              "w": jnp.asarray([[1 + 1j, 2 - 1j], [0.5j, -1.0]], jnp.complex64)}
+    grads = jax.tree_util.tree_map(lambda x: x * 0.5, params)
+    with pytest.raises((TypeError, ValueError)) as info:
+        state = opt.init(params)
+        opt.update(grads, state, params)
+    message = str(info.value)
+    assert "['w']" in message, f"{name}: the error does not name the leaf ['w']: {message}"
+    assert "complex" in message.lower(), f"{name}: the error does not say 'complex': {message}"
