@@ -359,15 +359,19 @@ def sorted_labels(labels: Iterable[Any]) -> list[Any]:
 # --------------------------------------------------------------------------
 
 def _concrete(value: Any) -> Optional[float]:
+    """``value`` as a float if it is a concrete real scalar (a number or a 0-d real array).
+
+    ``None`` for anything else: traced values, schedules, strings, bools,
+    complex numbers, arrays of other shapes.
+    """
     if isinstance(value, jax.core.Tracer) or callable(value):
         return None
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, (np.ndarray, jax.Array, np.generic)) and np.ndim(value) == 0:
-        try:
+        dtype = np.asarray(value).dtype
+        if np.issubdtype(dtype, np.number) and not np.issubdtype(dtype, np.complexfloating):
             return float(value)
-        except (TypeError, jax.errors.ConcretizationTypeError):
-            return None
     return None
 
 
@@ -443,16 +447,11 @@ def check_hyperparameter(owner: str, name: str, value: Any, *, schedule_ok: bool
         return
     what = "a real number" + (" or a schedule (a function of the step count)"
                               if schedule_ok else "")
-    is_real_scalar = (
-        (isinstance(value, numbers.Real) and not isinstance(value, bool))
-        or (isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
-            and np.issubdtype(np.asarray(value).dtype, np.number)
-            and not np.issubdtype(np.asarray(value).dtype, np.complexfloating)))
-    if not is_real_scalar:
+    v = _concrete(value)
+    if v is None:
         shape = f" of shape {np.shape(value)}" if hasattr(value, "shape") else ""
         raise TypeError(f"{owner}: {name} must be {what}, got {type(value).__name__}"
                         f"{shape} {value!r:.40}.")
-    v = float(value)
     if v != v or (v in (float("inf"), float("-inf")) and name not in _MAY_BE_INFINITE):
         raise ValueError(f"{owner}: {name} must be finite, got {value}.")
 
