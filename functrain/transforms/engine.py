@@ -272,27 +272,6 @@ def fusion_plan(tx: Any) -> tuple:
     return plan if plan is not None else (((), tx),)
 
 
-def with_fusion_plan(tx: GradientTransformation, plan: tuple) -> GradientTransformation:
-    """``tx`` with its update function marked as running ``plan`` (see :func:`fusion_plan`).
-
-    For wrappers that rebuild a chain of stages (e.g. with masks) and want an
-    enclosing ``chain`` to keep fusing them.
-
-    Args:
-      tx: a transformation whose state layout matches ``plan``'s paths.
-      plan: the ``(path, stage)`` pairs.
-
-    Returns:
-      ``tx`` itself, marked.
-
-    >>> tx = with_fusion_plan(identity(), fusion_plan(identity()))
-    >>> len(fusion_plan(tx))
-    1
-    """
-    setattr(tx.update, _PLAN, plan)
-    return tx
-
-
 def fusion_enabled() -> bool:
     """Whether ``chain`` fuses consecutive stages (read when a step is traced).
 
@@ -480,5 +459,5 @@ def global_norm(updates: Updates) -> jax.Array:
 
 
 __all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity",
-           "apply_updates", "global_norm", "fusion_plan", "prepare_stage", "with_fusion_plan",
+           "apply_updates", "global_norm", "fusion_plan", "prepare_stage",
            "fusion_enabled", "leaf_compute_dtype", "state_compute_dtype"]

@@ -30,7 +30,7 @@ from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
                                        OptState, Params, Updates, call_update, check_state_type,
                                        check_transformation, sorted_labels)
-from functrain.transforms.engine import chain, fusion_plan, stage_transform, with_fusion_plan
+from functrain.transforms.engine import chain, fusion_plan, stage_transform
 
 Array = jax.Array
 PyTree = Any
