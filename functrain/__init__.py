@@ -80,4 +80,16 @@ from functrain.grad import execute_with_gradients, jac, stop_gradient, value_and
 from functrain.seed_updates import (adam_step, adam_update, gradient_descent_update,
                                     lamb_update, lars_update, optimizer_update)
 
+# --- issue 13 additions, one block per area (kept apart so they can be written in parallel) ---
+# [area: tree, projections, microbatching, numerics helpers, linalg]
+# [end area: tree]
+# [area: quasi-Newton and line searches]
+# [end area: quasi-Newton]
+# [area: wrappers, control, lookahead, schedules]
+# [end area: wrappers]
+# [area: optimizers and blocks]
+# [end area: optimizers]
+# [area: protocol types and state aliases]
+# [end area: protocol]
+
 __version__ = "0.1.0"

@@ -8,14 +8,17 @@
   file                                      may import from functrain only
   ========================================  ==========================================
   tree_checks.py                            nothing
-  tree.py                                   tree_checks (L0: tree.py + tree_checks.py)
+  tree_ops.py                               tree_checks (optax.tree's functions)
+  tree.py                                   tree_checks, tree_ops (L0: the three files)
   numerics.py                               tree
-  grad, seed_updates, sharding, schedules   tree, numerics (beside the stack, L0 only)
+  grad, seed_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
+  projections, microbatching, linalg
   transforms/base.py                        tree
   transforms/recompute.py                   tree, numerics
   transforms/engine.py                      tree, numerics, base, recompute
   transforms/grouped.py                     tree, numerics, base, engine
-  transforms/<family>.py                    tree, numerics, base, engine (no other family)
+  transforms/<family>.py                    tree, numerics, base, engine (no other family;
+                                            any other file of transforms/ is a family)
   wrappers/*.py                             tree, numerics, base, engine
   optimizers/*.py                           tree, numerics, transforms.* (no wrappers, no
                                             other optimizers file)
@@ -44,13 +47,16 @@ MAX_LINES = 650
 # path relative to functrain/ -> why it may be longer than MAX_LINES.
 LONG_FILES: dict[str, str] = {}
 
-TREE = {"functrain.tree", "functrain.tree_checks"}
+TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops"}
 NUMERICS = {"functrain.numerics"}
 BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
 RECOMPUTE, GROUPED = "functrain.transforms.recompute", "functrain.transforms.grouped"
-FAMILIES = {f"functrain.transforms.{n}" for n in (
-    "adam", "rms", "sign", "momentum", "scaling", "layerwise", "clipping", "factored",
-    "constraints", "noise")}
+# Every other module of transforms/ is a stage family (found on disk, so a new family
+# needs no entry here).
+FAMILIES = {f"functrain.transforms.{p.stem}"
+            for p in (pathlib.Path(__file__).resolve().parent.parent / "functrain"
+                      / "transforms").glob("*.py")
+            if p.stem not in ("__init__", "base", "engine", "recompute", "grouped")}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -73,12 +79,15 @@ def allowed_imports(module: str) -> Optional[object]:
         return lambda target: target.startswith(module + ".")
     if module == "functrain.tree_checks":
         return set()
-    if module == "functrain.tree":
+    if module == "functrain.tree_ops":
         return {"functrain.tree_checks"}
+    if module == "functrain.tree":
+        return {"functrain.tree_checks", "functrain.tree_ops"}
     if module == "functrain.numerics":
         return TREE
     if module in {"functrain.grad", "functrain.seed_updates", "functrain.sharding",
-                  "functrain.schedules"}:
+                  "functrain.schedules", "functrain.projections", "functrain.microbatching",
+                  "functrain.linalg"}:
         return TREE | NUMERICS
     if module == BASE:
         return TREE
