@@ -90,6 +90,9 @@ from functrain.seed_updates import (adam_step, adam_update, gradient_descent_upd
 # [area: optimizers and blocks]
 # [end area: optimizers]
 # [area: protocol types and state aliases]
+# Type aliases (documented in functrain/transforms/base.py, where they are defined).
+from functrain.transforms.base import (MaskOrFn, OptState, Params, ScalarOrSchedule,
+                                       TransformInitFn, TransformUpdateFn, Updates)
 # [end area: protocol]
 
 __version__ = "0.1.0"

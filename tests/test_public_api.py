@@ -13,7 +13,9 @@ import functrain
 from helpers import optimizer_functions
 
 # Type aliases cannot carry a docstring of their own; they are documented where defined.
-ALIASES = {"Schedule"}
+ALIASES = {"Schedule", "MaskOrFn", "OptState", "Params", "ScalarOrSchedule", "Updates",
+           "TransformInitFn", "TransformUpdateFn", "TransformUpdateExtraArgsFn",
+           "ShouldSkipUpdateFunction", "ConditionFn"}
 
 
 def public_names():

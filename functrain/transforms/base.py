@@ -31,6 +31,10 @@ Updates = Any
 OptState = Any
 ScalarOrSchedule = Any  # float | jax.Array | Callable[[jax.Array], jax.Array]
 MaskOrFn = Any  # a tree (or prefix) of bools, or a function of params returning one
+# optax's names for the two halves of a transformation: init(params) -> state and
+# update(updates, state, params=None) -> (updates, state).
+TransformInitFn = Callable[[Params], OptState]
+TransformUpdateFn = Callable[..., tuple]
 
 
 class GradientTransformation(NamedTuple):
