@@ -1,4 +1,4 @@
-"""Adam-style moments: Adam, AMSGrad, AdaMax, RAdam, Yogi and AdaBelief.
+"""Adam-style moments: Adam, AMSGrad, AdaMax, RAdam, Yogi, AdaBelief and Adan.
 
 Each ``scale_by_*`` is the per-array math of one leaf plus a ``prepare`` step
 that advances the step count and computes the scalar bias corrections once per
@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.numerics import abs_sq, adam_direction, ema_update, nesterov_mu_hat
+from functrain.numerics import (abs_sq, adam_direction, bias_correction_factor, ema_update,
+                                nesterov_mu_hat)
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
                                        check_nonnegative, safe_increment, validate_hyperparams,
                                        zero_count)
@@ -464,3 +465,102 @@ def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
         name="scale_by_belief", update_leaf=leaf, state_cls=ScaleByBeliefState,
         leaf_fields=("mu", "nu"), init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p)),
         init_global=zero_count, prepare=corrections(b1, b2, nesterov=nesterov)))
+
+
+# --------------------------------------------------------------------------
+# Adan
+# --------------------------------------------------------------------------
+
+class ScaleByAdanState(NamedTuple):
+    """State of :func:`scale_by_adan`: three moving averages, the last gradient, the count.
+
+    The fields and their order are optax's, so states convert one to one.
+
+    Attributes:
+      m: the moving average of the gradients.
+      v: the moving average of the differences of consecutive gradients.
+      n: the moving average of ``|g + (1 - b2) (g - g_prev)|**2``.
+      g: the previous step's gradient.
+      t: the number of steps taken (int32; optax calls it ``t``, not ``count``).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.scale_by_adan().init([jnp.ones(1)]).t
+    Array(0, dtype=int32)
+    """
+
+    m: Any
+    v: Any
+    n: Any
+    g: Any
+    t: Array
+
+
+class AdanContext(NamedTuple):
+    """The per-step context of :func:`scale_by_adan`, computed once per step.
+
+    Attributes:
+      first: whether this is the first step (no previous gradient yet).
+      m: ``1 - b1**t``.
+      v: ``1 - b2**t``.
+      n: ``1 - b3**t``.
+
+    >>> AdanContext(True, 0.02, 0.08, 0.01).first
+    True
+    """
+
+    first: Any
+    m: Any
+    v: Any
+    n: Any
+
+
+@validate_hyperparams
+def scale_by_adan(b1: float = 0.98, b2: float = 0.92, b3: float = 0.99, eps: float = 1e-8,
+                  eps_root: float = 0.0) -> GradientTransformation:
+    """Rescale by Adan's Nesterov-momentum estimates (Xie et al., 2022).
+
+    With ``d = g - g_prev`` (0 at the first step): ``m = ema(g, b1)``,
+    ``v = ema(d, b2)``, ``n = ema(|g + (1 - b2) d|**2, b3)``; the update is
+    ``(m_hat + (1 - b2) v_hat) / (sqrt(n_hat + eps_root) + eps)`` with each
+    moment bias-corrected (``m_hat = m / (1 - b1**t)``, likewise ``v`` with
+    ``b2`` and ``n`` with ``b3``). Reference: Xie et al., 2022, "Adan: Adaptive
+    Nesterov Momentum Algorithm for Faster Optimizing Deep Models".
+
+    Args:
+      b1: decay rate of the moving average of the gradients, in ``[0, 1)``.
+      b2: decay rate of the moving average of the gradient differences, in
+        ``[0, 1)``.
+      b3: decay rate of the moving average of the squared Nesterov term, in
+        ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0``.
+      eps_root: added to ``n_hat`` inside the square root, ``>= 0`` (default 0; a
+        small positive value keeps derivatives through the update finite).
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ScaleByAdanState`.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_adan(eps=0.0)
+    >>> tx.update([jnp.array([-2.])], tx.init([jnp.zeros(1)]))[0]
+    [Array([-1.], dtype=float32)]
+    """
+    check_betas("scale_by_adan", b1=b1, b2=b2, b3=b3)
+    check_nonnegative("scale_by_adan", eps=eps, eps_root=eps_root)
+
+    def prepare(glob: dict, updates: Any) -> tuple:
+        t = safe_increment(glob["t"])
+        return AdanContext(glob["t"] == 0, bias_correction_factor(b1, t),
+                           bias_correction_factor(b2, t), bias_correction_factor(b3, t)), {"t": t}
+
+    def leaf(g: Array, s: Any, p: Any, ctx: AdanContext) -> tuple:
+        diff = jnp.where(ctx.first, jnp.zeros_like(g), g - s.g)
+        m, v = ema_update(g, s.m, b1), ema_update(diff, s.v, b2)
+        n = ema_update(abs_sq(g + (1 - b2) * diff), s.n, b3)
+        direction = m / ctx.m + (1 - b2) * (v / ctx.v)
+        return adam_direction(direction, n, None, ctx.n, eps, eps_root), (m, v, n, g)
+
+    return stage_transform(LeafStage(
+        name="scale_by_adan", update_leaf=leaf, state_cls=ScaleByAdanState,
+        leaf_fields=("m", "v", "n", "g"),
+        init_leaf=lambda p: tuple(ft.zeros_like(p) for _ in range(4)),
+        init_global=lambda: {"t": jnp.zeros([], jnp.int32)}, prepare=prepare))

@@ -1,9 +1,10 @@
 """Layer-wise scaling: each leaf's update scaled by a norm of that whole leaf.
 
-The LARS/LAMB trust ratio, NovoGrad's per-leaf second moment, and the
-parameter-scale multipliers of Adafactor. A norm of one leaf is still one
-leaf's math, so all of these are engine stages and fuse with their
-neighbours; the norms are per array, never over the whole tree.
+The LARS/LAMB trust ratio, NovoGrad's per-leaf second moment, the
+parameter-scale multipliers of Adafactor, and layer-wise DoG's step size. A
+norm of one leaf is still one leaf's math, so all of these are engine stages
+and fuse with their neighbours; the norms are per array, never over the whole
+tree.
 """
 
 from __future__ import annotations
@@ -215,3 +216,83 @@ def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation
         name="scale_by_param_block_norm",
         update_leaf=lambda g, s, p, c: (g * jnp.maximum(ft.leaf_norm(p), min_scale), ()),
         needs_params=True))
+
+
+# --------------------------------------------------------------------------
+# Distance over gradients (layer-wise DoG)
+# --------------------------------------------------------------------------
+
+class ScaleByDistanceOverGradientsState(NamedTuple):
+    """State of :func:`scale_by_distance_over_gradients` (optax's fields and shapes).
+
+    Attributes:
+      max_dist: one scalar per leaf: the largest distance of the parameters
+        from their initial values so far (starting at ``reps_rel * (1 + ||p_0||)``).
+      grad_sum_of_squares: one ``(1,)``-shaped array per leaf: the running sum of
+        the leaf's squared gradient norms.
+      init_params: the initial parameters (in ``param_dtype``).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.scale_by_distance_over_gradients().init([jnp.ones(2)]).grad_sum_of_squares
+    [Array([0.], dtype=float32)]
+    """
+
+    max_dist: Any
+    grad_sum_of_squares: Any
+    init_params: Any
+
+
+@validate_hyperparams
+def scale_by_distance_over_gradients(reps_rel: float = 1e-6, eps: float = 1e-8,
+                                     param_dtype: Optional[Any] = jnp.float32,
+                                     global_scale: float = 1.0) -> GradientTransformation:
+    """Layer-wise DoG: each leaf's step size is its distance travelled over its gradients.
+
+    Per leaf: ``r = max(r, ||p - p_0||)`` (starting at ``reps_rel (1 + ||p_0||)``),
+    ``G = G + ||g||**2``, and the update is ``global_scale * r / sqrt(G + eps) * g``;
+    learning-rate free. This is "layer-wise DoG" (LDoG), the variant optax
+    implements; the authors recommend averaging the iterates. Reference: Ivgi
+    et al., 2023, "DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size
+    Schedule". ``update`` needs the params. Unlike optax, a scalar leaf's update
+    keeps shape ``()``. No complex version: complex leaves raise a ``TypeError``
+    naming the leaf (the stored initial parameters are real).
+
+    Args:
+      reps_rel: sets the first step's distance ``reps_rel (1 + ||p_0||)``; the
+        authors recommend 1e-6, or 1e-4 for models with batch normalization;
+        ``>= 0``.
+      eps: added to the sum of squared gradient norms, ``>= 0``.
+      param_dtype: the dtype the initial parameters are stored in (default
+        float32); ``None`` keeps each parameter's dtype.
+      global_scale: multiplies every update (e.g. ``-1.0`` to descend when no
+        learning-rate stage follows).
+
+    Returns:
+      A ``GradientTransformation`` whose state is
+      :class:`ScaleByDistanceOverGradientsState`.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.scale_by_distance_over_gradients(reps_rel=0.5, eps=0.0)
+    >>> params = [jnp.array([3., 4.])]
+    >>> tx.update([jnp.array([0., 2.])], tx.init(params), params)[0]
+    [Array([0., 3.], dtype=float32)]
+    """
+    check_nonnegative("scale_by_distance_over_gradients", reps_rel=reps_rel, eps=eps)
+
+    def init_leaf(p: Array) -> tuple:
+        cd = ft.compute_dtype(p.dtype)
+        first = reps_rel * (1 + jnp.sqrt(ft.sum_of_squares(p))).astype(cd)
+        stored = p if param_dtype is None else p.astype(param_dtype)
+        return first, jnp.zeros((1,), cd), stored
+
+    def leaf(g: Array, s: Any, p: Array, ctx: Any) -> tuple:
+        dist = jnp.maximum(s.max_dist, jnp.sqrt(jnp.sum(abs_sq(p - s.init_params))))
+        g_sos = s.grad_sum_of_squares + jnp.sum(abs_sq(g))
+        step = global_scale * dist / jnp.sqrt(g_sos + eps)
+        return step.reshape(()) * g, (dist, g_sos, s.init_params)
+
+    return stage_transform(LeafStage(
+        name="scale_by_distance_over_gradients", update_leaf=leaf,
+        state_cls=ScaleByDistanceOverGradientsState,
+        leaf_fields=("max_dist", "grad_sum_of_squares", "init_params"), init_leaf=init_leaf,
+        needs_params=True, shaped_fields=("init_params",), real_only=True))

@@ -43,11 +43,13 @@ def _as_key(key: Any) -> Array:
 
 
 @validate_hyperparams
-def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
+def add_noise(eta: float, gamma: float, key: Any = None, *,
+              seed: Optional[int] = None) -> GradientTransformation:
     """Add Gaussian noise of variance ``eta / t**gamma`` at step ``t`` (Neelakantan et al.).
 
     ``key`` is a ``jax.random.key`` or an int seed; the noise equals optax's
-    for the same key. Noise is drawn per leaf, so it is not an engine stage.
+    for the same key. As optax, ``key=None`` means seed 0 and ``seed=`` is the
+    older name of ``key``. Noise is drawn per leaf, so it is not an engine stage.
 
     The update is ``g + sqrt(eta / t**gamma) * n`` with ``n`` standard normal
     noise, a fresh draw per leaf and step, and ``t`` the step counted from 1.
@@ -58,7 +60,10 @@ def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
       eta: the noise variance at the first step, ``>= 0`` (0: no noise).
       gamma: how fast the variance decays with the step count (the paper uses
         0.55); ``>= 0`` for decaying noise.
-      key: a ``jax.random.key`` or an int seed (default 0) for the noise.
+      key: a ``jax.random.key`` or an int seed for the noise; ``None`` (the
+        default) means seed 0, as optax's default.
+      seed: the older name of ``key`` (an int seed), keyword only; give ``key``
+        or ``seed``, not both.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`AddNoiseState`.
@@ -69,6 +74,11 @@ def add_noise(eta: float, gamma: float, key: Any = 0) -> GradientTransformation:
     [Array([1.], dtype=float32)]
     """
     check_range("eta", eta, 0.0, owner="add_noise")
+    if seed is not None and key is not None:
+        raise ValueError("add_noise: give key or seed, not both (seed is the older name "
+                         "of key).")
+    key = seed if key is None else key
+    key = 0 if key is None else key
 
     def init_fn(params: Params) -> AddNoiseState:
         paths, leaves, _ = ft.flatten_with_paths(params)

@@ -112,7 +112,7 @@ def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransfo
 
 
 @validate_hyperparams
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
+def scale_by_learning_rate(learning_rate: Optional[ScalarOrSchedule] = None, *,
                            flip_sign: bool = True) -> GradientTransformation:
     """Scale by ``-learning_rate`` (or ``+`` with ``flip_sign=False``); accepts schedules.
 
@@ -120,20 +120,27 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
 
     Args:
       learning_rate: a number, a scalar array, or a schedule (a function of the
-        step count, counted from 0).
+        step count, counted from 0); ``None`` (the default, as optax) leaves
+        the updates unscaled: the result is :func:`identity`, whatever
+        ``flip_sign``.
       flip_sign: multiply by ``-learning_rate`` (default ``True``, gradient
         descent); ``False`` multiplies by ``+learning_rate``.
 
     Returns:
-      A ``GradientTransformation``: :func:`scale` (no state) for a fixed rate, or
+      A ``GradientTransformation``: :func:`scale` (no state) for a fixed rate,
       :func:`scale_by_schedule` (state :class:`ScaleByScheduleState`) for a
-      schedule.
+      schedule, or ``identity()`` for ``None``.
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_learning_rate(0.1)
     >>> tx.update([jnp.array(2.)], tx.init([jnp.array(0.)]))[0]
     [Array(-0.2, dtype=float32)]
+    >>> unscaled = scale_by_learning_rate()
+    >>> unscaled.update([jnp.array(2.)], unscaled.init([jnp.array(0.)]))[0]
+    [Array(2., dtype=float32)]
     """
+    if learning_rate is None:
+        return identity()
     sign = -1 if flip_sign else 1
     if callable(learning_rate):
         return scale_by_schedule(lambda count: sign * learning_rate(count))

@@ -78,7 +78,7 @@ class ScaleByRpropState(NamedTuple):
 
 
 @validate_hyperparams
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = None,
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = None, *,
                   mode: Literal["hard", "smooth", "refined"] = "hard",
                   smooth_beta: float = 1.0) -> GradientTransformation:
     """Rescale updates with the Lion rule (Chen et al., 2023).
@@ -93,8 +93,8 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
         in ``[0, 1)``.
       b2: decay rate of the momentum ``mu``, in ``[0, 1)``.
       mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
-      mode: how the interpolation ``x = (1-b1) g + b1 mu`` becomes the update:
-        ``'hard'`` (default, the paper's rule) ``sign(x)``; ``'smooth'``
+      mode: (keyword only, as optax) how the interpolation ``x = (1-b1) g + b1 mu``
+        becomes the update: ``'hard'`` (default, the paper's rule) ``sign(x)``; ``'smooth'``
         ``tanh(smooth_beta x)``; ``'refined'`` ``x`` where ``|x| < 1`` and
         ``sign(x)`` elsewhere. Any other value raises ``ValueError``.
       smooth_beta: the sharpness of ``tanh`` in ``'smooth'`` mode (larger is closer

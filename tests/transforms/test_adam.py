@@ -91,3 +91,35 @@ def test_scale_by_radam_before_and_after_rectification():
     rho, rho_inf = 83 / 31, 3.0
     r = np.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
     np.testing.assert_allclose(u[0], [r * 2.0 / 2.0], rtol=1e-5)
+
+
+def test_scale_by_adan_by_hand():
+    """Algorithm 1 of Xie et al. (2022): no gradient difference at the first step."""
+    b1, b2, b3, eps, eps_root = 0.5, 0.7, 0.9, 1e-3, 1e-4
+    m, v, n, prev, ref = np.zeros(4), np.zeros(4), np.zeros(4), None, []
+    for t, g in enumerate(FORMULA_GRADS, start=1):
+        d = np.zeros(4) if prev is None else g - prev
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * d
+        n = b3 * n + (1 - b3) * (g + (1 - b2) * d) ** 2
+        ref.append((m / (1 - b1 ** t) + (1 - b2) * v / (1 - b2 ** t))
+                   / (np.sqrt(n / (1 - b3 ** t) + eps_root) + eps))
+        prev = g
+    assert_updates(updates_of(ft.scale_by_adan(b1, b2, b3, eps, eps_root)), ref)
+    state = ft.scale_by_adan().init(jnp.zeros(4))
+    assert state._fields == ("m", "v", "n", "g", "t") and state.t.dtype == jnp.int32
+
+
+def test_scale_by_adan_complex_uses_the_squared_magnitude():
+    """n averages |g + (1 - b2) d|**2 (real), so a complex gradient's update is g / |g| first."""
+    tx = ft.scale_by_adan(eps=0.0)
+    g = jnp.array([3 + 4j, -1j], jnp.complex64)
+    u, state = tx.update(g, tx.init(jnp.zeros(2, jnp.complex64)))
+    np.testing.assert_allclose(u, [0.6 + 0.8j, -1j], rtol=1e-6)
+    assert state.n.dtype == jnp.complex64 and np.all(np.imag(state.n) == 0)
+
+
+def test_scale_by_adan_bad_hyperparameters_name_the_argument():
+    with pytest.raises(ValueError, match=r"scale_by_adan: b3 must be in \[0.0, 1.0\), got 1.5."):
+        ft.scale_by_adan(b3=1.5)
+    with pytest.raises(ValueError, match="scale_by_adan: eps must be >= 0.0"):
+        ft.scale_by_adan(eps=-1.0)

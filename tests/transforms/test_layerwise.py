@@ -1,12 +1,14 @@
-"""functrain.transforms.layerwise: trust ratio, NovoGrad's layer-wise moment, param-block scales."""
+"""functrain.transforms.layerwise: trust ratio, NovoGrad's moment, param-block scales, DoG."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import functrain as ft
-from helpers import FORMULA_GRADS, FORMULA_P0, assert_updates, updates_of
+from helpers import (FORMULA_GRADS, FORMULA_P0, assert_same_trajectory, assert_updates,
+                     make_grads, make_params, updates_of)
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -82,3 +84,60 @@ def test_scale_by_param_block_rms_and_norm_by_hand():
     for tx in (ft.scale_by_param_block_rms(0.25), ft.scale_by_param_block_norm(0.25)):
         u, _ = tx.update([jnp.ones(2)], (), [jnp.zeros(2)])
         np.testing.assert_allclose(u[0], [0.25, 0.25])
+
+
+# --------------------------------------------------------------------------
+# Distance over gradients (against optax, and by hand)
+# --------------------------------------------------------------------------
+
+DOG_CASES = {
+    "dog": lambda m: m.chain(m.scale_by_distance_over_gradients(), m.scale(-1.0)),
+    "dog_settings": lambda m: m.chain(
+        m.scale_by_distance_over_gradients(reps_rel=1e-4, eps=1e-6, global_scale=-0.5),
+        m.trace(0.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOG_CASES))
+def test_distance_over_gradients_matches_optax_every_step(name):
+    params = make_params(scalar=False)  # optax turns a scalar leaf's update into shape (1,)
+    assert_same_trajectory(DOG_CASES[name](ft), DOG_CASES[name](optax), params=params,
+                           grads=make_grads(params, 40), name=name)
+
+
+def test_distance_over_gradients_by_hand():
+    """r = max(r, ||p - p0||) from r_0 = reps (1 + ||p0||); G += ||g||^2;
+    u = scale * r * g / sqrt(G + eps)."""
+    reps, eps, scale = 1e-3, 1e-8, -1.0
+    p0 = FORMULA_P0.astype(np.float32).astype(np.float64)
+    r, G = reps * (1 + np.linalg.norm(p0)), 0.0
+    tx = ft.scale_by_distance_over_gradients(reps_rel=reps, eps=eps, global_scale=scale)
+    p = jnp.asarray(p0, jnp.float32)
+    state = tx.init(p)
+    for g in FORMULA_GRADS:
+        # the distance is taken from the params given to update (float32 here)
+        r, G = max(r, np.linalg.norm(np.asarray(p, np.float64) - p0)), G + np.sum(g * g)
+        u, state = tx.update(jnp.asarray(g, jnp.float32), state, p)
+        np.testing.assert_allclose(u, scale * r / np.sqrt(G + eps) * g, rtol=2e-6)
+        p = p + u
+    assert state.grad_sum_of_squares.shape == (1,) and state.max_dist.shape == ()
+
+
+def test_distance_over_gradients_state_scalar_leaf_and_errors():
+    params = {"w": jnp.ones((2, 3)), "s": jnp.asarray(2.0)}
+    ours = ft.scale_by_distance_over_gradients().init(params)
+    theirs = optax.scale_by_distance_over_gradients().init(params)
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b)
+    assert type(ours).__name__ == "ScaleByDistanceOverGradientsState"
+    tx = ft.scale_by_distance_over_gradients()
+    u, _ = tx.update(params, ours, params)
+    assert u["s"].shape == ()                          # a scalar leaf keeps its shape
+    with pytest.raises(ValueError, match="scale_by_distance_over_gradients needs the current"):
+        tx.update(params, ours)
+    complex_params = {"z": jnp.ones(2, jnp.complex64)}
+    with pytest.raises(TypeError, match=r"\['z'\].*complex"):
+        tx.init(complex_params)
+    with pytest.raises(ValueError, match="scale_by_distance_over_gradients: reps_rel must be"):
+        ft.scale_by_distance_over_gradients(reps_rel=-1.0)

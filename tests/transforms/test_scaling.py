@@ -1,7 +1,10 @@
 """functrain.transforms.scaling: scale, schedules, learning rates, weight decay, Polyak, zero."""
 
+import inspect
+
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import functrain as ft
@@ -74,3 +77,16 @@ def test_set_to_zero():
     u, state = tx.update({"w": jnp.full(3, jnp.nan)}, tx.init({"w": jnp.ones(3)}))
     np.testing.assert_array_equal(u["w"], np.zeros(3))
     assert jnp.asarray(u["w"]).dtype == jnp.float32
+
+
+def test_scale_by_learning_rate_default_none_is_identity_as_optax():
+    assert inspect.signature(ft.scale_by_learning_rate).parameters["learning_rate"].default \
+        is inspect.signature(optax.scale_by_learning_rate).parameters["learning_rate"].default \
+        is None
+    for flip_sign in (True, False):
+        tx = ft.scale_by_learning_rate(flip_sign=flip_sign)
+        assert tx.init(jnp.ones(4)) == ft.EmptyState()
+        assert_updates(updates_of(tx), FORMULA_GRADS)
+        theirs = optax.scale_by_learning_rate(None, flip_sign=flip_sign)
+        u, _ = theirs.update(jnp.asarray(FORMULA_GRADS[0]), theirs.init(jnp.ones(4)))
+        np.testing.assert_allclose(u, FORMULA_GRADS[0], rtol=1e-7)
