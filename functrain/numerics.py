@@ -15,87 +15,19 @@ does that.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal, Optional
 
 import jax
 import jax.numpy as jnp
 
 from functrain.tree import leaf_norm, sum_of_squares
+# Written beside optax.tree's moment functions, which use them; part of this module's API.
+from functrain.tree_ops import abs_sq, bias_correction_factor, ema_update
 
 Array = jax.Array
 
 __all__ = ["abs_sq", "ema_update", "bias_correction_factor", "adam_direction", "nesterov_mu_hat",
-           "trust_ratio"]
-
-
-def abs_sq(x: Array) -> Array:
-    """``|x|**2`` entrywise: ``x * x`` for real ``x``, ``real(x * conj(x))`` for complex.
-
-    This is the rule every second moment, sum of squares and RMS of functrain
-    follows, so complex parameters get optax's numbers: the squared modulus,
-    real, never ``x**2`` (which would rotate the phase).
-
-    Args:
-      x: an array, real or complex.
-
-    Returns:
-      A real array shaped like ``x`` (``x``'s real precision).
-
-    >>> import jax.numpy as jnp
-    >>> abs_sq(jnp.array([1 + 1j, 3.0]))
-    Array([2., 9.], dtype=float32)
-    """
-    if jnp.iscomplexobj(x):
-        return jnp.real(x * jnp.conj(x))
-    return x * x
-
-
-def ema_update(x: Array, average: Array, decay: Any) -> Array:
-    """One step of an exponential moving average: ``(1 - decay) x + decay average``.
-
-    Args:
-      x: the new observation (a gradient, a squared gradient, ...).
-      average: the average so far.
-      decay: the weight of the old average, in ``[0, 1]``.
-
-    Returns:
-      The updated average.
-
-    >>> import jax.numpy as jnp
-    >>> ema_update(jnp.array(1.), jnp.array(0.), 0.9)
-    Array(0.1, dtype=float32, weak_type=True)
-    """
-    return (1 - decay) * x + decay * average
-
-
-def bias_correction_factor(decay: Any, count: Any, *, precise: bool = False) -> Array:
-    """``1 - decay**count``: what a zero-initialised moving average is divided by.
-
-    Args:
-      decay: the moving average's decay.
-      count: the number of steps taken, counted from 1 (may be traced).
-      precise: compute ``-expm1(count * log(decay))`` with the logarithm in
-        double precision, which avoids the cancellation of ``1 - decay**count``
-        in float32 when ``decay`` is close to 1. Only for a Python-number
-        ``decay`` in (0, 1]; otherwise the plain formula is used. optax (and
-        functrain's transforms) use the plain formula; Ivy's one-shot
-        functions use the precise one.
-
-    Returns:
-      The factor, a scalar (or an array broadcasting like ``count``).
-
-    >>> import jax.numpy as jnp
-    >>> print(bias_correction_factor(0.9, jnp.asarray(2)))
-    0.19000006
-    >>> print(bias_correction_factor(0.9, jnp.asarray(2.0), precise=True))
-    0.19
-    """
-    if not precise:
-        return 1 - decay ** count
-    if isinstance(decay, (int, float)) and not isinstance(decay, bool) and 0 < decay <= 1:
-        return -jnp.expm1(count * math.log(decay))
-    return 1 - jnp.power(decay, count)
+           "trust_ratio", "safe_norm", "safe_root_mean_squares", "safe_int32_increment"]
 
 
 def adam_direction(mu: Array, nu: Array, mu_correction: Optional[Any],
@@ -219,3 +151,86 @@ def trust_ratio(p: Array, u: Array, *, trust_coefficient: Any = 1.0, eps: Any = 
     if max_trust_ratio is not None:
         ratio = jnp.minimum(ratio, max_trust_ratio)
     return ratio
+
+
+def safe_norm(x: Array, min_norm: Any, ord: Optional[Any] = None,  # noqa: A002
+              axis: Optional[Any] = None, keepdims: bool = False) -> Array:
+    """``max(jnp.linalg.norm(x, ord, axis), min_norm)`` whose gradient is 0, not NaN, below ``min_norm``.
+
+    Where the norm is at most ``min_norm`` the norm is taken of ones instead
+    of ``x``, so the discarded branch never differentiates ``sqrt`` at zero.
+
+    Args:
+      x: an array.
+      min_norm: the lower bound of the result.
+      ord: the norm's order, as ``jnp.linalg.norm``'s.
+      axis: the axis (or 2 axes) to reduce, as ``jnp.linalg.norm``'s.
+      keepdims: keep the reduced axes with size one.
+
+    Returns:
+      The bounded norm.
+
+    >>> import jax, jax.numpy as jnp
+    >>> safe_norm(jnp.array([3., 4.]), 1.0), safe_norm(jnp.zeros(2), 1.0)
+    (Array(5., dtype=float32), Array(1., dtype=float32))
+    >>> jax.grad(safe_norm)(jnp.zeros(2), 1e-6)
+    Array([0., 0.], dtype=float32)
+    """
+    full = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=True)
+    small = full <= min_norm
+    safe_x = jnp.where(small, jnp.ones_like(x), x)
+    if not keepdims:
+        small = jnp.squeeze(small, axis=axis)
+    return jnp.where(small, min_norm,
+                     jnp.linalg.norm(safe_x, ord=ord, axis=axis, keepdims=keepdims))
+
+
+def safe_root_mean_squares(x: Array, min_rms: Any) -> Array:
+    """``max(sqrt(mean(|x|**2)), min_rms)`` whose gradient is 0, not NaN, below ``min_rms``.
+
+    Args:
+      x: an array (complex entries count ``|x|``).
+      min_rms: the lower bound of the result.
+
+    Returns:
+      The bounded root mean square, a scalar.
+
+    >>> import jax.numpy as jnp
+    >>> safe_root_mean_squares(jnp.array([3., 4.]), 0.1)
+    Array(3.535534, dtype=float32)
+    """
+    rms = jnp.sqrt(jnp.mean(abs_sq(x)))
+    small = rms <= min_rms
+    safe_x = jnp.where(small, jnp.ones_like(x), x)
+    return jnp.where(small, min_rms, jnp.sqrt(jnp.mean(abs_sq(safe_x))))
+
+
+def safe_int32_increment(count: Array) -> Array:
+    """``count + 1``, staying at the dtype's largest value instead of overflowing.
+
+    Integer counts stop at ``iinfo.max``, floating counts at ``finfo.max``
+    (optax's ``safe_int32_increment``, an alias of its ``safe_increment``).
+
+    Args:
+      count: an integer or floating counter.
+
+    Returns:
+      The incremented counter, in ``count``'s dtype.
+
+    Raises:
+      ValueError: for a counter of another dtype (bool, complex).
+
+    >>> import jax.numpy as jnp
+    >>> safe_int32_increment(jnp.asarray(2**31 - 1, jnp.int32))
+    Array(2147483647, dtype=int32)
+    """
+    dt = jnp.asarray(count).dtype
+    if jnp.issubdtype(dt, jnp.integer):
+        top = jnp.iinfo(dt).max
+    elif jnp.issubdtype(dt, jnp.floating):
+        top = jnp.finfo(dt).max
+    else:
+        raise ValueError(f"Cannot safely increment count with dtype {dt}, valid dtypes are "
+                         "subdtypes of \"jnp.integer\" or \"jnp.floating\".")
+    top = jnp.asarray(top, dt)
+    return jnp.where(count < top, count + jnp.asarray(1, dt), top)

@@ -1,7 +1,10 @@
-"""Public pytree math: small functions over whole pytrees, the ones functrain uses itself.
+"""Public pytree math: every function of ``optax.tree``, and the ones functrain uses itself.
 
-``add``, ``scale``, ``vdot``, ``norm``, ``zeros_like``, ``cast``, ... over
-whole trees; ``leaf_norm`` and ``sum_of_squares`` of one array; the dtype
+``add``, ``scale``, ``vdot``, ``norm``, ``zeros_like``, ``cast``, ``get``,
+``set``, ``map_params``, ... over whole trees (optax.tree's functions: casts
+and random trees here, arithmetic in :mod:`functrain.tree_ops`, state helpers
+in :mod:`functrain.tree_state`); ``leaf_norm`` and
+``sum_of_squares`` of one array; the dtype
 policy (``compute_dtype``); sub-trees by path (``get_path``/``set_path``); and
 ``map_broadcast`` for Ivy-style arguments that may or may not be trees. The
 key-path checks (``check_structure``, ``check_shapes``, masks, ``MaskedNode``)
@@ -10,16 +13,24 @@ live in :mod:`functrain.tree_checks` and are re-exported here.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from functrain.tree_checks import (MaskedNode, check_leaf_dtypes, check_shapes,
                                    check_structure, flatten_like, flatten_with_paths,
                                    format_paths, is_mask_function, is_params_placeholder,
                                    is_placeholder, key_paths, resolve_leaf_mask, resolve_mask)
+# optax.tree's functions: the arithmetic in tree_ops.py, the state helpers in
+# tree_state.py; all part of this module's API.
+from functrain.tree_state import NamedTupleKey, get, get_all_with_path, map_params, set
+from functrain.tree_ops import (add, add_scale, allclose, batch_shape, bias_correction, clip,
+                                conj, div, max, min, mul, norm, real, scale, size, sub, sum,
+                                sum_of_squares, update_infinity_moment, update_moment,
+                                update_moment_per_elem_norm, vdot, where)
 
 PyTree = Any
 Array = jax.Array
@@ -29,6 +40,12 @@ __all__ = [
     "zeros_like", "ones_like", "full_like", "cast", "where", "map", "leaves",
     "key_paths", "check_structure", "check_shapes", "MaskedNode", "is_placeholder",
     "sum_of_squares", "get_path", "set_path", "is_single_leaf", "map_broadcast",
+    # the rest of optax.tree (from tree_ops.py)
+    "add_scale", "allclose", "batch_shape", "bias_correction", "cast_like", "clip", "conj",
+    "div", "dtype", "get", "get_all_with_path", "map_params", "max", "min", "random_like",
+    "real", "set", "size", "split_key_like", "unwrap_random_key_data",
+    "update_infinity_moment", "update_moment", "update_moment_per_elem_norm",
+    "NamedTupleKey",
 ]
 
 
@@ -56,75 +73,6 @@ def map(fn: Callable[..., Any], tree: PyTree, *rest: PyTree) -> PyTree:  # noqa:
     return jax.tree_util.tree_map(fn, tree, *rest)
 
 
-def add(x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``x + y``.
-
-    Args:
-      x: a tree.
-      y: a tree of the same structure.
-
-    Returns:
-      The leafwise sum.
-
-    >>> import jax.numpy as jnp
-    >>> add({'w': jnp.array([1., 2.])}, {'w': jnp.array([3., 4.])})
-    {'w': Array([4., 6.], dtype=float32)}
-    """
-    return map(jnp.add, x, y)
-
-
-def sub(x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``x - y``.
-
-    Args:
-      x: a tree.
-      y: a tree of the same structure.
-
-    Returns:
-      The leafwise difference.
-
-    >>> import jax.numpy as jnp
-    >>> sub([jnp.array([3.])], [jnp.array([1.])])
-    [Array([2.], dtype=float32)]
-    """
-    return map(jnp.subtract, x, y)
-
-
-def mul(x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``x * y``.
-
-    Args:
-      x: a tree.
-      y: a tree of the same structure.
-
-    Returns:
-      The leafwise product.
-
-    >>> import jax.numpy as jnp
-    >>> mul([jnp.array([3.])], [jnp.array([2.])])
-    [Array([6.], dtype=float32)]
-    """
-    return map(jnp.multiply, x, y)
-
-
-def scale(s: Any, tree: PyTree) -> PyTree:
-    """Every leaf multiplied by the scalar ``s`` (leaf dtypes are kept).
-
-    Args:
-      s: a scalar.
-      tree: a tree of arrays.
-
-    Returns:
-      ``s * tree``, each leaf in its own dtype.
-
-    >>> import jax.numpy as jnp
-    >>> scale(0.5, {'w': jnp.array([2., 4.])})
-    {'w': Array([1., 2.], dtype=float32)}
-    """
-    return jax.tree_util.tree_map(
-        lambda x: (jnp.asarray(s, _promote_float(x.dtype)) * x).astype(x.dtype), tree)
-
-
 def add_scaled(x: PyTree, s: Any, y: PyTree) -> PyTree:
     """Leafwise ``x + s * y``.
 
@@ -141,62 +89,6 @@ def add_scaled(x: PyTree, s: Any, y: PyTree) -> PyTree:
     [Array(7., dtype=float32)]
     """
     return map(lambda a, b: (a + s * b).astype(a.dtype), x, y)
-
-
-def vdot(x: PyTree, y: PyTree) -> Array:
-    """The inner product of two trees: the sum over leaves of ``vdot(x, y)``.
-
-    Args:
-      x: a tree.
-      y: a tree of the same structure.
-
-    Returns:
-      A scalar.
-
-    >>> import jax.numpy as jnp
-    >>> vdot({'a': jnp.array([1., 2.])}, {'a': jnp.array([3., 4.])})
-    Array(11., dtype=float32)
-    """
-    parts = jax.tree_util.tree_leaves(
-        map(lambda a, b: jnp.vdot(a.ravel(), b.ravel()), x, y))
-    return _total(parts)
-
-
-def sum(tree: PyTree) -> Array:  # noqa: A001
-    """The sum of all entries of all leaves.
-
-    Args:
-      tree: a tree of arrays.
-
-    Returns:
-      A scalar (float32 zero for an empty tree).
-
-    >>> import jax.numpy as jnp
-    >>> sum({'a': jnp.array([1., 2.]), 'b': jnp.array(3.)})
-    Array(6., dtype=float32)
-    """
-    return _total([jnp.sum(x) for x in jax.tree_util.tree_leaves(tree)])
-
-
-def norm(tree: PyTree, squared: bool = False) -> Array:
-    """The L2 norm of a whole tree, as if all leaves were one flat vector.
-
-    Args:
-      tree: a tree of arrays (complex leaves count ``|x|``).
-      squared: return the squared norm instead.
-
-    Returns:
-      A real scalar, accumulated in at least float32.
-
-    >>> import jax.numpy as jnp
-    >>> norm({'a': jnp.array([3.]), 'b': jnp.array([4.])})
-    Array(5., dtype=float32)
-    >>> norm([jnp.array([3j])])
-    Array(3., dtype=float32)
-    """
-    leaves = jax.tree_util.tree_leaves(tree)
-    sq = _total([sum_of_squares(x) for x in leaves])
-    return sq if squared else jnp.sqrt(sq)
 
 
 def leaf_norm(x: Array) -> Array:
@@ -220,25 +112,6 @@ def leaf_norm(x: Array) -> Array:
     sq = sum_of_squares(x)
     positive = sq > 0
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0)
-
-
-def sum_of_squares(x: Array) -> Array:
-    """``sum(|x|**2)`` of one array, real even for complex ``x``, in at least float32.
-
-    Args:
-      x: an array (or a number).
-
-    Returns:
-      A real scalar: float32 for 16-bit and integer inputs, else ``x``'s
-      (real) precision.
-
-    >>> import jax.numpy as jnp
-    >>> sum_of_squares(jnp.array([3., 4.])), sum_of_squares(jnp.array([1j]))
-    (Array(25., dtype=float32), Array(1., dtype=float32))
-    """
-    x = jnp.asarray(x)
-    x = x.astype(_promote_float(x.dtype))
-    return jnp.sum(jnp.real(x * jnp.conj(x)))
 
 
 def zeros_like(tree: PyTree, dtype: Optional[Any] = None) -> PyTree:
@@ -296,6 +169,8 @@ def full_like(tree: PyTree, fill_value: Any, dtype: Optional[Any] = None) -> PyT
 
 
 def _full_like_leaf(x: Any, fill_value: Any, dtype: Optional[Any]) -> Array:
+    if not hasattr(x, "dtype"):  # a Python number, as optax allows
+        return jnp.full_like(x, fill_value, dtype=dtype)
     out_dtype = dtype if dtype is not None else x.dtype
     if isinstance(x, jax.core.Tracer):
         # Traced (jit, eval_shape, vmap): derive the fill from ``x`` arithmetically,
@@ -315,44 +190,6 @@ def _full_like_leaf(x: Any, fill_value: Any, dtype: Optional[Any]) -> Array:
     return jnp.full(x.shape, fill_value, out_dtype, device=sharding)
 
 
-def cast(tree: PyTree, dtype: Optional[Any]) -> PyTree:
-    """Every floating leaf cast to ``dtype`` (``None`` leaves the tree unchanged).
-
-    Args:
-      tree: a tree of arrays.
-      dtype: the floating dtype to cast to, or ``None``.
-
-    Returns:
-      The cast tree; non-floating leaves are unchanged.
-
-    >>> import jax.numpy as jnp
-    >>> cast({'w': jnp.ones(1)}, jnp.bfloat16)
-    {'w': Array([1], dtype=bfloat16)}
-    """
-    if dtype is None:
-        return tree
-    return jax.tree_util.tree_map(
-        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
-
-
-def where(condition: Any, x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``jnp.where(condition, x, y)`` with a scalar ``condition``.
-
-    Args:
-      condition: a scalar boolean.
-      x: the tree taken where ``condition`` holds.
-      y: a tree of the same structure, taken elsewhere.
-
-    Returns:
-      The selected tree.
-
-    >>> import jax.numpy as jnp
-    >>> where(jnp.array(False), [jnp.array([1.])], [jnp.array([2.])])
-    [Array([2.], dtype=float32)]
-    """
-    return map(lambda a, b: jnp.where(condition, a, b), x, y)
-
-
 def leaves(tree: PyTree) -> list:
     """The leaves of ``tree`` (``MaskedNode`` and ``None`` placeholders dropped).
 
@@ -366,25 +203,6 @@ def leaves(tree: PyTree) -> list:
     [1, 2]
     """
     return jax.tree_util.tree_leaves(tree)
-
-
-def _total(parts: Sequence[Array]) -> Array:
-    if not parts:
-        return jnp.zeros((), jnp.float32)
-    out = parts[0]
-    for p in parts[1:]:
-        out = out + p
-    return out
-
-
-def _promote_float(dtype: Any) -> Any:
-    """float32 for low-precision and integer dtypes, else the dtype itself."""
-    dtype = jnp.dtype(dtype)
-    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize >= 4:
-        return dtype
-    if jnp.issubdtype(dtype, jnp.complexfloating):
-        return dtype
-    return jnp.dtype(jnp.float32)
 
 
 def compute_dtype(dtype: Any) -> Any:
@@ -407,6 +225,168 @@ def compute_dtype(dtype: Any) -> Any:
     if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
         return jnp.dtype(jnp.float32)
     return dtype
+
+
+# --------------------------------------------------------------------------
+# Dtypes and random trees (optax.tree's)
+# --------------------------------------------------------------------------
+
+def cast(tree: PyTree, dtype: Optional[Any]) -> PyTree:
+    """Every leaf cast to ``dtype``; ``None`` returns ``tree`` unchanged.
+
+    Args:
+      tree: a tree of arrays.
+      dtype: the dtype to cast to, or ``None``.
+
+    Returns:
+      The cast tree.
+
+    >>> import jax.numpy as jnp
+    >>> cast({'w': jnp.ones(1)}, jnp.bfloat16)
+    {'w': Array([1], dtype=bfloat16)}
+    """
+    if dtype is None:
+        return tree
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype), tree)
+
+
+def cast_like(tree: PyTree, other_tree: PyTree) -> PyTree:
+    """Each leaf of ``tree`` cast to the dtype of the matching leaf of ``other_tree``.
+
+    Args:
+      tree: the tree to cast.
+      other_tree: a tree of the same structure; leaves without a ``dtype``
+        leave the matching leaf unchanged.
+
+    Returns:
+      The cast tree.
+
+    >>> import jax.numpy as jnp
+    >>> cast_like({'w': jnp.ones(1)}, {'w': jnp.zeros(1, jnp.float16)})
+    {'w': Array([1.], dtype=float16)}
+    """
+    return map(lambda t, o: t.astype(o.dtype) if hasattr(o, "dtype") else t, tree, other_tree)
+
+
+def _ordered(d1: Any, d2: Any, want_lower: bool) -> Any:
+    promoted = jnp.promote_types(d1, d2)
+    if promoted == d1:
+        return d2 if want_lower else d1
+    if promoted == d2:
+        return d1 if want_lower else d2
+    raise ValueError(f"Cannot compare dtype of dtype1={d1!r} and dtype2={d2!r}. Neither {d1} "
+                     f"nor {d2} can be promoted to the other.")
+
+
+def dtype(tree: PyTree, mixed_dtype_handler: Optional[str] = None) -> Any:
+    """The dtype of a tree's leaves (JAX's default float dtype for an empty tree).
+
+    Args:
+      tree: a tree of arrays.
+      mixed_dtype_handler: for leaves of different dtypes: ``None`` raises,
+        ``'promote'`` gives their promoted dtype, ``'highest'``/``'lowest'``
+        the highest/lowest in JAX's promotion order (raising when two cannot
+        be ordered).
+
+    Returns:
+      A numpy dtype.
+
+    Raises:
+      ValueError: mixed dtypes with ``mixed_dtype_handler=None`` (naming the
+        leaves), unordered dtypes, or an unknown handler.
+
+    >>> import jax.numpy as jnp
+    >>> t = {'a': jnp.ones(1, jnp.float16), 'b': jnp.ones(1)}
+    >>> dtype(t, 'lowest'), dtype(t, 'highest')
+    (dtype('float16'), dtype('float32'))
+    """
+    pairs = jax.tree_util.tree_leaves_with_path(tree)
+    if not pairs:
+        return jnp.asarray([]).dtype
+    dtypes = [jnp.asarray(x).dtype for _, x in pairs]
+    if mixed_dtype_handler is None:
+        bad = [f"Expected dtype={dtypes[0]!r} for {jax.tree_util.keystr(p)} but got {d}."
+               for (p, _), d in zip(pairs, dtypes) if d != dtypes[0]]
+        if bad:
+            raise ValueError("\n".join(bad))
+        return dtypes[0]
+    if mixed_dtype_handler == "promote":
+        return functools.reduce(jnp.promote_types, dtypes)
+    if mixed_dtype_handler in ("highest", "lowest"):
+        return functools.reduce(
+            lambda a, b: _ordered(a, b, mixed_dtype_handler == "lowest"), dtypes)
+    raise ValueError(f"Invalid value for mixed_dtype_handler={mixed_dtype_handler!r}, possible "
+                     "values are: None, \"promote\", \"highest\", \"lowest\".")
+
+
+def split_key_like(rng_key: Array, target_tree: PyTree) -> PyTree:
+    """One new key per leaf of ``target_tree``, from ``jax.random.split``.
+
+    Args:
+      rng_key: the key to split.
+      target_tree: the tree whose structure the keys take.
+
+    Returns:
+      A tree of keys shaped like ``target_tree``'s structure.
+
+    >>> import jax, jax.numpy as jnp
+    >>> keys = split_key_like(jax.random.key(0), {'a': jnp.ones(2), 'b': jnp.ones(3)})
+    >>> sorted(keys)
+    ['a', 'b']
+    """
+    treedef = jax.tree_util.tree_structure(target_tree)
+    return treedef.unflatten(list(jax.random.split(rng_key, treedef.num_leaves)))
+
+
+def random_like(rng_key: Array, target_tree: PyTree,
+                sampler: Callable[..., Any] = jax.random.normal,
+                dtype: Optional[Any] = None) -> PyTree:
+    """A tree of random arrays shaped like ``target_tree``, one split key per leaf.
+
+    Args:
+      rng_key: the key.
+      target_tree: a tree of arrays giving the shapes (and default dtypes).
+      sampler: called as ``sampler(key, shape, dtype)`` (and ``out_sharding=``
+        the leaf's sharding when it accepts that keyword).
+      dtype: the dtype to sample; ``None`` uses each leaf's.
+
+    Returns:
+      The random tree.
+
+    >>> import jax, jax.numpy as jnp
+    >>> random_like(jax.random.key(0), {'w': jnp.ones(3)})['w'].shape
+    (3,)
+    """
+    keys = split_key_like(rng_key, target_tree)
+    takes_sharding = "out_sharding" in inspect.signature(sampler).parameters
+
+    def leaf(x: Any, key: Any) -> Any:
+        if takes_sharding:
+            return sampler(key, x.shape, dtype or x.dtype, out_sharding=jax.typeof(x).sharding)
+        return sampler(key, x.shape, dtype or x.dtype)
+
+    return jax.tree_util.tree_map(leaf, target_tree, keys)
+
+
+def unwrap_random_key_data(input_tree: PyTree) -> PyTree:
+    """Typed PRNG keys replaced by their raw ``key_data`` (other leaves unchanged).
+
+    Args:
+      input_tree: a tree of arrays and ``jax.random.key`` objects.
+
+    Returns:
+      The tree with every key array replaced by its uint32 data.
+
+    >>> import jax
+    >>> unwrap_random_key_data({'k': jax.random.key(0)})['k'].dtype
+    dtype('uint32')
+    """
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.key_data(x)
+        return x
+
+    return jax.tree_util.tree_map(leaf, input_tree)
 
 
 # --------------------------------------------------------------------------

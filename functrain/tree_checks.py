@@ -1,5 +1,9 @@
 """Checks that name the offending leaf: tree structures, shapes, masks and placeholders.
 
+Also optax.tree's state helpers, which find values by key path: ``get``,
+``set``, ``get_all_with_path`` and ``map_params`` (re-exported by
+:mod:`functrain.tree`).
+
 The engine (:mod:`functrain.transforms.engine`) and the wrappers call these
 before any array math, so a mismatch raises an error that names the key path
 of the leaf at fault and what was expected. :mod:`functrain.tree` re-exports
@@ -15,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 PyTree = Any
+KeyPath = tuple
 
 __all__ = ["MaskedNode", "is_placeholder", "key_paths", "check_structure", "check_shapes",
            "format_paths", "is_mask_function", "is_params_placeholder", "check_leaf_dtypes",

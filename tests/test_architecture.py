@@ -8,12 +8,13 @@
   file                                      may import from functrain only
   ========================================  ==========================================
   tree_checks.py                            nothing
-  tree_ops.py                               tree_checks (optax.tree's functions)
-  tree.py                                   tree_checks, tree_ops (L0: the three files)
+  tree_ops.py, tree_state.py                tree_checks (optax.tree's functions: math,
+                                            state helpers)
+  tree.py                                   tree_checks, tree_ops, tree_state (L0)
   numerics.py                               tree
   grad, seed_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
   projections, microbatching, linalg
-  transforms/base.py                        tree
+  transforms/base.py                        tree, numerics
   transforms/recompute.py                   tree, numerics
   transforms/engine.py                      tree, numerics, base, recompute
   transforms/grouped.py                     tree, numerics, base, engine
@@ -47,7 +48,7 @@ MAX_LINES = 650
 # path relative to functrain/ -> why it may be longer than MAX_LINES.
 LONG_FILES: dict[str, str] = {}
 
-TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops"}
+TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state"}
 NUMERICS = {"functrain.numerics"}
 BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
 RECOMPUTE, GROUPED = "functrain.transforms.recompute", "functrain.transforms.grouped"
@@ -79,10 +80,10 @@ def allowed_imports(module: str) -> Optional[object]:
         return lambda target: target.startswith(module + ".")
     if module == "functrain.tree_checks":
         return set()
-    if module == "functrain.tree_ops":
+    if module in ("functrain.tree_ops", "functrain.tree_state"):
         return {"functrain.tree_checks"}
     if module == "functrain.tree":
-        return {"functrain.tree_checks", "functrain.tree_ops"}
+        return {"functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state"}
     if module == "functrain.numerics":
         return TREE
     if module in {"functrain.grad", "functrain.seed_updates", "functrain.sharding",
@@ -90,7 +91,7 @@ def allowed_imports(module: str) -> Optional[object]:
                   "functrain.linalg"}:
         return TREE | NUMERICS
     if module == BASE:
-        return TREE
+        return TREE | NUMERICS
     if module == RECOMPUTE:
         return TREE | NUMERICS
     if module == ENGINE:

@@ -151,7 +151,9 @@ def test_trust_ratio_plain_quotient_at_zero_and_its_gradient():
 def test_module_exports():
     assert sorted(numerics.__all__) == sorted(["abs_sq", "ema_update", "bias_correction_factor",
                                                "adam_direction", "nesterov_mu_hat",
-                                               "trust_ratio"])
+                                               "trust_ratio", "safe_norm",
+                                               "safe_root_mean_squares",
+                                               "safe_int32_increment"])
 
 
 def test_abs_sq_is_the_squared_modulus():
@@ -162,3 +164,53 @@ def test_abs_sq_is_the_squared_modulus():
     np.testing.assert_allclose(out, z.real ** 2 + z.imag ** 2, rtol=1e-6)
     x = np.array([-3.0, 0.5], np.float32)
     np.testing.assert_array_equal(numerics.abs_sq(jnp.asarray(x)), x * x)
+
+
+# --------------------------------------------------------------------------
+# optax's top-level numerics helpers: safe_norm, safe_root_mean_squares,
+# safe_int32_increment, against optax and a numpy formula
+# --------------------------------------------------------------------------
+
+def test_safe_norm_matches_optax_values_and_gradients():
+    import optax
+    m = jnp.asarray(RNG.standard_normal((3, 4)), jnp.float32)
+    cases = [(m, 0.1, None, None, False), (m, 0.1, 1, 1, True), (m, 2.5, 2, 0, False),
+             (m, 0.0, "fro", None, False), (jnp.zeros(4), 1e-6, None, None, False),
+             (m.at[1].set(0.0), 1e-3, None, 1, False)]
+    for x, min_norm, ord_, axis, keepdims in cases:
+        ours = numerics.safe_norm(x, min_norm, ord_, axis, keepdims)
+        theirs = optax.safe_norm(x, min_norm, ord_, axis, keepdims)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+        np.testing.assert_allclose(
+            ours, np.maximum(np.linalg.norm(np.asarray(x), ord_, axis, keepdims), min_norm),
+            rtol=1e-5)
+        g = jax.grad(lambda v: jnp.sum(numerics.safe_norm(v, min_norm, ord_, axis, keepdims)))
+        g_ox = jax.grad(lambda v: jnp.sum(optax.safe_norm(v, min_norm, ord_, axis, keepdims)))
+        assert np.isfinite(np.asarray(g(x))).all()
+        np.testing.assert_allclose(g(x), g_ox(x), rtol=1e-6)
+
+
+def test_safe_root_mean_squares_matches_optax():
+    import optax
+    for x, min_rms in ((jnp.asarray(X, jnp.float32), 0.1), (jnp.zeros(3), 1e-6),
+                       (jnp.array([3 + 4j, 1j]), 0.5)):
+        np.testing.assert_allclose(numerics.safe_root_mean_squares(x, min_rms),
+                                   optax.safe_root_mean_squares(x, min_rms), rtol=1e-6)
+        np.testing.assert_allclose(numerics.safe_root_mean_squares(x, min_rms),
+                                   max(np.sqrt(np.mean(np.abs(np.asarray(x)) ** 2)), min_rms),
+                                   rtol=1e-5)
+    g = jax.grad(lambda v: numerics.safe_root_mean_squares(v, 1e-6))(jnp.zeros(3))
+    np.testing.assert_array_equal(g, np.zeros(3))
+
+
+def test_safe_int32_increment_matches_optax():
+    import optax
+    for c in (jnp.asarray(0, jnp.int32), jnp.asarray(2**31 - 1, jnp.int32),
+              jnp.asarray(127, jnp.int8), jnp.asarray(1.5, jnp.float32),
+              jnp.asarray(jnp.finfo(jnp.float16).max, jnp.float16)):
+        ours, theirs = numerics.safe_int32_increment(c), optax.safe_int32_increment(c)
+        assert ours.dtype == theirs.dtype
+        np.testing.assert_array_equal(ours, theirs)
+    for lib in (numerics, optax):
+        with pytest.raises(ValueError, match="Cannot safely increment"):
+            lib.safe_int32_increment(jnp.asarray(True))

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
+from functrain.numerics import safe_int32_increment
 
 PyTree = Any
 Params = Any
@@ -35,6 +36,10 @@ MaskOrFn = Any  # a tree (or prefix) of bools, or a function of params returning
 # update(updates, state, params=None) -> (updates, state).
 TransformInitFn = Callable[[Params], OptState]
 TransformUpdateFn = Callable[..., tuple]
+# update(updates, state, params=None, **extra_args) -> (updates, state): an update that
+# takes extra keyword arguments (a loss ``value``, a ``value_fn``, ...) and ignores
+# those it does not need; see GradientTransformationExtraArgs.
+TransformUpdateExtraArgsFn = Callable[..., tuple]
 
 
 class GradientTransformation(NamedTuple):
@@ -56,6 +61,33 @@ class GradientTransformation(NamedTuple):
 
     init: Callable[[Params], OptState]
     update: Callable[..., tuple[Updates, OptState]]
+
+
+class GradientTransformationExtraArgs(GradientTransformation):
+    """A ``GradientTransformation`` whose ``update`` takes extra keyword arguments.
+
+    optax's protocol for transformations that need more than the gradients,
+    e.g. a line search's ``value=``, ``grad=`` and ``value_fn=``: ``update(updates,
+    state, params=None, **extra_args)`` uses the keywords it needs and ignores
+    the others. It is still a ``GradientTransformation`` (a subclass, the same
+    two fields), so ``chain`` passes the extra keywords on to it.
+    :func:`with_extra_args_support` makes one from any transformation.
+
+    Attributes:
+      init: ``init(params) -> state``.
+      update: ``update(updates, state, params=None, **extra_args) -> (updates,
+        state)``.
+
+    >>> import jax.numpy as jnp
+    >>> tx = GradientTransformationExtraArgs(
+    ...     lambda p: (), lambda u, s, p=None, *, value, **extra: (u * value, s))
+    >>> isinstance(tx, GradientTransformation)
+    True
+    >>> tx.update(jnp.ones(2), tx.init(jnp.ones(2)), value=3.0, unused='ignored')[0]
+    Array([3., 3.], dtype=float32)
+    """
+
+    __slots__ = ()
 
 
 class EmptyState(NamedTuple):
@@ -203,24 +235,9 @@ def _leaf_state_type(fields: tuple[str, ...]) -> type:
 # Step counters
 # --------------------------------------------------------------------------
 
-def safe_increment(count: jax.Array) -> jax.Array:
-    """``count + 1``, saturating at the dtype's maximum instead of wrapping.
-
-    Args:
-      count: an integer (or float) scalar.
-
-    Returns:
-      ``count + 1``, or ``count`` where that would overflow.
-
-    >>> import jax.numpy as jnp
-    >>> safe_increment(jnp.asarray(2**31 - 1, jnp.int32))
-    Array(2147483647, dtype=int32)
-    """
-    count = jnp.asarray(count)
-    if jnp.issubdtype(count.dtype, jnp.integer):
-        top = jnp.iinfo(count.dtype).max
-        return jnp.where(count < top, count + 1, top).astype(count.dtype)
-    return count + 1
+# ``count + 1`` saturating at the dtype's maximum: optax's safe_int32_increment (one copy,
+# in numerics.py), under the name functrain has exported since its first release.
+safe_increment = safe_int32_increment
 
 
 def zero_count() -> dict:
@@ -343,6 +360,42 @@ def call_update(tx: Any, updates: Updates, state: OptState, params: Optional[Par
     return tx.update(updates, state, params)
 
 
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+    """``tx`` as a :class:`GradientTransformationExtraArgs` (optax's name and behaviour).
+
+    An ``update`` that already takes ``**kwargs`` (every functrain
+    transformation's) keeps them, so a stage that needs one (``scale_by_polyak``'s
+    ``value``) still gets it, and ``chain`` still fuses the stages inside; any
+    other ``update`` is wrapped to accept extra keywords and drop them.
+
+    Args:
+      tx: a transformation (functrain's, optax's or user-written).
+
+    Returns:
+      ``tx`` itself if it is already a ``GradientTransformationExtraArgs``, else
+      one with the same ``init`` and an ``update`` that accepts extra keywords.
+
+    >>> import jax.numpy as jnp
+    >>> plain = GradientTransformation(lambda p: (), lambda u, s, p=None: (2 * u, s))
+    >>> tx = with_extra_args_support(plain)
+    >>> tx.update(jnp.ones(1), (), None, value=1.0)[0]
+    Array([2.], dtype=float32)
+    """
+    check_transformation(tx, "with_extra_args_support", "tx")
+    if isinstance(tx, GradientTransformationExtraArgs):
+        return tx
+    if accepts_extra_args(tx.update):
+        return GradientTransformationExtraArgs(tx.init, tx.update)
+    inner = tx.update
+
+    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        del extra_args
+        return inner(updates, state, params)
+
+    return GradientTransformationExtraArgs(tx.init, update_fn)
+
+
 def sorted_labels(labels: Iterable[Any]) -> list[Any]:
     """``labels`` sorted for an error message, even when they are of mixed types.
 
@@ -420,7 +473,8 @@ _NUMBER_ANNOTATIONS = {"float": False, "int": False, "Optional[float]": False,
 # Arguments that may be infinite (a bound that disables itself); every other
 # number must be finite.
 _MAY_BE_INFINITE = frozenset({"max_delta", "max_norm", "threshold", "clipping_threshold",
-                              "max_trust_ratio", "max_step_size", "max_learning_rate", "f_min"})
+                              "max_trust_ratio", "max_step_size", "max_learning_rate", "f_min",
+                              "increase_factor", "curv_rtol"})
 
 
 def check_hyperparameter(owner: str, name: str, value: Any, *, schedule_ok: bool = False,
