@@ -25,10 +25,11 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.transforms import recompute
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, OptState,
+from functrain.transforms.base import (EmptyState, GradientTransformation,
+                                       GradientTransformationExtraArgs, LeafStage, OptState,
                                        as_array,
-                                       Params, Updates, call_update, check_transformation,
-                                       sorted_labels)
+                                       Params, Updates, call_update, check_range,
+                                       check_transformation, sorted_labels)
 
 _PLAN = "_functrain_plan"
 
@@ -289,7 +290,7 @@ def fusion_enabled() -> bool:
     return "fuse" in recompute.engine_optimizations()
 
 
-def chain(*transforms: Any) -> GradientTransformation:
+def chain(*transforms: Any) -> GradientTransformationExtraArgs:
     """Apply transformations in sequence; consecutive functrain stages are fused.
 
     Accepts functrain and optax transformations alike (anything with ``init``
@@ -351,10 +352,11 @@ def chain(*transforms: Any) -> GradientTransformation:
         return updates, state
 
     setattr(update_fn, _PLAN, plan)
-    return GradientTransformation(init_fn, update_fn)
+    return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def named_chain(*transforms: tuple[str, GradientTransformation]) -> GradientTransformation:
+def named_chain(*transforms: tuple[str, GradientTransformation]
+                ) -> GradientTransformationExtraArgs:
     """``chain`` whose state is a dict keyed by the given names.
 
     The stages inside are fused exactly as in :func:`chain`.
@@ -397,7 +399,7 @@ def named_chain(*transforms: tuple[str, GradientTransformation]) -> GradientTran
                                         **extra_args)
         return new_updates, dict(zip(names, new))
 
-    return GradientTransformation(init_fn, update_fn)
+    return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def identity() -> GradientTransformation:
@@ -442,6 +444,77 @@ def apply_updates(params: Params, updates: Updates) -> Params:
          for p, u in zip(ps, us)])
 
 
+def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
+    """Polyak averaging: ``step_size * new + (1 - step_size) * old``, leaf by leaf.
+
+    Keeps a moving average of the parameters (for evaluation), as
+    ``optax.incremental_update`` (Polyak and Juditsky, 1992). ``None`` leaves
+    of ``new_tensors`` stay ``None``.
+
+    Args:
+      new_tensors: the latest values (e.g. the params after a step).
+      old_tensors: the moving average so far, a tree like ``new_tensors``.
+      step_size: the weight of the new values, a number or scalar array
+        (traced values pass).
+
+    Returns:
+      The new average, each leaf in its ``old_tensors`` leaf's dtype.
+
+    >>> import jax.numpy as jnp
+    >>> incremental_update({'w': jnp.array([1.])}, {'w': jnp.array([0.])}, 0.1)
+    {'w': Array([0.1], dtype=float32)}
+    """
+    check_range("step_size", step_size, float("-inf"), owner="incremental_update")
+    return _pair_map("incremental_update", new_tensors, old_tensors,
+                     lambda new, old: step_size * new + (1.0 - step_size) * old)
+
+
+def periodic_update(new_tensors: Params, old_tensors: Params, steps: Any,
+                    update_period: Any) -> Params:
+    """``new_tensors`` when ``steps % update_period == 0``, else ``old_tensors``.
+
+    A slow copy of the params, refreshed every ``update_period`` steps (a
+    target network, as ``optax.periodic_update``; Mnih et al., 2015).
+
+    Args:
+      new_tensors: the latest values.
+      old_tensors: the slow copy, a tree like ``new_tensors``.
+      steps: the number of steps taken (an int or an integer scalar array,
+        traced under ``jit``).
+      update_period: refresh every this many steps, ``>= 1``.
+
+    Returns:
+      ``new_tensors`` or ``old_tensors`` (each leaf in its ``old_tensors``
+      leaf's dtype).
+
+    >>> import jax.numpy as jnp
+    >>> periodic_update([jnp.ones(1)], [jnp.zeros(1)], steps=4, update_period=2)
+    [Array([1.], dtype=float32)]
+    """
+    check_range("update_period", update_period, 1.0, owner="periodic_update")
+    refresh = jnp.mod(steps, update_period) == 0
+    return _pair_map("periodic_update", new_tensors, old_tensors,
+                     lambda new, old: jnp.where(refresh, new, old))
+
+
+def _pair_map(owner: str, new_tensors: Params, old_tensors: Params, fn: Any) -> Params:
+    """``fn(new, old)`` on each leaf pair, cast to ``old`` 's dtype (``None`` stays ``None``)."""
+    is_none = lambda x: x is None  # noqa: E731
+    flat, treedef = jax.tree_util.tree_flatten_with_path(new_tensors, is_leaf=is_none)
+    try:
+        olds = treedef.flatten_up_to(old_tensors)
+    except (ValueError, TypeError):
+        ft.check_structure(new_tensors, old_tensors, "old_tensors", "new_tensors")
+        raise ValueError(f"{owner}: old_tensors does not have the structure of new_tensors.")
+    pairs = [(jax.tree_util.keystr(path), new, old) for (path, new), old in zip(flat, olds)
+             if new is not None]
+    ft.check_shapes([p for p, _, _ in pairs], [as_array(n) for _, n, _ in pairs],
+                    [as_array(o) for _, _, o in pairs], "old_tensors", "new_tensors")
+    return treedef.unflatten(
+        [None if new is None else fn(jnp.asarray(new), jnp.asarray(old)).astype(
+            jnp.asarray(old).dtype) for (_, new), old in zip(flat, olds)])
+
+
 def global_norm(updates: Updates) -> jax.Array:
     """The L2 norm of all leaves together (as optax.global_norm).
 
@@ -459,5 +532,6 @@ def global_norm(updates: Updates) -> jax.Array:
 
 
 __all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity",
-           "apply_updates", "global_norm", "fusion_plan", "prepare_stage",
-           "fusion_enabled", "leaf_compute_dtype", "state_compute_dtype"]
+           "apply_updates", "incremental_update", "periodic_update", "global_norm",
+           "fusion_plan", "prepare_stage", "fusion_enabled", "leaf_compute_dtype",
+           "state_compute_dtype"]

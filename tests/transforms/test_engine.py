@@ -255,3 +255,61 @@ def test_global_norm_and_apply_updates_by_hand():
     for a, b in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(tree)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
+
+
+# --------------------------------------------------------------------------
+# incremental_update / periodic_update against optax 0.2.8
+# --------------------------------------------------------------------------
+
+def test_incremental_update_matches_optax_over_steps():
+    # A Polyak average of a moving parameter tree, 30 jitted steps, several step sizes.
+    params = make_params()
+    for step_size in (0.01, 0.3, 1.0):
+        ours = jax.jit(lambda n, o: ft.incremental_update(n, o, step_size))
+        theirs = jax.jit(lambda n, o: optax.incremental_update(n, o, step_size))
+        avg1 = avg2 = params
+        p = params
+        for t in range(30):
+            p = jax.tree_util.tree_map(lambda x: x + jnp.sin(x + t), p)
+            avg1, avg2 = ours(p, avg1), theirs(p, avg2)
+            for a, b in zip(jax.tree_util.tree_leaves(avg1), jax.tree_util.tree_leaves(avg2)):
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert ft.incremental_update({"a": None, "b": jnp.ones(1)},
+                                 {"a": jnp.zeros(2), "b": jnp.zeros(1)}, 0.25)["a"] is None
+
+
+def test_periodic_update_matches_optax_with_traced_steps():
+    new, old = make_params(), jax.tree_util.tree_map(jnp.zeros_like, make_params())
+    ours = jax.jit(lambda s: ft.periodic_update(new, old, s, 3))
+    theirs = jax.jit(lambda s: optax.periodic_update(new, old, s, 3))
+    for step in range(7):
+        a, b = ours(jnp.asarray(step)), theirs(jnp.asarray(step))
+        for x, y, n in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b),
+                           jax.tree_util.tree_leaves(new)):
+            np.testing.assert_array_equal(x, y)
+            np.testing.assert_array_equal(x, n if step % 3 == 0 else 0 * n)
+
+
+def test_incremental_and_periodic_update_errors():
+    with pytest.raises(ValueError, match=r"old_tensors leaf \['b'\] has shape \(3,\)"):
+        ft.incremental_update({"b": jnp.ones(2)}, {"b": jnp.ones(3)}, 0.1)
+    with pytest.raises(ValueError, match="different tree structures"):
+        ft.incremental_update({"b": jnp.ones(2)}, {"c": jnp.ones(2)}, 0.1)
+    with pytest.raises(ValueError, match="incremental_update: step_size must be"):
+        ft.incremental_update({"b": jnp.ones(2)}, {"b": jnp.ones(2)}, float("nan"))
+    with pytest.raises(ValueError, match="periodic_update: update_period must be >= 1"):
+        ft.periodic_update([jnp.ones(1)], [jnp.ones(1)], 2, 0)
+
+
+def test_chain_and_named_chain_are_extra_args_transformations():
+    """As in optax, the combinators return GradientTransformationExtraArgs (a
+    GradientTransformation subclass), and pass extra keywords on."""
+    tx = ft.chain(ft.clip(1.0), ft.scale_by_polyak(max_learning_rate=10.0))
+    named = ft.named_chain(("clip", ft.clip(1.0)))
+    for t in (tx, named):
+        assert isinstance(t, ft.GradientTransformationExtraArgs)
+        assert isinstance(t, ft.GradientTransformation)
+    g = {"w": jnp.array([0.5, -0.5])}
+    u, _ = tx.update(g, tx.init(g), g, value=jnp.asarray(1.0))
+    # polyak: min(f / (|g|^2 + eps), max lr) * g, with f=1, |g|^2 = 0.5: 2 g
+    np.testing.assert_allclose(u["w"], 2 * np.asarray(g["w"]), rtol=1e-5)
