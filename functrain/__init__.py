@@ -82,12 +82,58 @@ from functrain.seed_updates import (adam_step, adam_update, gradient_descent_upd
 
 # --- issue 13 additions, one block per area (kept apart so they can be written in parallel) ---
 # [area: tree, projections, microbatching, numerics helpers, linalg]
+from functrain import linalg, microbatching, projections
+from functrain.linalg import matrix_inverse_pth_root, power_iteration
+from functrain.microbatching import microbatch
+from functrain.numerics import safe_int32_increment, safe_norm, safe_root_mean_squares
+from functrain.tree import (bias_correction, update_infinity_moment, update_moment,
+                            update_moment_per_elem_norm)
 # [end area: tree]
 # [area: quasi-Newton and line searches]
+from functrain.optimizers.quasi_newton import lbfgs
+from functrain.transforms.base import (GradientTransformationExtraArgs,
+                                       TransformUpdateExtraArgsFn, with_extra_args_support)
+from functrain.transforms.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
+from functrain.transforms.linesearch import (ScaleByBacktrackingLinesearchState,
+                                             ScaleByZoomLinesearchState, ZoomLinesearchInfo,
+                                             scale_by_backtracking_linesearch,
+                                             scale_by_zoom_linesearch,
+                                             value_and_grad_from_state)
 # [end area: quasi-Newton]
 # [area: wrappers, control, lookahead, schedules]
+from functrain.transforms.engine import incremental_update, periodic_update
+from functrain.wrappers.control import (ApplyEvery, ConditionFn, ConditionallyMaskState,
+                                        ConditionallyTransformState, apply_every,
+                                        conditionally_mask, conditionally_transform, flatten)
+from functrain.wrappers.finite import (ShouldSkipUpdateFunction, skip_large_updates,
+                                       skip_not_finite)
+from functrain.wrappers.hyperparams import (InjectStatefulHyperparamsState, StatefulSchedule,
+                                            WrappedSchedule, WrappedScheduleState,
+                                            inject_stateful_hyperparams)
+from functrain.wrappers.lookahead import LookaheadParams, LookaheadState, lookahead
+from functrain.wrappers.masking import selective_transform
+from functrain.wrappers.monitoring import (MeasureEmaState, MonitorState, SnapshotState,
+                                           measure_with_ema, monitor, snapshot)
+from functrain.wrappers.stateless import (init_empty_state, stateless,
+                                          stateless_with_tree_map, tree_map_params)
+from functrain.schedules import (cosine_onecycle_schedule, linear_onecycle_schedule,
+                                 piecewise_interpolate_schedule, sgdr_schedule,
+                                 warmup_exponential_decay_schedule)
 # [end area: wrappers]
 # [area: optimizers and blocks]
+from functrain.optimizers.adam_variants import adan, optimistic_adam, optimistic_adam_v2
+from functrain.transforms.adam import ScaleByAdanState, scale_by_adan
+from functrain.transforms.clipping import (AdaptiveGradClipState, ClipByGlobalNormState,
+                                           ClipState, adaptive_grad_clip,
+                                           per_example_global_norm_clip,
+                                           per_example_layer_norm_clip, unitwise_clip,
+                                           unitwise_norm)
+from functrain.transforms.layerwise import (ScaleByDistanceOverGradientsState,
+                                            ScaleByTrustRatioState,
+                                            scale_by_distance_over_gradients)
+from functrain.transforms.normalization import (centralize, normalize_by_update_norm,
+                                                scale_gradient)
+from functrain.transforms.scaling import AddDecayedWeightsState, ScaleState
 # [end area: optimizers]
 # [area: protocol types and state aliases]
 # Type aliases (documented in functrain/transforms/base.py, where they are defined).

@@ -382,3 +382,238 @@ def warmup_cosine_decay_schedule(
          cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha,
                                exponent)],
         [warmup_steps])
+
+
+def piecewise_interpolate_schedule(
+    interpolate_type: str,
+    init_value: ArrayLike,
+    boundaries_and_scales: Optional[dict[int, float]] = None,
+) -> Schedule:
+    """Interpolation between the values reached at the boundaries, linear or cosine.
+
+    The value at boundary ``b_i`` (sorted) is ``v_i = init_value`` times the
+    scales of the boundaries up to ``b_i``; between ``b_i`` and ``b_{i+1}`` it
+    moves from ``v_i`` to ``v_{i+1}`` linearly, or as ``v_{i+1} + (v_i -
+    v_{i+1}) (1 + cos(pi t)) / 2`` with ``t`` the fraction of the interval
+    passed. It starts from ``init_value`` at step 0, holds the last value
+    after the last boundary, and (as in optax) is 0 at negative counts.
+
+    Args:
+      interpolate_type: ``'linear'`` or ``'cosine'``.
+      init_value: the value at step 0.
+      boundaries_and_scales: ``{boundary_step: scale}``, scales non-negative;
+        ``None`` (the default) or empty: the constant ``init_value``.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
+    Raises:
+      ValueError: for another ``interpolate_type`` or a negative scale.
+
+    Example:
+      >>> sched = piecewise_interpolate_schedule('linear', 1.0, {4: 0.1, 8: 0.01})
+      >>> print(float(sched(2)), float(sched(4)), float(sched(20)))
+      0.55 0.1 0.001
+    """
+    if interpolate_type not in ('linear', 'cosine'):
+        raise ValueError("piecewise_interpolate_schedule: interpolate_type must be "
+                         f"'linear' or 'cosine', got {interpolate_type!r}.")
+    steps = sorted((boundaries_and_scales or {}).items())
+    bad = [scale for _, scale in steps if not scale >= 0.0]
+    if bad:
+        raise ValueError('piecewise_interpolate_schedule expects non-negative scale '
+                         f'factors in boundaries_and_scales, got {bad}.')
+    starts = [0] + [b for b, _ in steps]
+
+    def between(start: ArrayLike, end: ArrayLike, fraction: ArrayLike) -> ArrayLike:
+        if interpolate_type == 'linear':
+            return start + (end - start) * fraction
+        return end + (start - end) / 2.0 * (1 + jnp.cos(jnp.pi * fraction))
+
+    def schedule(count: ArrayLike) -> ArrayLike:
+        # The values at the boundaries, a running product in the value's dtype.
+        values = jnp.cumprod(jnp.stack([jnp.asarray(init_value)]
+                                       + [jnp.asarray(s) for _, s in steps]))
+        bounds = jnp.asarray(starts)
+        count = jnp.asarray(count)
+        value = jnp.where(count >= bounds[-1], values[-1], 0.0)
+        for i in range(len(steps)):
+            width = jnp.maximum(bounds[i + 1] - bounds[i], 1)
+            inside = jnp.logical_and(count >= bounds[i], count < bounds[i + 1])
+            part = between(values[i], values[i + 1], (count - bounds[i]) / width)
+            value = jnp.where(inside, part, value)
+        return value
+    return schedule
+
+
+def linear_onecycle_schedule(
+    transition_steps: int,
+    peak_value: ArrayLike,
+    pct_start: float = 0.3,
+    pct_final: float = 0.85,
+    div_factor: float = 25.0,
+    final_div_factor: float = 1e4,
+) -> Schedule:
+    """The one-cycle policy with linear phases (Smith and Topin, 2017, "Super-Convergence").
+
+    With ``T = transition_steps`` and ``v0 = peak_value / div_factor``: linear
+    from ``v0`` up to ``peak_value`` until step ``int(pct_start * T)``, back
+    down to ``v0`` until step ``int(pct_final * T)``, then down to ``v0 /
+    final_div_factor`` at step ``T``, held after. Paper: Smith and Topin,
+    "Super-Convergence: Very Fast Training of Neural Networks Using Large
+    Learning Rates" (2017).
+
+    Args:
+      transition_steps: the length of the cycle, ``> 0``.
+      peak_value: the largest value, at ``pct_start`` of the cycle.
+      pct_start: the fraction of the cycle spent increasing.
+      pct_final: the fraction of the cycle at which the value is back at ``v0``.
+      div_factor: ``v0 = peak_value / div_factor``.
+      final_div_factor: the final value is ``v0 / final_div_factor``.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
+    Raises:
+      ValueError: if ``transition_steps <= 0``.
+
+    Example:
+      >>> sched = linear_onecycle_schedule(100, 1.0, div_factor=10.0)
+      >>> print(float(sched(0)), float(sched(30)), float(sched(85)))
+      0.1 1.0 0.1
+    """
+    if not transition_steps > 0:
+        raise ValueError('linear_onecycle_schedule requires a positive transition_steps, '
+                         f'got transition_steps={transition_steps!r}.')
+    return piecewise_interpolate_schedule(
+        'linear', peak_value / div_factor,
+        {int(pct_start * transition_steps): div_factor,
+         int(pct_final * transition_steps): 1.0 / div_factor,
+         transition_steps: 1.0 / final_div_factor})
+
+
+def cosine_onecycle_schedule(
+    transition_steps: int,
+    peak_value: ArrayLike,
+    pct_start: float = 0.3,
+    div_factor: float = 25.0,
+    final_div_factor: float = 1e4,
+) -> Schedule:
+    """The one-cycle policy with cosine phases (Smith and Topin, 2017, "Super-Convergence").
+
+    With ``T = transition_steps`` and ``v0 = peak_value / div_factor``: a
+    cosine rise from ``v0`` to ``peak_value`` until step ``int(pct_start *
+    T)``, then a cosine fall to ``v0 / final_div_factor`` at step ``T``, held
+    after. Paper: Smith and Topin, "Super-Convergence: Very Fast Training of
+    Neural Networks Using Large Learning Rates" (2017).
+
+    Args:
+      transition_steps: the length of the cycle, ``> 0``.
+      peak_value: the largest value, at ``pct_start`` of the cycle.
+      pct_start: the fraction of the cycle spent increasing.
+      div_factor: ``v0 = peak_value / div_factor``.
+      final_div_factor: the final value is ``v0 / final_div_factor``.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
+    Raises:
+      ValueError: if ``transition_steps <= 0``.
+
+    Example:
+      >>> sched = cosine_onecycle_schedule(100, 1.0, div_factor=10.0)
+      >>> print(float(sched(0)), float(sched(15)), float(sched(30)))
+      0.1 0.55 1.0
+    """
+    if not transition_steps > 0:
+        raise ValueError('cosine_onecycle_schedule requires a positive transition_steps, '
+                         f'got transition_steps={transition_steps!r}.')
+    return piecewise_interpolate_schedule(
+        'cosine', peak_value / div_factor,
+        {int(pct_start * transition_steps): div_factor,
+         int(transition_steps): 1.0 / (div_factor * final_div_factor)})
+
+
+def warmup_exponential_decay_schedule(
+    init_value: ArrayLike,
+    peak_value: ArrayLike,
+    warmup_steps: int,
+    transition_steps: int,
+    decay_rate: ArrayLike,
+    transition_begin: int = 0,
+    staircase: bool = False,
+    end_value: Optional[ArrayLike] = None,
+) -> Schedule:
+    """Linear warmup to ``peak_value``, then :func:`exponential_decay` from it.
+
+    The warmup is :func:`linear_schedule` over ``warmup_steps``; from step
+    ``warmup_steps`` on, ``exponential_decay(peak_value, transition_steps,
+    decay_rate, transition_begin, staircase, end_value)`` counts from
+    ``warmup_steps``.
+
+    Args:
+      init_value: the value at step 0.
+      peak_value: the value at the end of the warmup.
+      warmup_steps: length of the warmup.
+      transition_steps: steps per factor of ``decay_rate`` (see
+        :func:`exponential_decay`).
+      decay_rate: the decay rate.
+      transition_begin: steps after the warmup during which ``peak_value`` is
+        held before the decay starts.
+      staircase: decay at discrete intervals of ``transition_steps``.
+      end_value: optional bound of the decay (see :func:`exponential_decay`).
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
+    Example:
+      >>> sched = warmup_exponential_decay_schedule(0.0, 1.0, warmup_steps=10,
+      ...                                           transition_steps=10, decay_rate=0.5)
+      >>> print(float(sched(5)), float(sched(10)), float(sched(20)))
+      0.5 1.0 0.5
+    """
+    return join_schedules(
+        [linear_schedule(init_value, peak_value, warmup_steps),
+         exponential_decay(peak_value, transition_steps, decay_rate, transition_begin,
+                           staircase, end_value)],
+        [warmup_steps])
+
+
+def sgdr_schedule(cosine_kwargs: Sequence[dict]) -> Schedule:
+    """SGD with warm restarts (Loshchilov and Hutter, 2017): cosine cycles one after another.
+
+    Each dict of ``cosine_kwargs`` holds the arguments of one
+    :func:`warmup_cosine_decay_schedule` cycle; its ``decay_steps`` is the
+    cycle's length, so the next cycle starts (counting from 0 again) when it
+    ends. Paper: Loshchilov and Hutter, "SGDR: Stochastic Gradient Descent
+    with Warm Restarts" (2017).
+
+    Args:
+      cosine_kwargs: the cycles, each a dict of
+        :func:`warmup_cosine_decay_schedule` arguments with ``decay_steps``.
+
+    Returns:
+      A ``Schedule``: a function of the step count returning a scalar.
+
+    Raises:
+      ValueError: if ``cosine_kwargs`` is empty or a cycle lacks
+        ``decay_steps``.
+
+    Example:
+      >>> cycle = dict(init_value=0.0, peak_value=1.0, warmup_steps=2, decay_steps=10)
+      >>> sched = sgdr_schedule([cycle, cycle])
+      >>> print(float(sched(2)), float(sched(10)), float(sched(12)))
+      1.0 0.0 1.0
+    """
+    cycles = list(cosine_kwargs)
+    if not cycles:
+        raise ValueError('sgdr_schedule: cosine_kwargs must hold at least one cycle.')
+    schedules, boundaries, end = [], [], 0
+    for i, kwargs in enumerate(cycles):
+        if 'decay_steps' not in kwargs:
+            raise ValueError(f'sgdr_schedule: cosine_kwargs[{i}] has no decay_steps (the '
+                             f'length of the cycle), got keys {sorted(kwargs)}.')
+        schedules.append(warmup_cosine_decay_schedule(**kwargs))
+        end += kwargs['decay_steps']
+        boundaries.append(end)
+    return join_schedules(schedules, boundaries[:-1])

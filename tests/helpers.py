@@ -278,8 +278,14 @@ OPTIMIZER_ARGS = {
     "noisy_sgd": dict(learning_rate=0.1, key=0),
     "adadelta": dict(learning_rate=1.0, weight_decay=0.01),
     "rprop": dict(learning_rate=0.1),
+    # No line search: a fixed step, so the gradient-only checks apply (the line
+    # searches are checked in tests/optimizers/test_quasi_newton.py).
+    "lbfgs": dict(learning_rate=0.1, memory_size=3, linesearch=None),
     "polyak_sgd": dict(max_learning_rate=0.5),
     "optimistic_gradient_descent": dict(learning_rate=0.1),
+    "adan": dict(learning_rate=0.1, weight_decay=0.01),
+    "optimistic_adam": dict(learning_rate=0.1, optimism=0.5),
+    "optimistic_adam_v2": dict(learning_rate=0.1, alpha=0.5, beta=2.0),
 }
 
 

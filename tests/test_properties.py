@@ -119,6 +119,24 @@ def _takes_transformation(fn: Callable) -> bool:
                for p in parameters)
 
 
+# Public names of functrain/wrappers/*.py that are not transformations (or whose
+# updates are not shaped like the gradients), each with where it is tested instead.
+NOT_TRANSFORMATIONS = {
+    "ConditionFn": "a Protocol (the type of should_transform_fn), not a wrapper",
+    "ShouldSkipUpdateFunction": "a Protocol (the type of should_skip_update_fn)",
+    "StatefulSchedule": "a Protocol for schedules; used by the inject_stateful_hyperparams "
+                        "recipe",
+    "WrappedSchedule": "a schedule, not a transformation; used by the "
+                       "inject_stateful_hyperparams recipe",
+    "init_empty_state": "an init function, not a transformation (tests/wrappers/"
+                        "test_stateless.py)",
+    "tree_map_params": "maps over a state, not a transformation (tests/wrappers/"
+                       "test_stateless.py)",
+    "lookahead": "its params and updates are LookaheadParams (fast, slow) pairs, not trees "
+                 "like the gradients; against optax in tests/wrappers/test_lookahead.py",
+}
+
+
 def wrapper_functions() -> dict:
     """name -> object for every wrapper the package exports.
 
@@ -139,6 +157,8 @@ def wrapper_functions() -> dict:
                 continue
             if inspect.isclass(obj) and issubclass(obj, (tuple, dict)):
                 continue  # MaskedState, MultiStepsState, HyperparamsDict, ...
+            if name in NOT_TRANSFORMATIONS:
+                continue
             if inspect.isfunction(obj) or inspect.isclass(obj):
                 found[name] = obj
     for modname in ("functrain.transforms.engine", "functrain.transforms.grouped"):
@@ -214,6 +234,8 @@ OPTIMIZER_RECIPES = {
     "amsgrad": _opt("amsgrad", learning_rate=LR),
     "fromage": _opt("fromage", learning_rate=LR),
     "lamb": _opt("lamb", learning_rate=LR, weight_decay=1e-2),
+    # No line search (it needs value_fn): tests/optimizers/test_quasi_newton.py has those.
+    "lbfgs": _opt("lbfgs", learning_rate=LR, linesearch=None),
     "lars": _opt("lars", learning_rate=LR, weight_decay=1e-2),
     "lion": _opt("lion", learning_rate=LR),
     "nadam": _opt("nadam", learning_rate=LR),
@@ -230,6 +252,9 @@ OPTIMIZER_RECIPES = {
     "signum": _opt("signum", learning_rate=LR),
     "sm3": _opt("sm3", real_only=True, learning_rate=LR),
     "yogi": _opt("yogi", learning_rate=LR),
+    "adan": _opt("adan", learning_rate=LR, weight_decay=1e-2),
+    "optimistic_adam": _opt("optimistic_adam", learning_rate=LR),
+    "optimistic_adam_v2": _opt("optimistic_adam_v2", learning_rate=LR, alpha=0.5, beta=2.0),
 }
 
 WRAPPER_RECIPES = {
@@ -257,6 +282,43 @@ WRAPPER_RECIPES = {
         "chain", lambda m: m.chain(m.clip(0.5), m.sgd(LR, momentum=0.9)), real_only=True),
     "grouped(chain(clip_by_global_norm, lamb))": Recipe(
         "grouped", lambda m: m.grouped(m.chain(m.clip_by_global_norm(1.0), m.lamb(LR)))),
+    "chain(adam, apply_every)": Recipe(
+        "apply_every", lambda m: m.chain(m.adam(LR), m.apply_every(2))),
+    "conditionally_transform(adam)": Recipe(
+        "conditionally_transform",
+        lambda m: m.conditionally_transform(m.adam(LR), lambda step: step % 2 == 0)),
+    "conditionally_mask(sgd)": Recipe(
+        "conditionally_mask",
+        lambda m: m.conditionally_mask(m.sgd(LR, momentum=0.9), lambda step: step >= 1)),
+    "flatten(adam)": Recipe("flatten", lambda m: m.flatten(m.adam(LR))),
+    "selective_transform(adam)": Recipe(
+        "selective_transform",
+        lambda m: m.selective_transform(m.adam(LR), freeze_mask=False)),
+    "MultiSteps(adam, skip_not_finite)": Recipe(
+        "skip_not_finite", lambda m: m.MultiSteps(m.adam(LR), 2,
+                                                  should_skip_update_fn=m.skip_not_finite)),
+    "MultiSteps(sgd, skip_large_updates)": Recipe(
+        "skip_large_updates", lambda m: m.MultiSteps(
+            m.sgd(LR), 2, should_skip_update_fn=lambda u, step, p: m.skip_large_updates(
+                u, step, p, max_squared_norm=50.0))),
+    "chain(monitor, adam)": Recipe(
+        "monitor", lambda m: m.chain(m.monitor({"norm": m.tree.norm}), m.adam(LR))),
+    "chain(monitor(measure_with_ema), sgd)": Recipe(
+        "measure_with_ema", lambda m: m.chain(
+            m.monitor({"ema": m.measure_with_ema(m.tree.norm, decay=0.9)}), m.sgd(LR))),
+    "chain(snapshot, adam)": Recipe(
+        "snapshot", lambda m: m.chain(m.snapshot("norm", m.tree.norm), m.adam(LR))),
+    "chain(stateless, sgd)": Recipe(
+        "stateless", lambda m: m.chain(
+            m.stateless(lambda u, p: jax.tree_util.tree_map(lambda g: 0.5 * g, u)),
+            m.sgd(LR, momentum=0.9))),
+    "chain(stateless_with_tree_map, adam)": Recipe(
+        "stateless_with_tree_map",
+        lambda m: m.chain(m.stateless_with_tree_map(lambda g, p: g - 0.01 * p), m.adam(LR))),
+    "inject_stateful_hyperparams(adam)": Recipe(
+        "inject_stateful_hyperparams",
+        lambda m: m.inject_stateful_hyperparams(m.adam)(
+            learning_rate=m.WrappedSchedule(m.linear_schedule(LR, 0.0, 10)))),
 }
 
 RECIPES = {**OPTIMIZER_RECIPES, **WRAPPER_RECIPES}

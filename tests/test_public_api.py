@@ -64,7 +64,8 @@ def test_optax_is_never_imported_by_functrain():
 
 # Modules whose public functions are part of the API beside functrain's top level.
 SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
-              "functrain.seed_updates", "functrain.grad"]
+              "functrain.seed_updates", "functrain.grad", "functrain.projections",
+              "functrain.microbatching", "functrain.linalg"]
 
 
 def public_functions():

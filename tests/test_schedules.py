@@ -295,3 +295,110 @@ def test_join_rejects_mismatched_lengths():
     fs.join_schedules([fs.constant_schedule(1.0)] * 2, [5, 10])
   with pytest.raises(ValueError, match='one shorter'):
     fs.join_schedules([fs.constant_schedule(1.0)] * 3, [5])
+
+
+# --------------------------------------------------------------------------
+# piecewise_interpolate, one-cycle, warmup_exponential_decay, sgdr: against optax
+# --------------------------------------------------------------------------
+
+NEW_CASES = {
+    'interp_linear': lambda lib: lib.piecewise_interpolate_schedule(
+        'linear', 1.0, {4: 0.1, 8: 0.01}),
+    'interp_cosine_unsorted': lambda lib: lib.piecewise_interpolate_schedule(
+        interpolate_type='cosine', init_value=0.5,
+        boundaries_and_scales={50: 0.5, 10: 3.0, 120: 0.0}),
+    'interp_zero_boundary': lambda lib: lib.piecewise_interpolate_schedule(
+        'linear', 2.0, {0: 0.5, 7: 4.0}),
+    'interp_none': lambda lib: lib.piecewise_interpolate_schedule('cosine', 0.3),
+    'onecycle_linear': lambda lib: lib.linear_onecycle_schedule(100, 1.0),
+    'onecycle_linear_args': lambda lib: lib.linear_onecycle_schedule(
+        transition_steps=37, peak_value=0.1, pct_start=0.2, pct_final=0.7,
+        div_factor=10.0, final_div_factor=100.0),
+    'onecycle_cosine': lambda lib: lib.cosine_onecycle_schedule(200, 0.5),
+    'onecycle_cosine_args': lambda lib: lib.cosine_onecycle_schedule(
+        transition_steps=50, peak_value=2.0, pct_start=0.5, div_factor=4.0,
+        final_div_factor=10.0),
+    'warmup_exp': lambda lib: lib.warmup_exponential_decay_schedule(
+        0.0, 1.0, 10, 20, 0.5),
+    'warmup_exp_all_args': lambda lib: lib.warmup_exponential_decay_schedule(
+        init_value=0.1, peak_value=2.0, warmup_steps=5, transition_steps=7,
+        decay_rate=0.8, transition_begin=3, staircase=True, end_value=0.5),
+    'warmup_exp_growth': lambda lib: lib.warmup_exponential_decay_schedule(
+        0.5, 0.2, 3, 10, 1.5, end_value=1.0),
+    'sgdr': lambda lib: lib.sgdr_schedule([
+        dict(init_value=0.0, peak_value=1.0, warmup_steps=5, decay_steps=40),
+        dict(init_value=0.1, peak_value=0.5, warmup_steps=0, decay_steps=30,
+             end_value=0.05),
+        dict(init_value=0.0, peak_value=0.2, warmup_steps=10, decay_steps=60,
+             exponent=2.0)]),
+    'sgdr_one_cycle': lambda lib: lib.sgdr_schedule(
+        [dict(init_value=0.0, peak_value=1.0, warmup_steps=3, decay_steps=20)]),
+}
+
+
+@pytest.mark.parametrize('case', sorted(NEW_CASES))
+def test_new_schedules_match_optax(case):
+  ours, theirs = NEW_CASES[case](fs), NEW_CASES[case](optax)
+  for count in COUNTS:  # every boundary above lies on this grid
+    _assert_close(ours(count), theirs(count), f'{case} count={count}')
+  # optax's piecewise_interpolate takes scalar counts only: vmap it for arrays.
+  for counts in (jnp.array(COUNTS, jnp.int32), jnp.array(FLOAT_COUNTS, jnp.float32)):
+    _assert_close(ours(counts), jax.vmap(theirs)(counts), f'{case} counts={counts}')
+  jitted, their_jit = jax.jit(ours), jax.jit(theirs)
+  for count in COUNTS[:140:3] + COUNTS[-4:]:
+    out = jitted(jnp.int32(count))
+    assert jnp.shape(out) == ()
+    # Compiled, XLA may evaluate optax's vectorised cosine and ours a few ulp apart.
+    np.testing.assert_allclose(out, their_jit(jnp.int32(count)), rtol=1e-5, atol=0,
+                               err_msg=f'{case} jit count={count}')
+  values = {float(ours(c)) for c in range(0, 200, 5)}
+  assert len(values) > 1 or case == 'interp_none'
+
+
+def test_piecewise_interpolate_by_hand():
+  lin = fs.piecewise_interpolate_schedule('linear', 1.0, {4: 0.1, 8: 0.01})
+  cos = fs.piecewise_interpolate_schedule('cosine', 1.0, {4: 0.1})
+  _check(lin, lambda c: [1.0, 0.775, 0.55, 0.325, 0.1, 0.07525, 0.0505, 0.02575,
+                         0.001, 0.001][c], range(10))
+  _check(cos, lambda c: 0.1 + 0.45 * (1 + math.cos(math.pi * min(c, 4) / 4)),
+         range(8))
+  assert float(lin(-1)) == 0.0  # optax's value before step 0
+
+
+def test_onecycle_by_hand():
+  # linear: 0.04 -> 1.0 at step 30, back to 0.04 at 85, then to 4e-6 at 100.
+  lin = fs.linear_onecycle_schedule(100, 1.0)
+  _check(lin, lambda c: (0.04 + 0.96 * c / 30 if c <= 30 else
+                         1.0 - 0.96 * (c - 30) / 55 if c <= 85 else
+                         0.04 + (4e-6 - 0.04) * min(c - 85, 15) / 15),
+         [0, 15, 30, 50, 85, 90, 100, 150])
+  cos = fs.cosine_onecycle_schedule(10, 1.0, pct_start=0.5, div_factor=2.0,
+                                    final_div_factor=5.0)
+  _check(cos, lambda c: (1.0 + (0.5 - 1.0) / 2 * (1 + math.cos(math.pi * c / 5))
+                         if c <= 5 else
+                         0.1 + (1.0 - 0.1) / 2 * (1 + math.cos(math.pi * min(c - 5, 5) / 5))),
+         range(13))
+
+
+def test_warmup_exponential_and_sgdr_by_hand():
+  sched = fs.warmup_exponential_decay_schedule(0.0, 1.0, 4, 2, 0.5)
+  _check(sched, lambda c: c / 4 if c < 4 else 0.5 ** ((c - 4) / 2), range(12))
+  cycle = dict(init_value=0.0, peak_value=1.0, warmup_steps=2, decay_steps=10)
+  sgdr = fs.sgdr_schedule([cycle, cycle])
+  single = fs.warmup_cosine_decay_schedule(**cycle)
+  _check(sgdr, lambda c: float(single(c if c < 10 else c - 10)), range(25))
+
+
+@pytest.mark.parametrize('make, words', [
+    (lambda: fs.piecewise_interpolate_schedule('cubic', 1.0), 'interpolate_type'),
+    (lambda: fs.piecewise_interpolate_schedule('linear', 1.0, {5: -0.5}),
+     'non-negative'),
+    (lambda: fs.linear_onecycle_schedule(0, 1.0), 'transition_steps'),
+    (lambda: fs.cosine_onecycle_schedule(-3, 1.0), 'transition_steps'),
+    (lambda: fs.sgdr_schedule([]), 'cosine_kwargs'),
+    (lambda: fs.sgdr_schedule([dict(init_value=0.0, peak_value=1.0,
+                                    warmup_steps=2)]), r'cosine_kwargs\[0\]'),
+])
+def test_new_schedules_errors_name_the_argument(make, words):
+  with pytest.raises(ValueError, match=words):
+    make()

@@ -1,6 +1,10 @@
 """Wrappers: transformations that take other transformations.
 
-``masking`` (masked, multi_transform/partition, freeze), ``accumulation``
-(MultiSteps), ``finite`` (apply_if_finite) and ``hyperparams``
-(inject_hyperparams). Each imports only the engine layer below it.
+``masking`` (masked, multi_transform/partition, freeze, selective_transform),
+``accumulation`` (MultiSteps), ``finite`` (apply_if_finite, and MultiSteps'
+skip_not_finite / skip_large_updates), ``hyperparams`` (inject_hyperparams,
+inject_stateful_hyperparams), ``control`` (apply_every, conditionally_*,
+flatten), ``monitoring`` (snapshot, monitor, measure_with_ema), ``lookahead``
+and ``stateless`` (stateless, stateless_with_tree_map, tree_map_params). Each
+imports only the engine layer below it.
 """

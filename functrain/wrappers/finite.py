@@ -3,11 +3,15 @@
 A plain transformation around the wrapped one (the stages inside still run
 fused); the branch uses ``lax.cond`` with identical output types on both
 sides, so it works under ``jit``, ``scan`` and sharded jit.
+
+Also here: ``skip_not_finite`` and ``skip_large_updates``, the
+``should_skip_update_fn`` s (:class:`ShouldSkipUpdateFunction`) that make
+:class:`~functrain.MultiSteps` drop a bad micro-batch, as in optax.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -117,3 +121,97 @@ def apply_if_finite(inner: GradientTransformation,
             inner_state=inner_state)
 
     return GradientTransformation(init_fn, update_fn)
+
+
+# --------------------------------------------------------------------------
+# should_skip_update_fn for MultiSteps
+# --------------------------------------------------------------------------
+
+class ShouldSkipUpdateFunction(Protocol):
+    """The type of ``MultiSteps`` ' ``should_skip_update_fn``.
+
+    ``fn(updates, gradient_step, params) -> (skip, info)``: ``skip`` a scalar
+    bool array, True to drop this micro-batch as if it never happened;
+    ``info`` any tree of arrays, kept in ``MultiStepsState.skip_state``
+    (debugging and monitoring). ``gradient_step`` counts the real updates so
+    far (e.g. for an annealed threshold); ``params`` may be ``None``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> fn: ShouldSkipUpdateFunction = functrain.skip_not_finite
+    >>> bool(fn([jnp.array([jnp.nan])], jnp.asarray(0), None)[0])
+    True
+    """
+
+    def __call__(self, updates: Updates, gradient_step: Array, params: Optional[Params]
+                 ) -> tuple[Array, Any]:
+        """Whether to skip this micro-batch, and what to record about it.
+
+        Args:
+          updates: this micro-batch's gradients.
+          gradient_step: the number of real updates so far (int32 scalar).
+          params: the current parameters, or ``None``.
+
+        Returns:
+          ``(skip, info)``: a scalar bool array and a tree of arrays.
+        """
+
+
+def skip_not_finite(updates: Updates, gradient_step: Array, params: Optional[Params]
+                    ) -> tuple[Array, dict]:
+    """A ``should_skip_update_fn``: skip the micro-batch if any update is NaN or infinite.
+
+    Args:
+      updates: the micro-batch's gradients.
+      gradient_step: unused (see :class:`ShouldSkipUpdateFunction`).
+      params: unused.
+
+    Returns:
+      ``(skip, {'should_skip': skip, 'num_not_finite': n})``: ``n`` counts the
+      NaN and infinite entries (an integer scalar), ``skip`` is ``n > 0``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.MultiSteps(functrain.sgd(1.0), 2,
+    ...                            should_skip_update_fn=functrain.skip_not_finite)
+    >>> state = opt.init([jnp.zeros(2)])
+    >>> _, state = opt.update([jnp.array([1., jnp.inf])], state)
+    >>> int(state.mini_step), int(state.skip_state['num_not_finite'])
+    (0, 1)
+    """
+    del gradient_step, params
+    count = jnp.zeros([], jnp.int32)
+    for x in jax.tree_util.tree_leaves(updates):
+        count = count + jnp.sum(jnp.logical_not(jnp.isfinite(x)))
+    skip = count > 0
+    return skip, {"should_skip": skip, "num_not_finite": count}
+
+
+def skip_large_updates(updates: Updates, gradient_step: Array, params: Optional[Params],
+                       max_squared_norm: Any) -> tuple[Array, dict]:
+    """A ``should_skip_update_fn``: skip the micro-batch unless ``||updates||^2 < max_squared_norm``.
+
+    Bind the threshold first:
+    ``functools.partial(skip_large_updates, max_squared_norm=42.0)``. A NaN
+    norm is skipped too. Complex leaves count ``|x|^2``.
+
+    Args:
+      updates: the micro-batch's gradients.
+      gradient_step: unused (see :class:`ShouldSkipUpdateFunction`).
+      params: unused.
+      max_squared_norm: the bound on the squared global norm (exclusive), ``>=
+        0`` (``inf``: only NaN norms are skipped); a number or a scalar array.
+
+    Returns:
+      ``(skip, {'should_skip': skip, 'norm_squared': n})``: ``n`` the squared
+      global norm (at least float32), ``skip`` is ``not n < max_squared_norm``.
+
+    >>> import functools, jax.numpy as jnp, functrain
+    >>> fn = functools.partial(functrain.skip_large_updates, max_squared_norm=10.0)
+    >>> skip, info = fn([jnp.array([3., 4.])], jnp.asarray(0), None)
+    >>> bool(skip), float(info['norm_squared'])
+    (True, 25.0)
+    """
+    del gradient_step, params
+    check_range("max_squared_norm", max_squared_norm, 0.0, owner="skip_large_updates")
+    norm_sq = ft.norm(updates, squared=True)
+    skip = jnp.logical_not(norm_sq < max_squared_norm)
+    return skip, {"should_skip": skip, "norm_squared": norm_sq}

@@ -13,7 +13,9 @@ optax's) and restricts them to some leaves. How masks meet the engine:
 * anything else (optax transforms, ``MultiSteps``, user code) is handed trees
   whose masked-out leaves are ``MaskedNode`` placeholders, as optax does.
 
-The other wrappers live in :mod:`functrain.wrappers.accumulation` (``MultiSteps``),
+``selective_transform`` (optax's freeze-by-mask) is a partition into the
+optimizer and zeros. The other wrappers live in
+:mod:`functrain.wrappers.accumulation` (``MultiSteps``),
 :mod:`functrain.wrappers.finite` (``apply_if_finite``) and
 :mod:`functrain.wrappers.hyperparams` (``inject_hyperparams``).
 """
@@ -25,6 +27,7 @@ from typing import Any, Callable, Hashable, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
@@ -315,13 +318,17 @@ partition = multi_transform
 
 
 def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
-               extra: bool) -> GradientTransformation:
-    """``multi_transform``, further restricted to ``outer`` (a mask, or None)."""
+               extra: bool, allow_unused: bool = False) -> GradientTransformation:
+    """``multi_transform``, further restricted to ``outer`` (a mask, or None).
+
+    ``allow_unused``: a transformation whose label no leaf has is no error
+    (``selective_transform`` with nothing, or everything, frozen).
+    """
     def labels_of(tree: PyTree) -> list[Any]:
         labels = _leaf_labels(param_labels, tree, "multi_transform")
         used = set(labels)
         missing = used - set(transforms)
-        unused = set(transforms) - used if labels else set()
+        unused = set(transforms) - used if labels and not allow_unused else set()
         if missing or unused:
             what = (f"labels {sorted_labels(missing)} have no transformation" if missing else
                     f"transformations {sorted_labels(unused)} are used by no leaf")
@@ -389,3 +396,48 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
     return stage_transform(LeafStage(
         name="freeze", update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
         mask=_stage_mask(mask, None, "freeze"), any_dtype=True))
+
+
+def selective_transform(optimizer: GradientTransformation, *,
+                        freeze_mask: Any) -> GradientTransformation:
+    """Train the leaves where ``freeze_mask`` is False with ``optimizer``; zero the others.
+
+    A :func:`partition` into ``{'train': optimizer, 'freeze': zeros}``: frozen
+    leaves get zero updates and no optimizer state (``MaskedNode``), as in
+    optax. The mask is static (Python bools known when the step is traced).
+
+    Args:
+      optimizer: the optimizer for the trained leaves (functrain's, optax's,
+        or any object with ``init`` and ``update``).
+      freeze_mask: keyword-only; a bool (True: freeze everything, False:
+        nothing) or a tree of bools shaped like the params (or a prefix of
+        it), True where a leaf is frozen.
+
+    Returns:
+      A ``GradientTransformation`` whose state is ``PartitionState`` with the
+      labels ``'train'`` and ``'freeze'``, as optax's.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.selective_transform(functrain.sgd(1.0),
+    ...                                    freeze_mask={'emb': True, 'head': False})
+    >>> params = {'emb': jnp.ones(1), 'head': jnp.ones(1)}
+    >>> tx.update({'emb': jnp.ones(1), 'head': jnp.ones(1)}, tx.init(params))[0]
+    {'emb': Array([0.], dtype=float32), 'head': Array([-1.], dtype=float32)}
+    """
+    check_transformation(optimizer, "selective_transform", "optimizer")
+    if callable(freeze_mask):
+        raise TypeError("selective_transform: freeze_mask must be a bool or a tree of bools "
+                        "(a static mask), not a function; use masked or multi_transform "
+                        "for masks computed from the params.")
+    paths, flags, treedef = ft.flatten_with_paths(freeze_mask)
+    labels = []
+    for path, flag in zip(paths, flags):
+        if not isinstance(flag, (bool, np.bool_)) and not (
+                isinstance(flag, (np.ndarray, jax.Array)) and np.shape(flag) == ()
+                and np.asarray(flag).dtype == np.bool_):
+            raise TypeError(f"selective_transform: freeze_mask{path} must be a bool, got "
+                            f"{type(flag).__name__} {flag!r:.40}.")
+        labels.append("freeze" if bool(flag) else "train")
+    labels_tree = treedef.unflatten(labels)
+    return _partition({"train": optimizer, "freeze": freeze(True)},
+                      lambda params: labels_tree, None, False, allow_unused=True)

@@ -73,6 +73,9 @@ OPTIMIZER_CASES = {
     "building_blocks": lambda m: m.chain(
         m.scale_by_adam(), m.add_decayed_weights(1e-3), m.scale_by_trust_ratio(),
         m.trace(0.5), m.scale_by_schedule(lambda c: 1e-3 / (1 + c)), m.scale(-1.0)),
+    "adan": lambda m: m.adan(1e-2),
+    "optimistic_adam": lambda m: m.optimistic_adam(1e-2),  # deprecated in both: warns
+    "optimistic_adam_v2": lambda m: m.optimistic_adam_v2(1e-2),
 }
 
 
@@ -129,6 +132,9 @@ MORE_OPTIMIZER_CASES = {
                         True, True),
     "optimistic_gradient_descent": (lambda m: m.optimistic_gradient_descent(
         1e-2, alpha=0.5, beta=2.0), True, False),
+    # A fixed step (no line search: these cases have no objective to give value_fn);
+    # lbfgs with its line searches: tests/optimizers/test_quasi_newton.py.
+    "lbfgs": (lambda m: m.lbfgs(1e-3, memory_size=4, linesearch=None), True, False),
 }
 
 

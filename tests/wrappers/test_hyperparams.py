@@ -73,3 +73,125 @@ def test_empty_params(make):
                          ids=["inject_hyperparams"])
 def test_state_can_be_donated_and_abstractly_initialised(make):
     assert_state_donatable(make())
+
+
+# --------------------------------------------------------------------------
+# inject_stateful_hyperparams, StatefulSchedule, WrappedSchedule: against optax 0.2.8
+# --------------------------------------------------------------------------
+
+import warnings  # noqa: E402
+
+import optax  # noqa: E402
+
+from helpers import loss_value, make_grads, make_params  # noqa: E402
+
+
+class HalveOnPlateau:
+    """A stateful schedule: halve the value whenever the loss did not improve by 1%."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def init(self):
+        return {"scale": jnp.ones([]), "best": jnp.full([], jnp.inf, jnp.float32)}
+
+    def update(self, state, value=None, **extra):
+        worse = value > 0.99 * state["best"]
+        return {"scale": jnp.where(worse, 0.5 * state["scale"], state["scale"]),
+                "best": jnp.minimum(state["best"], value)}
+
+    def __call__(self, state, **extra):
+        return self.value * state["scale"]
+
+
+def stateful_cases(m):
+    return {
+        "plateau_lr_adam": m.inject_stateful_hyperparams(m.adam)(
+            learning_rate=HalveOnPlateau(0.5), b1=0.8),
+        "wrapped_schedule_sgd": m.inject_stateful_hyperparams(m.sgd)(
+            learning_rate=m.WrappedSchedule(m.linear_schedule(0.1, 0.01, 20)), momentum=0.9),
+        "plain_schedule_adamw": m.inject_stateful_hyperparams(m.adamw, static_args="mask")(
+            learning_rate=m.cosine_decay_schedule(0.05, 25), weight_decay=1e-3),
+    }
+
+
+def optax_cases():
+    with warnings.catch_warnings():  # optax marks it deprecated (for inject_hyperparams)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return stateful_cases(optax)
+
+
+@pytest.mark.parametrize("case", ["plateau_lr_adam", "wrapped_schedule_sgd",
+                                  "plain_schedule_adamw"])
+def test_inject_stateful_hyperparams_matches_optax_step_by_step(case):
+    ours, theirs = stateful_cases(ft)[case], optax_cases()[case]
+    params = make_params()
+    grads = make_grads(params, 30)
+
+    def stepper(opt, m):
+        @jax.jit
+        def step(p, s, g):
+            u, s = opt.update(g, s, p, value=loss_value(p))
+            return m.apply_updates(p, u), s
+        return step
+
+    p1 = p2 = params
+    s1, s2 = ours.init(params), theirs.init(params)
+    step1, step2 = stepper(ours, ft), stepper(theirs, optax)
+    lrs = []
+    for t in range(30):
+        g = jax.tree_util.tree_map(lambda x: x[t], grads)
+        p1, s1 = step1(p1, s1, g)
+        p2, s2 = step2(p2, s2, g)
+        for x, y in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)):
+            np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6, err_msg=f"{case} step {t}")
+        assert sorted(s1.hyperparams) == sorted(s2.hyperparams)
+        for k in s2.hyperparams:
+            np.testing.assert_allclose(s1.hyperparams[k], s2.hyperparams[k], rtol=1e-6)
+        for x, y in zip(jax.tree_util.tree_leaves(s1.hyperparams_states),
+                        jax.tree_util.tree_leaves(s2.hyperparams_states)):
+            np.testing.assert_allclose(x, y, rtol=1e-6)
+        assert int(s1.count) == int(s2.count) == t + 1
+        lrs.append(float(s1.hyperparams["learning_rate"]))
+    assert len(set(lrs)) > 2  # the schedule really changed the learning rate
+    assert type(s1).__name__ == "InjectStatefulHyperparamsState"
+
+
+def test_stateful_schedule_protocol_and_wrapped_schedule():
+    sched = ft.WrappedSchedule(ft.linear_schedule(1.0, 0.0, 4))
+    assert isinstance(sched, ft.StatefulSchedule)
+    assert isinstance(HalveOnPlateau(1.0), ft.StatefulSchedule)
+    assert not isinstance(ft.linear_schedule(1.0, 0.0, 4), ft.StatefulSchedule)
+    theirs = optax.WrappedSchedule(optax.linear_schedule(1.0, 0.0, 4))
+    s1, s2 = sched.init(), theirs.init()
+    for _ in range(6):
+        assert float(sched(s1, value=1.0)) == float(theirs(s2))
+        s1, s2 = sched.update(s1, value=1.0), theirs.update(s2)
+        assert int(s1.count) == int(s2.count)
+
+
+def test_numeric_hyperparams_can_be_changed_and_unknown_keys_are_refused():
+    opt = ft.inject_stateful_hyperparams(ft.sgd)(learning_rate=0.1, momentum=0.5)
+    params = [jnp.zeros(1)]
+    state = opt.init(params)
+    state.hyperparams["learning_rate"] = 1.0
+    u, state = opt.update([jnp.ones(1)], state)
+    np.testing.assert_allclose(u[0], [-1.0])
+    state.hyperparams["nesterov_typo"] = 1.0
+    with pytest.raises(ValueError, match="inject_stateful_hyperparams: the state holds"):
+        opt.update([jnp.ones(1)], state)
+    with pytest.raises(ValueError, match="static_args"):
+        ft.inject_stateful_hyperparams(ft.sgd, static_args="nope")
+    with pytest.raises(TypeError, match="WrappedSchedule: schedule_fn must be a function"):
+        ft.WrappedSchedule(0.1)
+
+
+def test_inject_stateful_hyperparams_compiles_once():
+    opt = ft.inject_stateful_hyperparams(ft.adam)(learning_rate=HalveOnPlateau(0.1))
+    params = {"w": jnp.ones(3, jnp.bfloat16)}
+    state = opt.init(params)
+    step = jax.jit(lambda p, s, g: opt.update(g, s, p, value=jnp.sum(g["w"])))
+    for _ in range(3):
+        _, state = step(params, state, {"w": jnp.ones(3, jnp.bfloat16)})
+    assert step._cache_size() == 1
+    assert state.hyperparams["learning_rate"].dtype == jnp.float32

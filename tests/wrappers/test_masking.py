@@ -117,3 +117,48 @@ def test_label_without_transform_and_unused_transform_list_both_sides():
     with pytest.raises(ValueError, match=r"\['b'\] are used by no leaf.*\['a'\].*\['a', 'b'\]"):
         ft.multi_transform({"a": ft.adam(0.1), "b": ft.sgd(0.1)},
                            {"w": "a", "b": "a"}).init(params)
+
+
+# --------------------------------------------------------------------------
+# selective_transform against optax 0.2.8
+# --------------------------------------------------------------------------
+
+from helpers import assert_same_trajectory, make_params  # noqa: E402
+
+FREEZE_MASKS = {
+    "some": {"dense": {"w": False, "b": True}, "layers": [True, False], "scalar": False},
+    "prefix": {"dense": True, "layers": False, "scalar": True},
+    "none": False,
+}
+
+
+@pytest.mark.parametrize("case", sorted(FREEZE_MASKS))
+def test_selective_transform_matches_optax(case):
+    mask = FREEZE_MASKS[case]
+    make = lambda m: m.selective_transform(m.adam(0.05), freeze_mask=mask)  # noqa: E731
+    assert_same_trajectory(make(ft), make(optax), steps=30, name=case)
+    params = make_params()
+    a, b = make(ft).init(params), make(optax).init(params)
+    assert sorted(a.inner_states) == sorted(b.inner_states) == ["freeze", "train"]
+    # Frozen leaves hold no optimizer state (MaskedNode), as in optax.
+    shapes = [[x.shape for x in jax.tree_util.tree_leaves(s.inner_states["train"])]
+              for s in (a, b)]
+    assert shapes[0] == shapes[1]
+
+
+def test_selective_transform_everything_frozen():
+    params = make_params()
+    tx = ft.selective_transform(ft.sgd(0.1), freeze_mask=jnp.asarray(True))
+    u, _ = tx.update(params, tx.init(params), params)
+    assert all(bool(jnp.all(x == 0)) for x in jax.tree_util.tree_leaves(u))
+
+
+def test_selective_transform_errors_name_the_argument():
+    with pytest.raises(TypeError, match="selective_transform: optimizer is a float"):
+        ft.selective_transform(0.1, freeze_mask=True)
+    with pytest.raises(TypeError, match="freeze_mask must be a bool or a tree of bools"):
+        ft.selective_transform(ft.sgd(0.1), freeze_mask=lambda p: True)
+    with pytest.raises(TypeError, match=r"freeze_mask\['w'\] must be a bool, got str"):
+        ft.selective_transform(ft.sgd(0.1), freeze_mask={"w": "yes"})
+    with pytest.raises(TypeError):
+        ft.selective_transform(ft.sgd(0.1), {"w": True})  # keyword-only, as in optax
