@@ -12,7 +12,7 @@
 # Re-exports only: the public surface, grouped as users look for it.
 
 # --- sub-modules ---
-from functrain import numerics, sharding, tree
+from functrain import contrib, numerics, sharding, tree
 from functrain.tree import MaskedNode
 
 # --- protocol, engine and combinators ---
