@@ -515,6 +515,60 @@ def check_multisteps_and_apply_if_finite_zero1() -> None:
             assert int(state.gradient_step) == STEPS // k, state.gradient_step
 
 
+def contrib_cases() -> dict:
+    """tests/contrib/cases.py's registry (name -> Case), less the cases that opt out."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).with_name("contrib") / "cases.py"
+    spec = importlib.util.spec_from_file_location("_functrain_contrib_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {n: c for n, c in module.CASES.items() if "sharding" not in c.not_in}
+
+
+@check
+def check_contrib_state_follows_params() -> None:
+    """Every contrib case on the 4x2 mesh (params split over both axes): ``jit(init)``
+    and three plain-jit steps keep each params-shaped state buffer on its param's
+    sharding, ``eval_shape(init)`` works from sharded abstract params, and the
+    parameters equal one device's after the three steps."""
+    mesh = mesh_2d(AxisType.Auto)
+    p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
+    abstract = {k: jax.ShapeDtypeStruct(s, jnp.float32, sharding=p_sh[k])
+                for k, s in SHAPES.items()}
+    xs, ys = make_batches()
+    by_shape = {s: k for k, s in SHAPES.items()}
+    failures = []
+    for name, case in contrib_cases().items():
+        try:
+            opt = case.make(ft)
+
+            def step(p, s, x, y, opt=opt, case=case):
+                g = jax.grad(loss)(p, x, y)
+                extra = case.extra(lambda q: loss(q, x, y), p) if case.extra else {}
+                u, s = opt.update(g, s, p, **extra)
+                return ft.apply_updates(p, u), s
+
+            jax.eval_shape(opt.init, abstract)
+            results = []
+            for params in (model_params(), jax.device_put(model_params(), p_sh)):
+                state = jax.jit(opt.init)(params)
+                run = jax.jit(step)
+                for i in range(3):
+                    params, state = run(params, state, xs[i], ys[i])
+                results.append((params, state))
+            (single, _), (sharded, state) = results
+            for path, x in state_leaves(state) + state_leaves(sharded):
+                if x.ndim and x.shape in by_shape:
+                    want = p_sh[by_shape[x.shape]]
+                    assert x.sharding.is_equivalent_to(want, x.ndim), (
+                        f"{keystr(path)} {x.shape} is {x.sharding}, want {want.spec}")
+            assert_close(sharded, single, f"{name} 4x2 vs 1 device")
+        except Exception as e:  # noqa: BLE001 -- collected, reported together
+            failures.append(f"{name}: {type(e).__name__}: {str(e)[:400]}")
+    assert not failures, "\n".join(failures)
+
+
 def main(names: list[str]) -> None:
     results = {}
     for name in names or list(CHECKS):
