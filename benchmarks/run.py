@@ -74,7 +74,12 @@ LR, WD = 1e-3, 1e-4
 #         update); pass 2 reads p, mu, nu, writes p              -> 10 x 4 = 40
 #   lars: pass 1 reads p, g (norms); pass 2 reads p, g, t, writes p, t -> 7 x 4 = 28
 #   sgd-momentum: read p, g, t; write p, t                       -> 5 x 4 = 20
-BYTES_PER_PARAM = {"adam": 28, "adamw": 28, "lamb": 40, "lars": 28, "sgd-momentum": 20}
+#   muon (contrib): read p, g, mu; write p, mu (+ Newton-Schulz matmuls: compute, not bytes)
+#                                                                -> 5 x 4 = 20
+#   schedule_free_adamw (contrib): read p, g, z, nu; write p, z, nu -> 7 x 4 = 28
+#   prodigy (contrib): read p, g, mu, nu, s, p0; write p, mu, nu, s -> 10 x 4 = 40
+BYTES_PER_PARAM = {"adam": 28, "adamw": 28, "lamb": 40, "lars": 28, "sgd-momentum": 20,
+                   "muon": 20, "schedule_free_adamw": 28, "prodigy": 40}
 
 
 def _make(lib: Any, name: str) -> Any:
@@ -88,6 +93,12 @@ def _make(lib: Any, name: str) -> Any:
         return lib.lars(LR, weight_decay=WD)
     if name == "sgd-momentum":
         return lib.sgd(LR, momentum=0.9)
+    if name == "muon":
+        return lib.contrib.muon(LR)
+    if name == "schedule_free_adamw":
+        return lib.contrib.schedule_free_adamw(LR)
+    if name == "prodigy":
+        return lib.contrib.prodigy()
     raise ValueError(f"unknown optimizer {name!r}; choose from {sorted(BYTES_PER_PARAM)}")
 
 
