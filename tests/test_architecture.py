@@ -23,8 +23,9 @@
   wrappers/*.py                             tree, numerics, base, engine
   optimizers/*.py                           tree, numerics, transforms.* (no wrappers, no
                                             other optimizers file)
-  contrib/*.py                              tree, numerics, transforms.*, wrappers.*,
-                                            optimizers.* (no other contrib module)
+  contrib/*.py                              tree, numerics, schedules, transforms.*,
+                                            wrappers.*, optimizers.* (no other contrib
+                                            module)
   <package>/__init__.py                     its own package's modules (functrain/ itself:
                                             anything: it only re-exports)
   ========================================  ==========================================
@@ -103,8 +104,10 @@ def allowed_imports(module: str) -> Optional[object]:
     if module.startswith("functrain.wrappers."):
         return TREE | NUMERICS | {BASE, ENGINE}
     if module.startswith("functrain.contrib."):
-        return lambda target: (target in TREE | NUMERICS or target.startswith(
-            ("functrain.transforms.", "functrain.wrappers.", "functrain.optimizers.")))
+        return lambda target: (target in TREE | NUMERICS | {"functrain.schedules"}
+                               or target.startswith(("functrain.transforms.",
+                                                     "functrain.wrappers.",
+                                                     "functrain.optimizers.")))
     if module.startswith("functrain.optimizers."):
         return lambda target: (target in TREE | NUMERICS
                                or target.startswith("functrain.transforms."))
