@@ -280,9 +280,10 @@ def multi_transform(transforms: Mapping[Hashable, GradientTransformation],
     ``param_labels`` is a tree of labels shaped like the params (or a prefix,
     or a function of the params); leaves labelled ``k`` are updated by
     ``transforms[k]`` alone, which holds state for those leaves only. A label
-    without a transformation, or a transformation whose label no leaf has,
-    is a ``ValueError`` listing the labels on both sides (an empty params tree
-    uses none, and is allowed).
+    without a transformation is a ``ValueError`` listing the labels on both
+    sides. A transformation whose label no leaf has is allowed, as in optax (its
+    state is that of an all-masked tree), so one labelling function serves
+    models with and without, say, matrices.
 
     Args:
       transforms: a mapping from label to ``GradientTransformation``
@@ -318,20 +319,14 @@ partition = multi_transform
 
 
 def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
-               extra: bool, allow_unused: bool = False) -> GradientTransformation:
-    """``multi_transform``, further restricted to ``outer`` (a mask, or None).
-
-    ``allow_unused``: a transformation whose label no leaf has is no error
-    (``selective_transform`` with nothing, or everything, frozen).
-    """
+               extra: bool) -> GradientTransformation:
+    """``multi_transform``, further restricted to ``outer`` (a mask, or None)."""
     def labels_of(tree: PyTree) -> list[Any]:
         labels = _leaf_labels(param_labels, tree, "multi_transform")
         used = set(labels)
         missing = used - set(transforms)
-        unused = set(transforms) - used if labels and not allow_unused else set()
-        if missing or unused:
-            what = (f"labels {sorted_labels(missing)} have no transformation" if missing else
-                    f"transformations {sorted_labels(unused)} are used by no leaf")
+        if missing:
+            what = f"labels {sorted_labels(missing)} have no transformation"
             raise ValueError(f"multi_transform: {what}. Labels in param_labels: "
                              f"{sorted_labels(used)}; labels in transforms: {sorted_labels(transforms)}.")
         return labels
@@ -440,4 +435,4 @@ def selective_transform(optimizer: GradientTransformation, *,
         labels.append("freeze" if bool(flag) else "train")
     labels_tree = treedef.unflatten(labels)
     return _partition({"train": optimizer, "freeze": freeze(True)},
-                      lambda params: labels_tree, None, False, allow_unused=True)
+                      lambda params: labels_tree, None, False)
