@@ -165,23 +165,32 @@ STATIC = ("warmup_steps", "num_betas", "clip_value_fn", "ns_steps", "rank", "upd
 
 
 @pytest.mark.parametrize("name", [n for n in _cases_for("inject") if CASES[n].kwargs is not None])
-def test_inject_hyperparams_changes_no_number(name):
+def test_inject_hyperparams(name):
+    """``inject_hyperparams(factory)(**kwargs)``: optax's numbers (its own injected
+    optimizer, to the parity tolerance), and the plain optimizer's up to the rounding of
+    hyperparameters stored as float32 arrays (``1 - b2`` of a float32 0.999 is off by
+    1e-5 relative: optax's injected optimizers differ from its plain ones as much)."""
     case = CASES[name]
-    factory = getattr(functrain.contrib, case.covers)
-    static = tuple(a for a in STATIC if a in inspect.signature(factory).parameters)
-    injected = functrain.inject_hyperparams(factory, static_args=static)(**case.kwargs)
-    plain = factory(**case.kwargs)
     params, loss = _params(name)
-    results = []
-    for opt in (plain, injected):
-        step = jax.jit(_step_fn(opt, loss, case, functrain))
-        p, s = params, opt.init(params)
-        for _ in range(5):
-            p, s = step(p, s)
-        results.append(p)
+    results = {}
+    for lib in (functrain, optax):
+        factory = getattr(lib.contrib, case.covers)
+        static = tuple(a for a in STATIC if a in inspect.signature(factory).parameters)
+        for label, opt in (("plain", factory(**case.kwargs)),
+                           ("injected", lib.inject_hyperparams(
+                               factory, static_args=static)(**case.kwargs))):
+            step = jax.jit(_step_fn(opt, loss, case, lib))
+            p, s = params, opt.init(params)
+            for _ in range(5):
+                p, s = step(p, s)
+            results[lib.__name__, label] = p
     for key in params:
-        np.testing.assert_allclose(results[1][key], results[0][key], rtol=1e-6, atol=1e-7,
-                                   err_msg=f"{name}: leaf {key}")
+        np.testing.assert_allclose(results["functrain", "injected"][key],
+                                   results["optax", "injected"][key], rtol=2e-5, atol=2e-6,
+                                   err_msg=f"{name}: leaf {key}, injected, vs optax")
+        np.testing.assert_allclose(results["functrain", "injected"][key],
+                                   results["functrain", "plain"][key], rtol=1e-4, atol=1e-6,
+                                   err_msg=f"{name}: leaf {key}, injected vs plain")
 
 
 def _compiles(fn: Callable, *args: Any) -> int:

@@ -1,0 +1,579 @@
+"""Muon: momentum orthogonalized by Newton-Schulz iterations, and AdamW for the other leaves.
+
+``scale_by_muon`` is one per-leaf stage on functrain's engine: the momentum of
+one weight, its bias correction (Nesterov's look-ahead by default) and the
+Newton-Schulz orthogonalization of that weight, viewed as one matrix per
+:class:`MuonDimensionNumbers` (reduction axes x output axes; every other axis
+is a batch axis whose matrices are orthogonalized independently). When leaves
+need different dimension numbers (a tree or a function of the params), one
+stage runs per distinct value, each masked to its leaves, in a single pass.
+
+The Newton-Schulz loop is a ``lax.fori_loop`` (or a ``lax.scan`` over
+per-step coefficients), never unrolled, so its temporary memory does not grow
+with ``ns_steps``. ``muon`` sends the leaves Muon handles (the 2-D ones, or
+those given dimension numbers) to Muon and the others to AdamW, with
+optax.contrib 0.2.8's arguments, defaults, state layout and numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from functrain import tree as ft
+from functrain.numerics import ema_update, nesterov_mu_hat
+from functrain.optimizers.adam_family import adamw
+from functrain.transforms.adam import corrections
+from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+                                       Params, ScalarOrSchedule, Updates, check_betas,
+                                       check_nonnegative, check_range, check_state_type,
+                                       validate_hyperparams)
+from functrain.transforms.engine import chain, run_block, stage_transform
+from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.wrappers.masking import PartitionState, masked
+
+Array = jax.Array
+# A (3,) triple used at every step, or one triple per step: ((a, b, c), ...); muon also
+# takes a preset's name.
+NsCoeffs = Any
+
+_STANDARD_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+_DION_NS_COEFFS = ((4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377),
+                   (3.7418, -5.5913, 2.3037), (2.8769, -3.1427, 1.2046),
+                   (2.8366, -3.0525, 1.2012))
+_NS_PRESETS = {"standard": _STANDARD_NS_COEFFS, "dion": _DION_NS_COEFFS}
+_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
+_RESCALE_EPS = 1e-8  # the floor of the AOL and Schatten-4 rescalings (fixed, as in optax)
+
+
+class MuonDimensionNumbers(NamedTuple):
+    """Which axes of a weight form the matrix Muon orthogonalizes.
+
+    A weight used as ``x @ W = y`` contracts its reduction axes with the input
+    and produces its output axes: the matrix is (product of the reduction
+    axes' sizes) x (product of the output axes' sizes). Every other axis is a
+    batch axis: each of its entries is a separate matrix, orthogonalized
+    independently (scan-stacked layers ``(L, m, n)``: ``MuonDimensionNumbers(-2,
+    -1)`` treats the ``L`` layers apart). Negative axes count from the end.
+    A conv kernel ``(kh, kw, cin, cout)`` is ``MuonDimensionNumbers((0, 1, 2), 3)``.
+
+    Attributes:
+      reduction_axis: an axis or a sequence of axes (default 0).
+      output_axis: an axis or a sequence of axes (default 1).
+
+    >>> MuonDimensionNumbers((0, 1, 2), 3)
+    MuonDimensionNumbers(reduction_axis=(0, 1, 2), output_axis=3)
+    """
+
+    reduction_axis: Union[Sequence[int], int] = 0
+    output_axis: Union[Sequence[int], int] = 1
+
+
+class MuonState(NamedTuple):
+    """State of :func:`scale_by_muon`: step count, momentum, Newton-Schulz coefficients.
+
+    Attributes:
+      count: the number of steps taken (int32).
+      mu: the momentum, a tree like the params.
+      ns_coeffs: the coefficients, ``(3,)`` or one row per step ``(n, 3)``.
+
+    >>> import jax.numpy as jnp
+    >>> scale_by_muon().init({'w': jnp.zeros((2, 3))}).ns_coeffs
+    Array([ 3.4445, -4.775 ,  2.0315], dtype=float32)
+    """
+
+    count: Array
+    mu: Any
+    ns_coeffs: Array
+
+
+# --------------------------------------------------------------------------
+# Dimension numbers: per-leaf axes, checked with the leaf's key path
+# --------------------------------------------------------------------------
+
+_DEFAULT_DIMS = MuonDimensionNumbers(-2, -1)  # scale_by_muon's default: the last two axes
+
+
+def _axes_tuple(axes: Any) -> tuple:
+    return (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
+
+
+def _dims_key(dims: MuonDimensionNumbers) -> tuple:
+    return (_axes_tuple(dims.reduction_axis), _axes_tuple(dims.output_axis))
+
+
+def _check_dims_type(dims: Any, owner: str, name: str) -> None:
+    for axes in (dims.reduction_axis, dims.output_axis):
+        ok = isinstance(axes, (int, np.integer)) or (
+            isinstance(axes, (tuple, list)) and all(isinstance(a, (int, np.integer)) for a in axes))
+        if not ok or isinstance(axes, bool):
+            raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers of ints or sequences "
+                            f"of ints, got {dims!r}.")
+
+
+def _leaf_axes(dims: MuonDimensionNumbers, shape: tuple, where: str, owner: str
+               ) -> tuple[tuple, tuple]:
+    """(reduction axes, output axes), non-negative; ``ValueError`` naming ``where`` if unfit."""
+    ndim = len(shape)
+    if ndim < 2:
+        raise ValueError(f"{owner}: leaf {where} has shape {shape}, but Muon orthogonalizes "
+                         f"matrices (rank >= 2). muon() sends such leaves to AdamW; with "
+                         f"scale_by_muon leave them out with functrain.masked.")
+    red, out = _dims_key(dims)
+    for ax in red + out:
+        if not -ndim <= ax < ndim:
+            raise ValueError(f"{owner}: {dims} names axis {ax}, but leaf {where} has shape "
+                             f"{shape} ({ndim} axes).")
+    red, out = tuple(a % ndim for a in red), tuple(a % ndim for a in out)
+    if len(set(red + out)) != len(red + out):
+        raise ValueError(f"{owner}: {dims} repeats an axis (the reduction and output axes "
+                         f"must be distinct) for leaf {where} of shape {shape}.")
+    return red, out
+
+
+def _is_spec_leaf(x: Any) -> bool:
+    return x is None or isinstance(x, (MuonDimensionNumbers, ft.MaskedNode))
+
+
+def _dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
+    """One ``MuonDimensionNumbers`` (or ``None``) per leaf slot of ``tree``.
+
+    ``spec`` is one value for every leaf, a tree of them (a prefix of ``tree``;
+    ``None`` marks leaves Muon does not handle), or a function of ``tree``.
+    """
+    slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
+    resolved = spec(tree) if callable(spec) else spec
+    if resolved is None or isinstance(resolved, MuonDimensionNumbers):
+        if resolved is not None:
+            _check_dims_type(resolved, owner, name)
+        return [resolved] * len(slots)
+    spec_leaves, spec_def = jax.tree_util.tree_flatten(resolved, is_leaf=_is_spec_leaf)
+    try:
+        subtrees = spec_def.flatten_up_to(tree)
+    except (ValueError, TypeError):
+        ft.check_structure(resolved, tree, "params", f"the {name} of {owner}", prefix=True)
+        raise ValueError(f"{owner}: {name} does not fit the params tree ({name}: {spec_def}; "
+                         f"params: {jax.tree_util.tree_structure(tree)}).") from None
+    out = []
+    for dims, sub in zip(spec_leaves, subtrees):
+        if not _is_spec_leaf(dims):
+            raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers or None, got "
+                            f"{type(dims).__name__} {dims!r:.40}.")
+        if isinstance(dims, MuonDimensionNumbers):
+            _check_dims_type(dims, owner, name)
+        else:
+            dims = None
+        out.extend([dims] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
+    return out
+
+
+def _dims_of_leaves(spec: Any, tree: Any, owner: str, name: str) -> list:
+    """Per array leaf of ``tree``: its dimension numbers, each checked against the leaf."""
+    dims = _dims_of_slots(spec, tree, owner, name)
+    paths = ft.key_paths(tree)
+    slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
+    out = []
+    for path, x, d in zip(paths, slots, dims):
+        if ft.is_placeholder(x):
+            continue
+        if d is None:
+            raise ValueError(f"{owner}: {name} gives no MuonDimensionNumbers for leaf {path}: "
+                             f"scale_by_muon orthogonalizes every leaf it sees (muon() sends "
+                             f"such leaves to AdamW).")
+        _leaf_axes(d, np.shape(x), path, owner)
+        out.append(d)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Newton-Schulz on one leaf
+# --------------------------------------------------------------------------
+
+def _ct(x: Array) -> Array:
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def _quintic(x: Array, a: Array, c: Array) -> Array:
+    """``c0 X + (c1 A + c2 A A) X`` with ``A = X X^H`` given (optax's association)."""
+    b = c[1] * a + c[2] * a @ a
+    return c[0] * x + b @ x
+
+
+def _ns_step(x: Array, c: Array) -> Array:
+    return _quintic(x, x @ _ct(x), c)
+
+
+def _aol_step(x: Array, c: Array) -> Array:
+    """First step with 'almost orthogonal layer' rescaling (Boissin et al., 2025)."""
+    a = x @ _ct(x)
+    s = jax.lax.rsqrt(jnp.maximum(jnp.abs(a).sum(axis=-1), _RESCALE_EPS))[..., None]
+    return _quintic(x * s, a * s * jnp.swapaxes(s, -1, -2), c)
+
+
+def _schatten_step(x: Array, c: Array) -> Array:
+    """First step with Schatten-4 rescaling (Grishina et al., 2025)."""
+    a = x @ _ct(x)
+    norm = jnp.linalg.norm(a, ord="fro", axis=(-2, -1), keepdims=True)
+    s = jax.lax.rsqrt(jnp.maximum(norm, _RESCALE_EPS))
+    return _quintic(x * s, a * s ** 2, c)
+
+
+def _newton_schulz(x: Array, coeffs: Array, ns_steps: Any, preconditioning: str,
+                   eps: Any) -> Array:
+    """Orthogonalize each matrix of ``x`` (batch, m, n) with m <= n; bounded memory."""
+    if preconditioning == "frobenius":
+        x = x / (jnp.linalg.norm(x, ord="fro", axis=(-2, -1), keepdims=True) + eps)
+    elif preconditioning == "spectral":
+        x = x / (jnp.linalg.norm(x, ord=2, axis=(-2, -1), keepdims=True) + eps)
+    first = {"aol": _aol_step, "schatten": _schatten_step}.get(preconditioning)
+
+    def step(i: Array, x: Array, c: Array) -> Array:
+        if first is None:
+            return _ns_step(x, c)
+        return jax.lax.cond(i == 0, first, _ns_step, x, c)
+
+    coeffs = coeffs.astype(x.dtype)
+    if coeffs.ndim == 1:
+        return jax.lax.fori_loop(0, ns_steps, lambda i, x: step(i, x, coeffs), x)
+
+    def body(carry: tuple, c: Array) -> tuple:
+        i, x = carry
+        return (i + 1, step(i, x, c)), None
+
+    return jax.lax.scan(body, (jnp.zeros([], jnp.int32), x), coeffs)[0][1]
+
+
+def _orthogonalize(x: Array, red: tuple, out: tuple, coeffs: Array, ns_steps: Any,
+                   preconditioning: str, eps: Any, adaptive: bool) -> Array:
+    """Muon's direction for one leaf: each (reduction x output) matrix orthogonalized."""
+    batch = tuple(a for a in range(x.ndim) if a not in red + out)
+    perm = batch + red + out
+    sizes = [math.prod(x.shape[a] for a in axes) for axes in (batch, red, out)]
+    m = jnp.transpose(x, perm).reshape(sizes)
+    o = m if sizes[1] <= sizes[2] else jnp.swapaxes(m, -1, -2)
+    o = _newton_schulz(o, coeffs, ns_steps, preconditioning, eps)
+    o = o if sizes[1] <= sizes[2] else jnp.swapaxes(o, -1, -2)
+    if adaptive:  # scaled by the dual norm <M, O> of each matrix (Bernstein et al., 2024)
+        o = jnp.sum(jnp.conj(m) * o, axis=(-2, -1), keepdims=True) * o
+    return jnp.transpose(o.reshape([x.shape[a] for a in perm]), np.argsort(perm))
+
+
+# --------------------------------------------------------------------------
+# The stages, and one stage per distinct dimension numbers
+# --------------------------------------------------------------------------
+
+def _check_leaves_prepare(dims: MuonDimensionNumbers, prepare: Callable, owner: str
+                          ) -> Callable:
+    """``prepare`` that first checks every (active) leaf fits ``dims``, naming its path."""
+    def checked(glob: dict, updates: Any, **extra: Any) -> tuple:
+        _dims_of_leaves(dims, updates, owner, "weight_dimension_numbers")
+        return prepare(glob, updates, **extra)
+    return checked
+
+
+def _per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], owner: str,
+              name: str) -> GradientTransformation:
+    """``build``'s stage per leaf's dimension numbers: fused for one value, grouped otherwise."""
+    if spec is None or isinstance(spec, MuonDimensionNumbers):
+        dims = _DEFAULT_DIMS if spec is None else spec
+        _check_dims_type(dims, owner, name)
+        stage = build(dims)
+        return stage_transform(dataclasses.replace(
+            stage, needs_updates=True, prepare=_check_leaves_prepare(dims, stage.prepare, owner)))
+
+    def init_fn(params: Params) -> Any:
+        return build(_DEFAULT_DIMS).init_state(params)
+
+    def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, Any]:
+        dims = _dims_of_leaves(spec, updates, owner, name)
+        groups = {_dims_key(d): d for d in dims} or {None: _DEFAULT_DIMS}
+        flat = iter(dims)
+        owners = [None if ft.is_placeholder(x) else _dims_key(next(flat))
+                  for x in jax.tree_util.tree_leaves(updates, is_leaf=ft.is_placeholder)]
+        structure = jax.tree_util.tree_structure(updates, is_leaf=ft.is_placeholder)
+        stages = [dataclasses.replace(build(d), mask=structure.unflatten(
+            [o == key for o in owners])) for key, d in groups.items()]
+        new_updates, news = run_block(stages, updates, [state] * len(stages), params,
+                                      extra_args)
+        stage = stages[0]
+        if stage.state_cls is None:
+            return new_updates, news[0]
+        keys = [o for o in owners if o is not None]
+        index = {key: k for k, key in enumerate(groups)}
+        fields = {f: getattr(news[0], f) for f in stage.global_fields}
+        for f in stage.leaf_fields:
+            per_stage = [jax.tree_util.tree_leaves(getattr(n, f)) for n in news]
+            fields[f] = jax.tree_util.tree_structure(getattr(news[0], f)).unflatten(
+                [per_stage[index[key]][i] for i, key in enumerate(keys)])
+        return new_updates, stage.state_cls(**fields)
+
+    return GradientTransformation(init_fn, update_fn)
+
+
+def _resolve_coeffs(ns_coeffs: NsCoeffs, ns_steps: Any, owner: str) -> Any:
+    """The coefficients as a (3,) or (n, 3) array (a preset's name resolved), checked."""
+    if isinstance(ns_coeffs, str):
+        if ns_coeffs not in _NS_PRESETS:
+            raise ValueError(f"{owner}: ns_coeffs preset {ns_coeffs!r} is unknown; the presets "
+                             f"are {sorted(_NS_PRESETS)}.")
+        ns_coeffs = _NS_PRESETS[ns_coeffs]
+    coeffs = np.asarray(ns_coeffs, np.float32) if not isinstance(ns_coeffs, jax.Array) \
+        else ns_coeffs
+    if coeffs.ndim not in (1, 2) or coeffs.shape[-1] != 3:
+        raise ValueError(f"{owner}: ns_coeffs must have shape (3,) or (n, 3) (one row per "
+                         f"Newton-Schulz step), got shape {coeffs.shape}.")
+    steps = None if isinstance(ns_steps, jax.core.Tracer) else ns_steps
+    if coeffs.ndim == 2 and steps is not None and coeffs.shape[0] > steps:
+        raise ValueError(f"{owner}: ns_coeffs has {coeffs.shape[0]} rows (one per step) but "
+                         f"ns_steps is {steps}: pass ns_steps >= {coeffs.shape[0]}.")
+    return ns_coeffs
+
+
+def _check_options(owner: str, ns_steps: Any, preconditioning: str) -> None:
+    check_range("ns_steps", ns_steps, 0.0, owner=owner)
+    if not isinstance(ns_steps, jax.core.Tracer) and int(ns_steps) != ns_steps:
+        raise ValueError(f"{owner}: ns_steps must be an integer, got {ns_steps}.")
+    if preconditioning not in _PRECONDITIONINGS:
+        raise ValueError(f"{owner}: preconditioning must be one of {list(_PRECONDITIONINGS)}, "
+                         f"got {preconditioning!r}.")
+
+
+@validate_hyperparams
+def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
+                  beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
+                  nesterov: bool = True, adaptive: bool = False,
+                  preconditioning: str = "frobenius",
+                  weight_dimension_numbers: Any = None) -> GradientTransformation:
+    """Rescale updates by Muon: orthogonalized momentum (Jordan, 2024).
+
+    Update rule, per leaf: ``mu = beta mu + (1 - beta) g``; ``m = beta mu /
+    (1 - beta**(t+1)) + (1 - beta) g / (1 - beta**t)`` (Nesterov; else ``mu /
+    (1 - beta**t)``); each matrix ``M`` of ``m`` (see
+    :class:`MuonDimensionNumbers`) becomes ``O = NS(M / (||M||_F + eps))``,
+    ``ns_steps`` quintic Newton-Schulz steps ``X <- a X + (b A + c A A) X`` with
+    ``A = X X^H``, an approximate ``U V^H`` of ``M = U S V^H``. With
+    ``adaptive``, ``O <- <M, O> O`` (Bernstein & Newhouse, 2024).
+
+    The loop is a ``lax.fori_loop`` (a ``lax.scan`` for per-step coefficients),
+    so memory does not grow with ``ns_steps``. Beyond optax: leaves may have
+    batch axes (each matrix orthogonalized apart; ``adaptive`` then scales
+    each matrix by its own ``<M, O>``), and ``None`` (the default) treats the
+    last two axes as the matrix and leading axes as stacked layers (optax
+    accepts only 2-D leaves there).
+
+    References: Jordan, 2024, "Muon: An optimizer for hidden layers in neural
+    networks" (modded-nanogpt); Bernstein & Newhouse, 2024, "Old Optimizer, New
+    Norm: An Anthology"; Ahn et al., 2025, "Dion" (the ``'dion'`` coefficients).
+
+    Args:
+      ns_coeffs: the Newton-Schulz coefficients ``(a, b, c)`` of every step,
+        or one triple per step ``((a, b, c), ...)`` (then the iteration runs
+        once per row; ``ns_steps`` must be at least the number of rows), or a
+        preset's name: ``'standard'`` (the default triple) or ``'dion'``.
+      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      beta: the momentum's decay rate, in ``[0, 1)``.
+      eps: added to the norm the momentum is divided by before the iteration.
+      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      nesterov: use Nesterov's look-ahead momentum (default ``True``).
+      adaptive: scale each orthogonalized matrix by ``<M, O>``.
+      preconditioning: how the matrix is scaled before the iteration:
+        ``'frobenius'`` (default), ``'spectral'`` (its largest singular value),
+        ``'aol'`` (Boissin et al., 2025) or ``'schatten'`` (Schatten-4 norm;
+        Grishina et al., 2025); the last two replace the first step's input
+        scaling (with complex leaves, ``'schatten'`` uses ``X X^H``).
+      weight_dimension_numbers: the matrix axes of each leaf: ``None`` (the
+        last two axes of every leaf), one :class:`MuonDimensionNumbers` for
+        every leaf, a tree of them shaped like the params (or a prefix), or a
+        function of the updates returning one.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`MuonState`.
+
+    >>> import jax.numpy as jnp
+    >>> tx = scale_by_muon()
+    >>> g = {'w': jnp.array([[3., 0.], [0., 4.]])}
+    >>> u, state = tx.update(g, tx.init(g))
+    >>> [round(float(x), 2) for x in jnp.diag(u['w'])]  # singular values 3, 4: about 1
+    [0.72, 1.12]
+    """
+    owner = "scale_by_muon"
+    check_betas(owner, beta=beta)
+    check_nonnegative(owner, eps=eps)
+    _check_options(owner, ns_steps, preconditioning)
+    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    bias = corrections(beta, nesterov=nesterov)
+
+    def build(dims: MuonDimensionNumbers) -> LeafStage:
+        def prepare(glob: dict, updates: Any) -> tuple:
+            ctx, counted = bias(glob, updates)
+            return (ctx, glob["ns_coeffs"]), {**counted, "ns_coeffs": glob["ns_coeffs"]}
+
+        def leaf(g: Array, s: Any, p: Any, ctx: tuple) -> tuple:
+            bc, ns = ctx
+            mu = ema_update(g, s.mu, beta)
+            m = nesterov_mu_hat(g, mu, beta, bc.mu, bc.next_mu) if nesterov else mu / bc.mu
+            red, out = _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
+            return _orthogonalize(m, red, out, ns, ns_steps, preconditioning, eps, adaptive), (mu,)
+
+        return LeafStage(
+            name=owner, update_leaf=leaf, state_cls=MuonState, leaf_fields=("mu",),
+            init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),), prepare=prepare,
+            init_global=lambda: {"count": jnp.zeros([], jnp.int32),
+                                 "ns_coeffs": jnp.asarray(coeffs, jnp.float32)})
+
+    return _per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
+
+
+def _scale_by_shape(spec: Any, consistent_rms: Optional[Any]) -> GradientTransformation:
+    """Muon's per-shape scale: ``sqrt(max(1, fan_out/fan_in))``, or ``sqrt(max(fan_in,
+    fan_out)) * consistent_rms`` (Liu et al., 2025), fans from the dimension numbers."""
+    owner = "muon (shape scaling)"
+
+    def build(dims: MuonDimensionNumbers) -> LeafStage:
+        def leaf(g: Array, s: Any, p: Any, ctx: Any) -> tuple:
+            red, out = _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
+            fan_in = math.prod(g.shape[a] for a in red)
+            fan_out = math.prod(g.shape[a] for a in out)
+            if consistent_rms is None:
+                return jnp.sqrt(jnp.maximum(1, fan_out / fan_in)) * g, ()
+            return jnp.sqrt(jnp.maximum(fan_in, fan_out)) * consistent_rms * g, ()
+        return LeafStage(name=owner, update_leaf=leaf)
+
+    return _per_dims(spec, build, owner, "muon_weight_dimension_numbers")
+
+
+# --------------------------------------------------------------------------
+# muon: Muon for the matrices, AdamW for the rest
+# --------------------------------------------------------------------------
+
+def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
+           spec: Any) -> GradientTransformation:
+    """optax's ``partition({'muon': ..., 'adam': ...})``; either group may be empty."""
+    def group(is_muon: bool) -> Callable[[Any], Any]:
+        def mask_fn(tree: Any) -> Any:
+            slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
+            if spec is None:
+                flags = [not ft.is_placeholder(x) and np.ndim(x) == 2 for x in slots]
+            else:
+                flags = [d is not None for d in _dims_of_slots(
+                    spec, tree, "muon", "muon_weight_dimension_numbers")]
+            return jax.tree_util.tree_structure(tree, is_leaf=ft.is_placeholder).unflatten(
+                [f == is_muon for f in flags])
+        return mask_fn
+
+    groups = {"muon": masked(muon_tx, group(True)), "adam": masked(adam_tx, group(False))}
+
+    def init_fn(params: Params) -> PartitionState:
+        return PartitionState({label: tx.init(params) for label, tx in groups.items()})
+
+    def update_fn(updates: Updates, state: PartitionState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, PartitionState]:
+        check_state_type(state, PartitionState, "muon")
+        new = {}
+        for label, tx in groups.items():
+            updates, new[label] = tx.update(updates, state.inner_states[label], params,
+                                            **extra_args)
+        return updates, PartitionState(new)
+
+    return GradientTransformation(init_fn, update_fn)
+
+
+@validate_hyperparams
+def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS,
+         ns_steps: int = 5, beta: float = 0.95, eps: float = 1e-8,
+         weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,
+         mu_dtype: Optional[Any] = None, *, nesterov: bool = True, adaptive: bool = False,
+         preconditioning: str = "frobenius", adam_b1: float = 0.9, adam_b2: float = 0.999,
+         adam_eps_root: float = 0.0, adam_weight_decay: ScalarOrSchedule = 0.0,
+         adam_learning_rate: Optional[ScalarOrSchedule] = None,
+         muon_weight_dimension_numbers: Any = None,
+         consistent_rms: Optional[float] = None) -> GradientTransformation:
+    """Muon (Jordan, 2024): orthogonalized momentum for matrices, AdamW for the other leaves.
+
+    Update rule for a Muon leaf: ``O`` = :func:`scale_by_muon`'s orthogonalized
+    momentum; ``p -= lr * (s O + weight_decay * p)`` with ``s = sqrt(max(1,
+    fan_out / fan_in))``, or ``s = sqrt(max(fan_in, fan_out)) * consistent_rms``
+    (Liu et al., 2025, "Muon is Scalable for LLM Training"), where ``fan_in`` /
+    ``fan_out`` are the sizes of the reduction / output axes. Other leaves:
+    ``adamw(adam_learning_rate, adam_b1, adam_b2, eps, adam_eps_root,
+    weight_decay=adam_weight_decay, nesterov=nesterov)``.
+
+    Which leaves are Muon's: with ``muon_weight_dimension_numbers=None`` the
+    2-D ones (as optax; stacked layers ``(L, m, n)`` and conv kernels go to
+    AdamW unless given dimension numbers, e.g. ``MuonDimensionNumbers(-2, -1)``
+    for a leading layer axis); otherwise those whose entry is not ``None``.
+
+    References: Jordan, 2024, "Muon: An optimizer for hidden layers in neural
+    networks"; Bernstein & Newhouse, 2024, "Old Optimizer, New Norm".
+
+    Args:
+      learning_rate: Muon's step size, a number or a schedule of the step count.
+      ns_coeffs: Newton-Schulz coefficients: a triple, one triple per step, or
+        a preset's name (``'standard'``, ``'dion'``); see :func:`scale_by_muon`.
+      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      beta: the momentum's decay rate, in ``[0, 1)``.
+      eps: Muon's normalization epsilon, also AdamW's ``eps``.
+      weight_decay: decoupled weight decay of the Muon leaves (multiplied by
+        ``learning_rate``), ``>= 0``.
+      weight_decay_mask: where to apply ``weight_decay`` among the Muon leaves:
+        a tree (or prefix) of bools or a function of the params; ``None``: all.
+      mu_dtype: storage dtype of both optimizers' first moments.
+      nesterov: Nesterov momentum, for Muon and AdamW alike (default ``True``).
+      adaptive: scale the orthogonalized update by ``<M, O>``.
+      preconditioning: ``'frobenius'``, ``'spectral'``, ``'aol'`` or
+        ``'schatten'``; see :func:`scale_by_muon`.
+      adam_b1: AdamW's first-moment decay.
+      adam_b2: AdamW's second-moment decay.
+      adam_eps_root: AdamW's ``eps_root``.
+      adam_weight_decay: AdamW's decoupled weight decay.
+      adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.
+      muon_weight_dimension_numbers: ``None`` (the 2-D rule above), one
+        :class:`MuonDimensionNumbers` for every leaf, a tree of them and
+        ``None`` (AdamW) shaped like the params or a prefix, or a function of
+        the params returning one.
+      consistent_rms: ``None`` (width scaling) or the target RMS of the update
+        (0.2 matches AdamW's).
+
+    Returns:
+      A ``GradientTransformation`` whose state is ``PartitionState`` with the
+      entries ``'muon'`` (``MaskedState((MuonState, EmptyState, EmptyState,
+      EmptyState))``) and ``'adam'`` (AdamW's masked state), as optax's.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.contrib.muon(0.02)
+    >>> params = {'w': jnp.ones((4, 3)), 'b': jnp.zeros(3)}
+    >>> state = opt.init(params)
+    >>> u, state = opt.update({'w': jnp.eye(4, 3), 'b': jnp.ones(3)}, state, params)
+    >>> [round(float(x), 4) for x in (u['w'][0, 0], u['b'][0])]  # Muon's, AdamW's
+    [-0.0137, -0.0295]
+    """
+    owner = "muon"
+    check_betas(owner, beta=beta, adam_b1=adam_b1, adam_b2=adam_b2)
+    check_nonnegative(owner, eps=eps, adam_eps_root=adam_eps_root)
+    check_range("weight_decay", weight_decay, 0.0, owner=owner)
+    if consistent_rms is not None:
+        check_range("consistent_rms", consistent_rms, 0.0, owner=owner)
+    _check_options(owner, ns_steps, preconditioning)
+    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
+            else muon_weight_dimension_numbers)
+    muon_tx = chain(
+        scale_by_muon(coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
+                      adaptive=adaptive, preconditioning=preconditioning,
+                      weight_dimension_numbers=spec),
+        _scale_by_shape(spec, consistent_rms),
+        add_decayed_weights(weight_decay, weight_decay_mask),
+        scale_by_learning_rate(learning_rate))
+    adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
+                    b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root, mu_dtype=mu_dtype,
+                    weight_decay=adam_weight_decay, nesterov=nesterov)
+    return _split(muon_tx, adam_tx, muon_weight_dimension_numbers)
+
+
+__all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
