@@ -135,6 +135,9 @@ from functrain.transforms.normalization import (centralize, normalize_by_update_
                                                 scale_gradient)
 from functrain.transforms.scaling import AddDecayedWeightsState, ScaleState
 # [end area: optimizers]
+# --- optax.contrib's five most used, also at the top level (issue 14) ---
+from functrain.contrib import ademamix, adopt, muon, prodigy, schedule_free_adamw
+
 # [area: protocol types and state aliases]
 # Type aliases (documented in functrain/transforms/base.py, where they are defined).
 from functrain.transforms.base import (MaskOrFn, OptState, Params, ScalarOrSchedule,

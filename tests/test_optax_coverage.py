@@ -1,7 +1,7 @@
 """Coverage of optax's public surface: every name has a functrain counterpart or a reason.
 
 The names are enumerated from the installed optax (its top level and the sub-modules
-``tree``, ``projections``, ``microbatching``, ``transforms``, ``schedules``), so a new
+``tree``, ``projections``, ``microbatching``, ``transforms``, ``schedules``, ``contrib``), so a new
 optax release's additions show up here as failures. Each name must either exist at
 functrain's corresponding place (``MODULES``) or be listed in ``EXCLUDED`` with the
 reason. Exclusions must stay true: an excluded name that optax dropped, or that
@@ -33,6 +33,7 @@ MODULES = {
     "optax.microbatching": "functrain.microbatching",
     "optax.transforms": "functrain",
     "optax.schedules": "functrain",
+    "optax.contrib": "functrain.contrib",
 }
 
 LOSSES = "a loss function (optax.losses): functrain is an optimizer library; use optax's"
@@ -47,7 +48,6 @@ EXCLUDED: dict[str, str] = {
     "optax.experimental": "optax's experimental aggregating API, not stable: not mirrored",
     "optax.tree_utils": "optax's deprecated old name of optax.tree (tree_add, ...): "
                         "functrain.tree has the current names",
-    "optax.contrib": "issue 14 (optax.contrib as functrain.contrib) is a separate issue",
     "optax.multi_normal": "a Gaussian log-density helper, not an optimizer: use optax's",
     "optax.nnls": "a non-negative least-squares solver, not an optimizer: use optax's",
     **{f"optax.{name}": LOSSES for name in (
@@ -84,7 +84,7 @@ def test_the_enumeration_sees_optax():
     names = {f"{m}.{n}" for m, n, _ in optax_names()}
     assert len(names) >= 300, len(names)
     assert {"optax.adam", "optax.tree.get", "optax.projections.projection_simplex",
-            "optax.schedules.sgdr_schedule"} <= names
+            "optax.schedules.sgdr_schedule", "optax.contrib.muon"} <= names
 
 
 def test_every_optax_name_has_a_functrain_counterpart():
