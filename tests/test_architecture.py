@@ -23,7 +23,7 @@
   wrappers/*.py                             tree, numerics, base, engine
   optimizers/*.py                           tree, numerics, transforms.* (no wrappers, no
                                             other optimizers file)
-  contrib/*.py                              tree, numerics, schedules, transforms.*,
+  contrib/*.py                              tree, numerics, schedules, linalg, transforms.*,
                                             wrappers.*, optimizers.* (no other contrib
                                             module)
   <package>/__init__.py                     its own package's modules (functrain/ itself:
@@ -104,7 +104,8 @@ def allowed_imports(module: str) -> Optional[object]:
     if module.startswith("functrain.wrappers."):
         return TREE | NUMERICS | {BASE, ENGINE}
     if module.startswith("functrain.contrib."):
-        return lambda target: (target in TREE | NUMERICS | {"functrain.schedules"}
+        return lambda target: (target in TREE | NUMERICS | {"functrain.schedules",
+                                                            "functrain.linalg"}
                                or target.startswith(("functrain.transforms.",
                                                      "functrain.wrappers.",
                                                      "functrain.optimizers.")))
