@@ -65,7 +65,13 @@ def test_optax_is_never_imported_by_functrain():
 # Modules whose public functions are part of the API beside functrain's top level.
 SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
               "functrain.seed_updates", "functrain.grad", "functrain.projections",
-              "functrain.microbatching", "functrain.linalg"]
+              "functrain.microbatching", "functrain.linalg",
+              "functrain.contrib.adam_variants", "functrain.contrib.ademamix",
+              "functrain.contrib.galore",
+              "functrain.contrib.complex_valued", "functrain.contrib.normalize",
+              "functrain.contrib.muon",
+              "functrain.contrib.sophia", "functrain.contrib.sam", "functrain.contrib.momo",
+              "functrain.contrib.reduce_on_plateau", "functrain.contrib.privacy"]
 
 
 def public_functions():

@@ -17,10 +17,35 @@ not another contrib module.
 
 # Re-exports only, one block per family file.
 # [area: muon]
+from functrain.contrib.muon import MuonDimensionNumbers, MuonState, muon, scale_by_muon
 # [end area: muon]
 # [area: schedule-free and parameter-free]
+from functrain.contrib.coin_betting import COCOBState, cocob, scale_by_cocob
+from functrain.contrib.mechanic import MechanicState, mechanize
+from functrain.contrib.parameter_free import (DAdaptAdamWState, DoGState, DoWGState,
+                                              ProdigyState, dadapt_adamw, dog, dowg, prodigy)
+from functrain.contrib.schedule_free import (ScheduleFreeState, schedule_free,
+                                             schedule_free_adamw, schedule_free_eval_params,
+                                             schedule_free_sgd)
 # [end area: schedule-free]
 # [area: adam variants]
+from functrain.contrib.adam_variants import (MadgradState, acprop, adopt, madgrad,
+                                             scale_by_acprop, scale_by_adopt, scale_by_madgrad)
+from functrain.contrib.ademamix import (ScaleByAdemamixState, ScaleBySimplifiedAdEMAMixState,
+                                        ademamix, scale_by_ademamix,
+                                        scale_by_simplified_ademamix, simplified_ademamix)
+from functrain.contrib.complex_valued import (SplitRealAndImaginaryState,
+                                              split_real_and_imaginary)
+from functrain.contrib.galore import (GaLoreDimensionNumbers, GaLoreState, galore,
+                                      scale_by_galore)
+from functrain.contrib.normalize import NormalizeState, normalize
 # [end area: adam variants]
 # [area: extra-args optimizers and wrappers]
+from functrain.contrib.momo import MomoAdamState, MomoState, momo, momo_adam
+from functrain.contrib.privacy import (DifferentiallyPrivateAggregateState,
+                                       differentially_private_aggregate, dpsgd)
+from functrain.contrib.reduce_on_plateau import ReduceLROnPlateauState, reduce_on_plateau
+from functrain.contrib.sam import SAMState, sam
+from functrain.contrib.sophia import (HutchinsonState, SophiaState,
+                                      hutchinson_estimator_diag_hessian, sophia)
 # [end area: extra-args]
