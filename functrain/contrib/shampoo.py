@@ -1,0 +1,419 @@
+"""Shampoo: each weight matrix preconditioned by Kronecker factors ``L^{-1/4} G R^{-1/4}``.
+
+:func:`scale_by_shampoo` is one per-leaf stage on functrain's engine: the two
+statistics of one weight (``L = sum G G^H`` and ``R = sum G^H G``, or their
+moving averages), their inverse roots (recomputed every
+``precondition_frequency`` steps inside a ``lax.cond``, so changing the step
+never recompiles), the preconditioned direction, its grafted per-layer norm,
+and the momentum. Large dimensions are split into blocks, each preconditioned
+apart; the blocks of one weight are batched (one ``eigh`` per side and leaf).
+Leaves of rank 0 and 1, and matrices whose both dimensions exceed
+``max_precond_dim``, take the diagonal (grafted) optimizer's step instead.
+
+optax has no Shampoo: the numbers are checked against a float64 numpy version
+of the papers' pseudo-code (tests/contrib/test_contrib_shampoo.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from functrain import tree as ft
+from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
+from functrain.transforms.adam import corrections
+from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+                                       ScalarOrSchedule, check_betas, check_nonnegative,
+                                       check_range, validate_hyperparams)
+from functrain.transforms.engine import chain, stage_transform
+from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+
+Array = jax.Array
+
+_GRAFT_TYPES = ("adam", "adagrad", "sgd", None)
+_HIGHEST = jax.lax.Precision.HIGHEST
+_TINY_NORM = 1e-16  # floor of the Shampoo direction's norm when grafting (as the reference)
+
+
+class ShampooState(NamedTuple):
+    """State of :func:`scale_by_shampoo`.
+
+    Attributes:
+      count: the number of steps taken (int32).
+      mu: the momentum of the (grafted) update, a tree like the params.
+      nu: the diagonal second moment of the grafted optimizer (Adam's moving
+        average, or Adagrad's sum, also used by the diagonal fallback), a tree
+        like the params; an empty ``(0,)`` array per leaf with
+        ``graft_type='sgd'``.
+      stats_l: per leaf, the left statistics of each block, ``(blocks, b, b)``
+        (at least float32); ``(0,)`` where the rows get no preconditioner.
+      stats_r: the right statistics, likewise for the columns.
+      precond_l: the inverse roots of ``stats_l`` last computed (identity at
+        first), same shapes.
+      precond_r: those of ``stats_r``.
+
+    >>> import jax.numpy as jnp
+    >>> state = scale_by_shampoo().init({'w': jnp.zeros((3, 2)), 'b': jnp.zeros(2)})
+    >>> state.stats_l['w'].shape, state.stats_r['w'].shape, state.stats_l['b'].shape
+    ((1, 3, 3), (1, 2, 2), (0,))
+    """
+
+    count: Array
+    mu: Any
+    nu: Any
+    stats_l: Any
+    stats_r: Any
+    precond_l: Any
+    precond_r: Any
+
+
+class _Layout(NamedTuple):
+    """How one leaf is preconditioned: its matrix view and blocks (all static)."""
+
+    rows: int     # the matrix view: (prod(shape[:-1]), shape[-1])
+    cols: int
+    left: bool    # whether the rows get a preconditioner (L)
+    right: bool   # whether the columns get one (R)
+    kr: int       # blocks along the rows, each of br rows (the last one zero-padded)
+    br: int
+    kc: int
+    bc: int
+
+
+class _Context(NamedTuple):
+    """Per step: bias corrections and whether to refresh / use the preconditioners."""
+
+    mu: Any        # 1 - b1**t
+    next_mu: Any   # 1 - b1**(t+1) (Nesterov)
+    nu: Any        # 1 - b2**t (Adam grafting)
+    refresh: Array
+    precondition: Array
+
+
+def _split(size: int, block_size: Optional[int]) -> tuple[int, int]:
+    """``(k, b)``: ``size`` in ``k`` blocks of ``b = ceil(size / k)``, ``b <= block_size``."""
+    if not block_size or size <= block_size:
+        return 1, size
+    k = -(-size // block_size)
+    return k, -(-size // k)
+
+
+def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
+            ) -> Optional[_Layout]:
+    """The leaf's layout, or ``None`` for the diagonal fallback (rank < 2, or no side fits)."""
+    if len(shape) < 2:
+        return None
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    left, right = rows <= max_precond_dim, cols <= max_precond_dim
+    if not (left or right) or rows * cols == 0:
+        return None
+    kr, br = _split(rows, block_size) if left else (1, rows)
+    kc, bc = _split(cols, block_size) if right else (1, cols)
+    return _Layout(rows, cols, left, right, kr, br, kc, bc)
+
+
+def _stat_shapes(lay: Optional[_Layout]) -> tuple[tuple, tuple]:
+    if lay is None:
+        return (0,), (0,)
+    k = lay.kr * lay.kc
+    return ((k, lay.br, lay.br) if lay.left else (0,)), ((k, lay.bc, lay.bc) if lay.right
+                                                         else (0,))
+
+
+def _to_blocks(m: Array, lay: _Layout) -> Array:
+    """``(rows, cols)`` -> ``(kr * kc, br, bc)``, zero-padded to whole blocks."""
+    m = jnp.pad(m, ((0, lay.kr * lay.br - lay.rows), (0, lay.kc * lay.bc - lay.cols)))
+    m = m.reshape(lay.kr, lay.br, lay.kc, lay.bc).transpose(0, 2, 1, 3)
+    return m.reshape(lay.kr * lay.kc, lay.br, lay.bc)
+
+
+def _from_blocks(b: Array, lay: _Layout) -> Array:
+    m = b.reshape(lay.kr, lay.kc, lay.br, lay.bc).transpose(0, 2, 1, 3)
+    return m.reshape(lay.kr * lay.br, lay.kc * lay.bc)[:lay.rows, :lay.cols]
+
+
+def _ct(x: Array) -> Array:
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def _inverse_root(stat: Array, exponent: int, matrix_eps: Any) -> Array:
+    """``(S + matrix_eps * lambda_max(S) I)^(-1/exponent)`` of each block, by ``eigh``.
+
+    Runs in the statistics' dtype (at least float32). Negative rounding of the
+    eigenvalues is clipped to zero; an all-zero block gives the identity.
+    """
+    w, v = jnp.linalg.eigh(stat)
+    w = jnp.maximum(w, 0)
+    top = jnp.max(w, axis=-1, keepdims=True)
+    safe = jnp.where(top > 0, w + matrix_eps * top, 1)
+    scale = (safe ** (-1.0 / exponent)).astype(v.dtype)
+    root = jnp.matmul(v * scale[..., None, :], _ct(v), precision=_HIGHEST)
+    eye = jnp.eye(stat.shape[-1], dtype=stat.dtype)
+    return jnp.where(top[..., None] > 0, root, eye)
+
+
+def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout]) -> None:
+    want_l, want_r = _stat_shapes(lay)
+    for name, want in (("stats_l", want_l), ("stats_r", want_r), ("precond_l", want_l),
+                       ("precond_r", want_r)):
+        got = tuple(getattr(s, name).shape)
+        if got != want:
+            raise ValueError(
+                f"scale_by_shampoo state .{name} has shape {got} for a leaf of shape {shape}, "
+                f"expected {want}: was the state made with another block_size or "
+                f"max_precond_dim?")
+
+
+@validate_hyperparams
+def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
+                     matrix_eps: float = 1e-6, *, block_size: Optional[int] = 128,
+                     max_precond_dim: int = 4096, precondition_frequency: int = 1,
+                     start_preconditioning_step: int = 5, graft_type: Optional[str] = "adam",
+                     nesterov: bool = True, mu_dtype: Optional[Any] = None
+                     ) -> GradientTransformation:
+    """Shampoo's preconditioned, grafted, momentum direction (Gupta et al., 2018; Anil et al., 2020).
+
+    Per leaf viewed as a matrix ``G`` (``prod(shape[:-1]) x shape[-1]``), and
+    per block of it, at step ``t``::
+
+        L = b2 L + w G G^H;   R = b2 R + w G^H G          (w = 1 - b2, or 1 if b2 == 1)
+        every precondition_frequency steps from start_preconditioning_step:
+            P_L = (L + matrix_eps lambda_max(L) I)^(-1/4), likewise P_R  (eigh, >= float32)
+        D = P_L G P_R
+        g_graft = the diagonal optimizer's step: Adam's g / (sqrt(nu / (1 - b2^t)) + eps),
+                  Adagrad's g / (sqrt(sum g^2) + eps), or SGD's g
+        u = D ||g_graft||_F / ||D||_F   (the whole leaf's norms; t < start: u = g_graft)
+        m = b1 m + (1 - b1) u;  out = m / (1 - b1^t)   (or Nesterov's look-ahead)
+
+    A side whose dimension exceeds ``max_precond_dim`` gets no preconditioner
+    (identity) and the other side's root becomes ``-1/2`` (``-1/(2k)`` for
+    ``k`` preconditioned sides, as in the paper for order-``k`` tensors).
+    Leaves of rank 0 or 1, and matrices with neither side preconditioned, take
+    ``u = g_graft`` at every step (with ``graft_type=None``: Adagrad's). A
+    dimension longer than ``block_size`` is split into ``k = ceil(d /
+    block_size)`` blocks of ``ceil(d / k)`` (the last one zero-padded, which
+    changes no number); each block of the weight has its own ``L`` and ``R``.
+
+    Defaults follow Anil et al.'s distributed Shampoo reference
+    (google-research/scalable_shampoo): ``b1=0.9``, ``b2=0.999`` (moving
+    averages of the statistics; ``b2=1`` gives the original Shampoo's sums),
+    ``eps=1e-10`` (its ``diagonal_epsilon``), ``matrix_eps=1e-6`` (its
+    relative ``matrix_epsilon``), ``block_size=128`` (its recommended value),
+    ``max_precond_dim=4096`` (its ``skip_preconditioning_dim_size_gt``),
+    ``precondition_frequency=1`` (its ``preconditioning_compute_steps``),
+    ``start_preconditioning_step=5`` and Nesterov momentum. Two choices differ,
+    so that a learning rate tuned for Adam carries over: grafting defaults to
+    Adam's norm (the reference's default is SGD's; the paper grafts from
+    AdaGrad/Adam), and the momentum is a bias-corrected moving average (the
+    reference's ``moving_average_for_momentum=True``, plus Adam's correction).
+
+    References: Gupta, Koren & Singer, 2018, "Shampoo: Preconditioned
+    Stochastic Tensor Optimization"; Anil, Gupta, Koren, Regan & Singer, 2020,
+    "Scalable Second Order Optimization for Deep Learning".
+
+    Args:
+      b1: the momentum's decay, in ``[0, 1)``.
+      b2: the statistics' decay (and Adam grafting's), in ``[0, 1]``; ``1``
+        sums them (then ``graft_type`` may not be ``'adam'``).
+      eps: added to the diagonal optimizer's root (grafting and fallback).
+      matrix_eps: the ridge of the inverse roots, relative to each block's
+        largest eigenvalue, ``>= 0``.
+      block_size: the largest block along a dimension; ``None`` or ``0``:
+        no blocking.
+      max_precond_dim: a matrix dimension above this gets no preconditioner.
+      precondition_frequency: recompute the inverse roots every this many
+        steps (``>= 1``), counted from ``start_preconditioning_step``.
+      start_preconditioning_step: the first step (1-based) that uses Shampoo's
+        direction; earlier steps take the grafted optimizer's (``>= 1``).
+      graft_type: whose per-layer norm the update takes: ``'adam'``,
+        ``'adagrad'``, ``'sgd'`` (the gradient's norm), or ``None`` (no
+        grafting: Shampoo's own step size).
+      nesterov: use Nesterov's look-ahead momentum.
+      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`ShampooState`.
+
+    >>> import jax.numpy as jnp
+    >>> tx = scale_by_shampoo(b1=0.0, b2=1.0, start_preconditioning_step=1, graft_type=None)
+    >>> g = {'w': jnp.array([[2., 0.], [0., 1.]])}
+    >>> u, state = tx.update(g, tx.init(g))
+    >>> print(jnp.round(jnp.diag(u['w']), 3))  # (G G^T)^(-1/4) G (G^T G)^(-1/4) = I
+    [1. 1.]
+    """
+    owner = "scale_by_shampoo"
+    check_betas(owner, b1=b1)
+    check_range("b2", b2, 0.0, 1.0, high_inclusive=True, owner=owner)
+    check_nonnegative(owner, eps=eps, matrix_eps=matrix_eps)
+    if block_size is not None:
+        _check_int(owner, "block_size", block_size, 0)
+    _check_int(owner, "max_precond_dim", max_precond_dim, 1)
+    check_range("precondition_frequency", precondition_frequency, 1.0, owner=owner)
+    check_range("start_preconditioning_step", start_preconditioning_step, 1.0, owner=owner)
+    if graft_type not in _GRAFT_TYPES:
+        raise ValueError(f"{owner}: graft_type must be one of {list(_GRAFT_TYPES)}, got "
+                         f"{graft_type!r}.")
+    if graft_type == "adam" and isinstance(b2, (int, float)) and b2 == 1:
+        raise ValueError(f"{owner}: graft_type='adam' needs b2 < 1 (its moving average); "
+                         f"with b2=1 (summed statistics) use graft_type='adagrad'.")
+    uses_nu = graft_type != "sgd"
+    bias = corrections(b1, b2 if graft_type == "adam" else None, nesterov=nesterov)
+
+    def prepare(glob: dict, updates: Any) -> tuple:
+        bc, counted = bias(glob, updates)
+        t = counted["count"]
+        started = t >= start_preconditioning_step
+        refresh = started & (jnp.mod(t - start_preconditioning_step,
+                                     precondition_frequency) == 0)
+        return _Context(bc.mu, bc.next_mu, bc.nu, refresh, started), counted
+
+    def init_leaf(p: Any) -> tuple:
+        lay = _layout(tuple(p.shape), block_size, max_precond_dim)
+        sl, sr = _stat_shapes(lay)
+        sdt = jnp.promote_types(p.dtype, jnp.float32)
+        nu = ft.zeros_like(p) if uses_nu else jnp.zeros((0,), p.dtype)
+
+        def eye(shape: tuple) -> Array:
+            if len(shape) == 1:
+                return jnp.zeros(shape, sdt)
+            return jnp.broadcast_to(jnp.eye(shape[-1], dtype=sdt), shape)
+
+        return (ft.zeros_like(p, mu_dtype), nu, jnp.zeros(sl, sdt), jnp.zeros(sr, sdt),
+                eye(sl), eye(sr))
+
+    def diagonal(g: Array, nu: Array, ctx: _Context) -> tuple[Array, Array]:
+        if graft_type == "sgd":
+            return g, nu
+        if graft_type == "adam":
+            nu = ema_update(abs_sq(g), nu, b2)
+            return g / (jnp.sqrt(nu / ctx.nu) + eps), nu
+        nu = nu + abs_sq(g)
+        return g / (jnp.sqrt(nu) + eps), nu
+
+    def leaf(g: Array, s: Any, p: Any, ctx: _Context) -> tuple:
+        lay = _layout(tuple(g.shape), block_size, max_precond_dim)
+        _check_state_shapes(s, tuple(g.shape), lay)
+        direction, nu = diagonal(g, s.nu, ctx)
+        stats = (s.stats_l, s.stats_r, s.precond_l, s.precond_r)
+        if lay is not None:
+            u, stats = _precondition(g, direction, stats, lay, ctx)
+        else:
+            u = direction
+        mu = ema_update(u, s.mu, b1)
+        out = nesterov_mu_hat(u, mu, b1, ctx.mu, ctx.next_mu) if nesterov else mu / ctx.mu
+        return out, (mu, nu) + stats
+
+    def _precondition(g: Array, direction: Array, stats: tuple, lay: _Layout,
+                      ctx: _Context) -> tuple:
+        sl, sr, pl, pr = stats
+        blocks = _to_blocks(g.reshape(lay.rows, lay.cols), lay).astype(sl.dtype)
+        weight = jnp.where(b2 == 1, 1.0, 1.0 - b2)
+        exponent = 2 * (int(lay.left) + int(lay.right))
+        if lay.left:
+            sl = b2 * sl + weight * jnp.matmul(blocks, _ct(blocks), precision=_HIGHEST)
+        if lay.right:
+            sr = b2 * sr + weight * jnp.matmul(_ct(blocks), blocks, precision=_HIGHEST)
+
+        def roots(sl: Array, sr: Array, pl: Array, pr: Array) -> tuple:
+            return (_inverse_root(sl, exponent, matrix_eps) if lay.left else pl,
+                    _inverse_root(sr, exponent, matrix_eps) if lay.right else pr)
+
+        pl, pr = jax.lax.cond(ctx.refresh, roots, lambda sl, sr, pl, pr: (pl, pr),
+                              sl, sr, pl, pr)
+        d = blocks
+        if lay.left:
+            d = jnp.matmul(pl, d, precision=_HIGHEST)
+        if lay.right:
+            d = jnp.matmul(d, pr, precision=_HIGHEST)
+        d = _from_blocks(d, lay).reshape(g.shape).astype(g.dtype)
+        if graft_type is not None:
+            d_norm = jnp.sqrt(jnp.sum(abs_sq(d)))
+            graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction)))
+            d = d * (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
+        return jnp.where(ctx.precondition, d, direction), (sl, sr, pl, pr)
+
+    shaped = ("mu", "nu") if uses_nu else ("mu",)
+    return stage_transform(LeafStage(
+        name=owner, update_leaf=leaf, state_cls=ShampooState,
+        leaf_fields=("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r"),
+        init_leaf=init_leaf, init_global=lambda: {"count": jnp.zeros([], jnp.int32)},
+        prepare=prepare, shaped_fields=shaped))
+
+
+def _check_int(owner: str, name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{owner}: {name} must be an integer >= {low} (it sets the state's "
+                         f"shapes, so it cannot be traced), got {value!r}.")
+
+
+@validate_hyperparams
+def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
+            eps: float = 1e-10, matrix_eps: float = 1e-6,
+            weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None, *,
+            block_size: Optional[int] = 128, max_precond_dim: int = 4096,
+            precondition_frequency: int = 1, start_preconditioning_step: int = 5,
+            graft_type: Optional[str] = "adam", nesterov: bool = True,
+            mu_dtype: Optional[Any] = None) -> GradientTransformation:
+    """Shampoo (Gupta et al., 2018), as scaled by Anil et al. (2020): Kronecker-factored preconditioning.
+
+    Update rule: ``p <- p - learning_rate * (s + weight_decay * p)`` with ``s``
+    :func:`scale_by_shampoo`'s direction: per weight matrix ``G`` (each block
+    of it), ``L^{-1/4} G R^{-1/4}`` with ``L = sum G G^H`` and ``R = sum G^H
+    G`` (moving averages with ``b2 < 1``), taking the grafted optimizer's
+    per-layer norm (Adam's by default), through momentum ``b1``. The weight
+    decay is decoupled (AdamW's; Loshchilov & Hutter, 2019). Vectors and
+    scalars take the grafted (Adam / Adagrad) step. See
+    :func:`scale_by_shampoo` for the defaults (Anil et al.'s reference) and
+    the two places they differ from it.
+
+    References: Gupta, Koren & Singer, 2018, "Shampoo: Preconditioned
+    Stochastic Tensor Optimization"; Anil, Gupta, Koren, Regan & Singer, 2020,
+    "Scalable Second Order Optimization for Deep Learning".
+
+    Args:
+      learning_rate: the step size, a number or a schedule of the step count.
+      b1: the momentum's decay, in ``[0, 1)``.
+      b2: the statistics' (and Adam grafting's) decay, in ``[0, 1]``.
+      eps: the diagonal optimizer's epsilon.
+      matrix_eps: the inverse roots' ridge, relative to the largest eigenvalue.
+      weight_decay: decoupled weight decay (multiplied by ``learning_rate``).
+      mask: where to apply the weight decay: a tree (or prefix) of bools or a
+        function of the params; ``None``: every leaf.
+      block_size: the largest block along a dimension (``None``: no blocks).
+      max_precond_dim: a matrix dimension above this gets no preconditioner.
+      precondition_frequency: recompute the inverse roots every this many steps.
+      start_preconditioning_step: the first step using Shampoo's direction.
+      graft_type: ``'adam'``, ``'adagrad'``, ``'sgd'`` or ``None``.
+      nesterov: Nesterov momentum.
+      mu_dtype: storage dtype of the momentum.
+
+    Returns:
+      A ``GradientTransformation`` whose state is ``(ShampooState, EmptyState,
+      EmptyState)``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.contrib.shampoo(1e-2)
+    >>> params = {'w': jnp.ones((4, 3)), 'b': jnp.zeros(3)}
+    >>> state = opt.init(params)
+    >>> u, state = opt.update({'w': jnp.eye(4, 3), 'b': jnp.ones(3)}, state, params)
+    >>> print(round(float(u['b'][0]), 4))  # Adam's first step, Nesterov's look-ahead
+    -0.0147
+    """
+    check_range("weight_decay", weight_decay, 0.0, owner="shampoo")
+    return chain(
+        scale_by_shampoo(b1, b2, eps, matrix_eps, block_size=block_size,
+                         max_precond_dim=max_precond_dim,
+                         precondition_frequency=precondition_frequency,
+                         start_preconditioning_step=start_preconditioning_step,
+                         graft_type=graft_type, nesterov=nesterov, mu_dtype=mu_dtype),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate))
+
+
+# Shapes of the state depend on these: inject_hyperparams keeps them as Python values.
+shampoo.static_hyperparams = ("block_size", "max_precond_dim")  # type: ignore[attr-defined]
+
+__all__ = ["ShampooState", "scale_by_shampoo", "shampoo"]
