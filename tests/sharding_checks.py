@@ -597,6 +597,164 @@ def check_muon_model_sharded_weight() -> None:
         assert mu.sharding.is_equivalent_to(sharding, 2), (spec, mu.sharding)
 
 
+@check
+def check_mars_came() -> None:
+    """contrib.mars and contrib.came on the 4x2 mesh, params split over both axes
+    (MODEL_SPECS): three plain-jit steps give one device's numbers; under ``jit(init)``
+    the params-shaped state (MARS's mu/nu/prev_grad, CAME's mu) follows each param's
+    sharding, and CAME's row statistics (``p.shape[:-1]``) / column statistics
+    (``p.shape[:-2] + p.shape[-1:]``) keep the sharding of the param's remaining axes
+    (a ``P('data', 'model')`` weight: rows ``P('data')``, columns ``P('model')``)."""
+    mesh = mesh_2d(AxisType.Auto)
+    p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
+    xs, ys = make_batches()
+    for name, opt in (("mars", ft.contrib.mars(1e-2, weight_decay=1e-2)),
+                      ("came", ft.contrib.came(1e-2, weight_decay=1e-2))):
+        results = []
+        for params in (model_params(), jax.device_put(model_params(), p_sh)):
+            state = jax.jit(opt.init)(params)
+            if len(results) == 1:
+                inner = state[0]
+                shaped = ("mu", "nu", "prev_grad") if name == "mars" else ("mu",)
+                for field in shaped:
+                    for k, x in getattr(inner, field).items():
+                        assert x.sharding.is_equivalent_to(p_sh[k], x.ndim), (
+                            f"{name} .{field}['{k}'] is {x.sharding}, want {p_sh[k].spec}")
+                if name == "came":
+                    for k, spec in MODEL_SPECS.items():
+                        if len(SHAPES[k]) < 2:
+                            continue
+                        axes = tuple(spec) + (None,) * (2 - len(tuple(spec)))
+                        for field, want in (("v_row", axes[0]), ("r_row", axes[0]),
+                                            ("v_col", axes[1]), ("r_col", axes[1])):
+                            x = getattr(inner, field)[k]
+                            assert x.sharding.is_equivalent_to(
+                                NamedSharding(mesh, P(want)), 1), (
+                                f"came .{field}['{k}'] is {x.sharding}, want P({want!r})")
+            run = jax.jit(make_step(opt))
+            for i in range(3):
+                params, state = run(params, state, xs[i], ys[i], i)
+            results.append(params)
+        assert_close(results[1], results[0], f"{name} 4x2 vs 1 device")
+
+
+@check
+def check_soap() -> None:
+    """contrib.soap on the 4x2 mesh, params split over both axes (MODEL_SPECS), eigenbases
+    refreshed every 2 steps: three plain-jit steps (eigh, then Adam steps and one QR
+    refresh) give one device's numbers, and under ``jit(init)`` and after the steps ``mu``
+    and ``nu`` keep each param's sharding. The (d, d) statistics and eigenbases of axis k
+    start replicated (``jit(init)``); after a step XLA splits the rows of the statistic
+    ``L_k`` (from ``G_(k) G_(k)^T``) like the weight's axis k (a ``P('data', 'model')``
+    weight: ``L_0`` is ``P('data')``, ``L_1`` ``P('model')``) and keeps the eigenbases
+    (from eigh / QR) replicated, whole on every device (all checked).
+
+    Run in float64 with ``max_precond_dim=16``, so that every rotated statistic has full
+    rank after one batch: a rank-deficient one (the 32-axes of w1, w2) has a null space
+    whose eigh basis is arbitrary, and SOAP's later updates depend on it, so one device
+    and the mesh legitimately differ there (by the size of a step, float64 or not)."""
+    mesh = mesh_2d(AxisType.Auto)
+    p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
+    opt = ft.contrib.soap(1e-2, precondition_frequency=2, max_precond_dim=16)
+    with jax.enable_x64(True):
+        xs, ys = (np.asarray(a, np.float64) for a in make_batches())
+        start = {k: np.asarray(v, np.float64) for k, v in model_params().items()}
+        run = jax.jit(make_step(opt))
+        results = []
+        for params in (jax.device_put(start), jax.device_put(start, p_sh)):
+            state = jax.jit(opt.init)(params)
+            for i in range(4):
+                if i in (0, 3) and len(results) == 1:
+                    inner = state[0]
+                    for field in ("mu", "nu"):
+                        for k, x in getattr(inner, field).items():
+                            assert x.sharding.is_equivalent_to(p_sh[k], x.ndim), (
+                                f"soap .{field}['{k}'] is {x.sharding}, want {p_sh[k].spec}")
+                    for field in ("stats", "bases"):
+                        for k, ms in getattr(inner, field).items():
+                            axes = tuple(MODEL_SPECS[k]) + (None,) * len(SHAPES[k])
+                            for ax, m in enumerate(ms):
+                                split = P(axes[ax]) if field == "stats" and i and m.size \
+                                    else P()
+                                assert m.sharding.is_equivalent_to(
+                                    NamedSharding(mesh, split), m.ndim), (
+                                    f"soap .{field}['{k}'][{ax}] {m.shape} is {m.sharding}, "
+                                    f"want {split}")
+                if i < 3:
+                    params, state = run(params, state, xs[i], ys[i], i)
+            results.append(params)
+        assert results[0]["w1"].dtype == np.float64
+        assert_close(results[1], results[0], "soap 4x2 vs 1 device")
+
+
+@check
+def check_kron() -> None:
+    """contrib.kron on the 4x2 mesh, params split over both axes (MODEL_SPECS), the
+    preconditioner updated at every step: three jitted steps give one device's numbers
+    (the whitening noise is one threefry draw, the same numbers however it is split).
+    ``mu`` has each param's sharding under ``jit(init)``, and after the steps wherever the
+    param is split (a replicated param's ``mu`` may be split further by XLA: measured,
+    ``b2`` (8,) ``P()`` gets ``P('model')``). The Kronecker factors (``(d, d)``
+    triangular, ``(d,)`` diagonal) start replicated (``jit(init)``: checked); after a step
+    XLA places them (measured: a triangular factor's columns split like the weight's axis,
+    ``proj`` ``P('data', 'model')``: ``Q_0`` ``P(None, 'data')``, ``Q_1`` ``P(None,
+    'model')``), which this check leaves to XLA. The PRNG key stays replicated."""
+    mesh = mesh_2d(AxisType.Auto)
+    p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
+    xs, ys = make_batches()
+    opt = ft.contrib.kron(1e-2, weight_decay=1e-2, preconditioner_update_probability=1.0)
+    run = jax.jit(make_step(opt))
+    results = []
+    for params in (model_params(), jax.device_put(model_params(), p_sh)):
+        state = jax.jit(opt.init)(params)
+        for i in range(4):
+            if len(results) == 1:
+                inner = state[0]
+                for k, x in inner.mu.items():
+                    if i == 0 or not p_sh[k].is_fully_replicated:
+                        assert x.sharding.is_equivalent_to(p_sh[k], x.ndim), (
+                            f"kron .mu['{k}'] is {x.sharding}, want {p_sh[k].spec}")
+                assert inner.key.sharding.is_fully_replicated, inner.key.sharding
+                if i == 0:
+                    for k, qs in inner.qs.items():
+                        for ax, q in enumerate(qs):
+                            assert q.sharding.is_fully_replicated, (
+                                f"kron .qs['{k}'][{ax}] is {q.sharding} after jit(init)")
+            if i < 3:
+                params, state = run(params, state, xs[i], ys[i], i)
+        results.append(params)
+    assert_close(results[1], results[0], "kron 4x2 vs 1 device")
+
+
+@check
+def check_shampoo() -> None:
+    """contrib.shampoo on the 4x2 mesh, params split over both axes (MODEL_SPECS): three
+    plain-jit steps (the roots recomputed each step from step 1) give one device's
+    numbers, and ``mu`` and ``nu`` keep each param's sharding under ``jit(init)`` and
+    after the steps. The statistics and roots start replicated; after a step XLA places
+    them as it sees fit (not asserted). ``matrix_eps=1e-3``: with 1e-6, float32 inverse
+    roots of statistics summed in another order differ near the smallest eigenvalues by
+    ~1.5e-5 absolute after 3 steps, over this file's tolerance."""
+    mesh = mesh_2d(AxisType.Auto)
+    p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
+    opt = ft.contrib.shampoo(1e-2, matrix_eps=1e-3, start_preconditioning_step=1)
+    xs, ys = make_batches()
+    run = jax.jit(make_step(opt))
+    results = []
+    for params in (model_params(), jax.device_put(model_params(), p_sh)):
+        state = jax.jit(opt.init)(params)
+        for i in range(4):
+            if len(results) == 1 and i in (0, 3):
+                for field in ("mu", "nu"):
+                    for k, x in getattr(state[0], field).items():
+                        assert x.sharding.is_equivalent_to(p_sh[k], x.ndim), (
+                            f"shampoo .{field}['{k}'] is {x.sharding}, want {p_sh[k].spec}")
+            if i < 3:
+                params, state = run(params, state, xs[i], ys[i], i)
+        results.append(params)
+    assert_close(results[1], results[0], "shampoo 4x2 vs 1 device")
+
+
 def main(names: list[str]) -> None:
     results = {}
     for name in names or list(CHECKS):

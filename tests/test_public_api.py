@@ -69,9 +69,11 @@ SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
               "functrain.contrib.adam_variants", "functrain.contrib.ademamix",
               "functrain.contrib.galore",
               "functrain.contrib.complex_valued", "functrain.contrib.normalize",
-              "functrain.contrib.muon",
+              "functrain.contrib.muon", "functrain.contrib.shampoo", "functrain.contrib.kron",
+              "functrain.contrib.mars", "functrain.contrib.came",
               "functrain.contrib.sophia", "functrain.contrib.sam", "functrain.contrib.momo",
-              "functrain.contrib.reduce_on_plateau", "functrain.contrib.privacy"]
+              "functrain.contrib.reduce_on_plateau", "functrain.contrib.privacy",
+              "functrain.contrib.soap"]
 
 
 def public_functions():

@@ -49,3 +49,16 @@ from functrain.contrib.sam import SAMState, sam
 from functrain.contrib.sophia import (HutchinsonState, SophiaState,
                                       hutchinson_estimator_diag_hessian, sophia)
 # [end area: extra-args]
+# [area: issue 15: mars, came]
+from functrain.contrib.came import CameState, came, scale_by_came
+from functrain.contrib.mars import MarsState, mars, scale_by_mars
+# [end area: issue 15: mars, came]
+# [area: issue 15: shampoo]
+from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
+# [end area: issue 15: shampoo]
+# [area: issue 15: kron]
+from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
+# [end area: issue 15: kron]
+# [area: issue 15: soap]
+from functrain.contrib.soap import SoapState, scale_by_soap, soap
+# [end area: issue 15: soap]
