@@ -45,7 +45,7 @@ __all__ = [
     "div", "dtype", "get", "get_all_with_path", "map_params", "max", "min", "random_like",
     "real", "set", "size", "split_key_like", "unwrap_random_key_data",
     "update_infinity_moment", "update_moment", "update_moment_per_elem_norm",
-    "NamedTupleKey",
+    "NamedTupleKey", "distinct_buffers",
 ]
 
 
@@ -529,3 +529,38 @@ def map_broadcast(fn: Callable[..., Any], names: Sequence[str], args: Sequence[A
     if num_outputs == 1:
         return treedef.unflatten(results)
     return tuple(treedef.unflatten([r[j] for r in results]) for j in range(num_outputs))
+
+
+def distinct_buffers(tree: PyTree) -> PyTree:
+    """``tree`` with no buffer in two places: a leaf seen before is replaced by a copy.
+
+    An optimizer state that holds one array under two fields (one zeros array
+    for two moments) cannot be donated: ``jax.jit(step, donate_argnums=...)``
+    refuses to donate the same buffer twice. ``init`` functions pass their state
+    through this.
+
+    Args:
+      tree: a tree of arrays (or tracers, or anything else: those are kept).
+
+    Returns:
+      The same tree, where every repeated array object after its first place is
+      ``jnp.array(x, copy=True)``.
+
+    >>> import jax.numpy as jnp
+    >>> z = jnp.zeros(2)
+    >>> a, b = distinct_buffers((z, z))
+    >>> a is z, b is z
+    (True, False)
+    """
+    seen: dict = {}  # id -> the leaf (a dict: ``set`` is optax.tree's set here)
+
+    def one(x: Any) -> Any:
+        if not hasattr(x, "shape"):
+            return x
+        if id(x) in seen:
+            return jnp.array(x, copy=True)
+        seen[id(x)] = x
+        return x
+
+    return jax.tree_util.tree_map(one, tree)
+

@@ -95,8 +95,9 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
         dtype = ft.dtype(params, "lowest") if leaves else jnp.float32
         zero = jnp.zeros([], dtype)
         trees = [ft.zeros_like(params) for _ in moments]
-        return state_cls(*trees, zero, zero, jnp.asarray(lower_bound, dtype),
-                         jnp.zeros([], jnp.int32))
+        return ft.distinct_buffers(state_cls(*trees, zero, zero,
+                                             jnp.asarray(lower_bound, dtype),
+                                             jnp.zeros([], jnp.int32)))
 
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None, *,
                   value: Any = None, **extra_args: Any) -> tuple[Updates, OptState]:

@@ -341,8 +341,9 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
             stats.append(tuple(jnp.zeros(s, dtype) for s in _matrix_shapes(layout(x))))
         zeros = treedef.unflatten([ft.zeros_like(jnp.asarray(x) if not hasattr(x, "dtype")
                                                  else x) for x in leaves])
-        return SoapState(jnp.zeros([], jnp.int32), zeros, zeros,
-                         treedef.unflatten(stats), treedef.unflatten(stats))
+        return ft.distinct_buffers(SoapState(jnp.zeros([], jnp.int32), zeros, zeros,
+                                             treedef.unflatten(stats),
+                                             treedef.unflatten(stats)))
 
     def update_fn(updates: Updates, state: SoapState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, SoapState]:

@@ -208,7 +208,7 @@ class LeafStage:
         fields = dict(self.init_global())
         for name, lst in zip(self.leaf_fields, per_field):
             fields[name] = treedef.unflatten(lst)
-        return self.state_cls(**fields)
+        return ft.distinct_buffers(self.state_cls(**fields))  # so that it can be donated
 
 
 def as_array(x: Any) -> Any:

@@ -271,3 +271,40 @@ def test_state_from_shapes_alone(name):
     got = jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), shapes)
     want = jax.tree_util.tree_map(lambda x: (jnp.shape(x), jnp.result_type(x)), real)
     assert got == want, name
+
+
+# The optimizers optax.contrib does not have (no case in the registry): built with
+# their defaults, for the checks that need no optax reference.
+BEYOND_OPTAX = {
+    "shampoo": lambda: functrain.contrib.shampoo(1e-2),
+    "soap": lambda: functrain.contrib.soap(1e-2),
+    "kron": lambda: functrain.contrib.kron(1e-2),
+    "mars": lambda: functrain.contrib.mars(1e-2),
+    "came": lambda: functrain.contrib.came(1e-2),
+}
+
+
+@pytest.mark.parametrize("name", NAMES + sorted(BEYOND_OPTAX))
+def test_state_has_distinct_buffers_and_donates(name):
+    """No array sits in two places of the eager ``init``'s state (a donated step would
+    refuse it), and two steps jitted with the state donated run."""
+    params, loss = _params(name)
+    if name in BEYOND_OPTAX:
+        opt, extra_fn = BEYOND_OPTAX[name](), None
+    else:
+        opt, extra_fn = CASES[name].make(functrain), CASES[name].extra
+    state = opt.init(params)
+    leaves = [x for x in jax.tree_util.tree_leaves(state) if hasattr(x, "shape")]
+    assert len({id(x) for x in leaves}) == len(leaves), f"{name}: a buffer is shared in init"
+
+    def step(p, s):
+        grads = jax.grad(loss)(p)
+        extra = extra_fn(loss, p) if extra_fn else {}
+        updates, s = opt.update(grads, s, p, **extra)
+        return functrain.apply_updates(p, updates), s
+
+    run = jax.jit(step, donate_argnums=(0, 1))
+    p = jax.tree_util.tree_map(jnp.copy, params)
+    for _ in range(2):
+        p, state = run(p, state)
+    jax.block_until_ready(p)
