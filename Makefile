@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-oldest demo bench venv clean
+.PHONY: test test-oldest demo speedrun bench venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ test-oldest: $(OLD_STAMP)
 demo: $(STAMP)
 	$(PY) -c "import sklearn, tqdm, matplotlib" 2>/dev/null || $(PY) -m pip install -q -e ".[demo]"
 	$(PY) examples/demo.py
+
+# Six optimizers on a small character-level transformer (docs/speedrun.md); a few minutes.
+speedrun: $(STAMP)
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e ".[demo]"
+	$(PY) examples/speedrun.py
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
