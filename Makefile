@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Two pytest workers (pytest-xdist): the suite is ~2,200 tests, mostly XLA compiles.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The declared floors, tested: a separate venv with the lowest versions that
 # pyproject.toml allows (README, "Running the tests"). Same pytest run as `make
@@ -33,7 +36,7 @@ $(OLD_STAMP): pyproject.toml Makefile
 	touch $(OLD_STAMP)
 
 test-oldest: $(OLD_STAMP)
-	$(OLD_PY) -m pytest -q --ignore=tests/test_integrations.py \
+	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) --ignore=tests/test_integrations.py \
 	  --ignore=tests/test_notebooks.py --ignore=tests/test_demo.py
 
 demo: $(STAMP)
