@@ -51,6 +51,7 @@ speedrun: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/beyond_optax.py
 
 clean:
 	rm -rf $(VENV) $(OLD_VENV) build *.egg-info
