@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
+from functrain.schedules import linear_schedule
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        LeafStage, OptState, Params, ScalarOrSchedule, Updates,
                                        call_update, check_betas, check_nonnegative,
@@ -216,12 +217,7 @@ def _warmup(learning_rate: Any, warmup_steps: Optional[int], owner: str) -> Any:
     if warmup_steps is None:
         return learning_rate
     check_range("warmup_steps", warmup_steps, 1.0, owner=owner)
-
-    def schedule(count: Array) -> Array:
-        frac = 1 - jnp.clip(count, 0, warmup_steps) / warmup_steps
-        return (0 - learning_rate) * frac + learning_rate
-
-    return schedule
+    return linear_schedule(0.0, learning_rate, warmup_steps)
 
 
 @validate_hyperparams

@@ -415,11 +415,20 @@ def sorted_labels(labels: Iterable[Any]) -> list[Any]:
 # Hyperparameter validation (concrete values only; traced values pass)
 # --------------------------------------------------------------------------
 
-def _concrete(value: Any) -> Optional[float]:
+def concrete_real(value: Any) -> Optional[float]:
     """``value`` as a float if it is a concrete real scalar (a number or a 0-d real array).
 
     ``None`` for anything else: traced values, schedules, strings, bools,
     complex numbers, arrays of other shapes.
+
+    Args:
+      value: anything a hyperparameter may be.
+
+    Returns:
+      A Python float, or ``None``.
+
+    >>> concrete_real(0.5), concrete_real(True), concrete_real(lambda step: 0.1)
+    (0.5, None, None)
     """
     if isinstance(value, jax.core.Tracer) or callable(value):
         return None
@@ -455,7 +464,7 @@ def check_range(name: str, value: Any, low: float, high: Optional[float] = None,
     ...
     ValueError: adam: b1 must be in [0.0, 1.0), got 1.5.
     """
-    v = _concrete(value)
+    v = concrete_real(value)
     if v is None:
         return
     bad = v != v or v < low or (high is not None and (v > high if high_inclusive else v >= high))
@@ -505,7 +514,7 @@ def check_hyperparameter(owner: str, name: str, value: Any, *, schedule_ok: bool
         return
     what = "a real number" + (" or a schedule (a function of the step count)"
                               if schedule_ok else "")
-    v = _concrete(value)
+    v = concrete_real(value)
     if v is None:
         shape = f" of shape {np.shape(value)}" if hasattr(value, "shape") else ""
         raise TypeError(f"{owner}: {name} must be {what}, got {type(value).__name__}"

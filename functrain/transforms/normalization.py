@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
+                                       concrete_real,
                                        validate_hyperparams)
 from functrain.transforms.engine import stage_transform
 
@@ -80,16 +81,6 @@ def normalize_by_update_norm(scale_factor: float = 1.0, eps: float = 1e-6
                                      prepare=prepare, needs_updates=True))
 
 
-def _concrete_number(x: Any) -> Any:
-    """``x`` as a Python float if it is a concrete real scalar, else ``None``."""
-    if isinstance(x, jax.core.Tracer):
-        return None
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
-
-
 @jax.custom_vjp
 def _scaled_backward(inputs: Any, scale: Any) -> Any:
     return inputs
@@ -130,7 +121,7 @@ def scale_gradient(inputs: Any, scale: Any) -> Any:
     >>> jax.grad(lambda x: jnp.sum(functrain.scale_gradient(x, 0.5) ** 2))(jnp.array([1., 2.]))
     Array([1., 2.], dtype=float32)
     """
-    value = _concrete_number(scale)
+    value = concrete_real(scale)
     if value == 1.0:
         return inputs
     if value == 0.0:
