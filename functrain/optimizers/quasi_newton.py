@@ -52,8 +52,9 @@ def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 1
         step size to the line search.
       memory_size: how many past pairs to keep (at least 1).
       scale_init_precond: start each two-loop recursion from a scaled identity.
-      linesearch: a transformation choosing the step size (a line search from
-        :mod:`functrain.transforms.linesearch`), or ``None`` for none.
+      linesearch: a transformation choosing the step size (a line search such as
+        :func:`scale_by_zoom_linesearch` or :func:`scale_by_backtracking_linesearch`),
+        or ``None`` for none.
 
     Returns:
       A ``GradientTransformationExtraArgs``; its state is ``(ScaleByLBFGSState,

@@ -139,7 +139,7 @@ class LeafStage:
         then also uses the input itself, like a trust ratio. It accepts a
         keyword ``x_for_norm``: an equal value of its input, computed
         separately, to take the reductions from (see
-        :mod:`functrain.transforms.recompute`).
+        ``functrain.transforms.recompute``).
       real_only: the math has no complex version (sign flips, clipping by
         value): complex leaves raise a ``TypeError`` naming the leaf.
       any_dtype: the stage does no arithmetic (``set_to_zero``, ``freeze``,
