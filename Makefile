@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-oldest demo speedrun bench venv clean
+.PHONY: test test-oldest demo speedrun bench docs docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,demo,flax,equinox,orbax,notebooks]"
+	$(PY) -m pip install -q -e ".[test,demo,flax,equinox,orbax,notebooks,docs]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -53,5 +53,24 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/beyond_optax.py
 
+# The documentation site, into docs/_build/html: strict (-W: warnings are errors; -n: every
+# cross-reference must resolve). The notebooks are executed and cached in docs/_build.
+DOCS_OUT ?= docs/_build/html
+
+docs: $(STAMP)
+	$(PY) -c "import sphinx, myst_nb, furo" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	$(PY) -m sphinx -b html -n -W --keep-going -q docs $(DOCS_OUT)
+	@echo "site: $(DOCS_OUT)/index.html"
+
+# Serve the built site, open it in headless Chromium (Debian's package), check it as a reader
+# would, save screenshots in docs/_build/screenshots/.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+docs-check: docs
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium)
+	$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install -q -e ".[docs-check]"
+	$(PY) docs/check_site.py --site $(DOCS_OUT)
+
 clean:
-	rm -rf $(VENV) $(OLD_VENV) build *.egg-info
+	rm -rf $(VENV) $(OLD_VENV) build *.egg-info docs/_build docs/notebooks

@@ -1,0 +1,179 @@
+"""The documentation site: a strict build, every public name in the API reference, and the
+guides' code runs.
+
+* ``test_site_builds_strictly`` runs ``make docs``'s Sphinx command (``-W``: warnings are
+  errors, ``-n``: every cross-reference must resolve) into a temporary directory, with the
+  notebooks rendered as stored (``FUNCTRAIN_DOCS_EXECUTE=0``): ``tests/test_notebooks.py``
+  executes them and checks their outputs; ``make docs`` renders them executed.
+* ``test_every_public_name_has_a_reference_entry`` enumerates functrain's public names from
+  the package (the top level, ``functrain.contrib`` and its family modules' ``__all__``, and
+  the public sub-modules) and fails on any object that no ``auto*`` / ``py:*`` directive of
+  ``docs/api/`` documents; the strict build makes sure those directives render.
+* ``test_guide_code_runs`` executes every ``python`` code block of the guides that carry
+  runnable code (the home page, getting started, coming from optax) as a script.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import functrain
+import functrain.contrib
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(DOCS / "_ext"))
+
+import api_refs  # noqa: E402
+import repo_links  # noqa: E402
+
+# Type aliases (``typing.Any`` or a ``Callable[...]`` at run time): documented by path only.
+ALIASES = {"Schedule", "MaskOrFn", "OptState", "Params", "ScalarOrSchedule", "Updates",
+           "TransformInitFn", "TransformUpdateFn", "TransformUpdateExtraArgsFn"}
+# Namespaces users import from, besides the contrib family modules.
+NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
+              "functrain.numerics", "functrain.linalg", "functrain.projections",
+              "functrain.microbatching", "functrain.sharding", "functrain.grad",
+              "functrain.seed_updates"]
+DIRECTIVE = re.compile(r"^\s*\.\. (?:auto(?:function|class|data)|py:(?:function|class|data))"
+                       r"::\s+([\w.]+)", re.MULTILINE)
+
+
+def public_names() -> dict[str, object]:
+    """Every public name (dotted path -> object) of the namespaces and contrib modules."""
+    modules = list(NAMESPACES) + [
+        m.name for m in pkgutil.iter_modules(functrain.contrib.__path__, "functrain.contrib.")]
+    found = {}
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        names = getattr(module, "__all__", None)
+        if names is None:  # no __all__: the names this package defines (not its imports)
+            names = [n for n in dir(module) if not n.startswith("_")
+                     and (n in ALIASES
+                          or (getattr(getattr(module, n), "__module__", "") or "")
+                          .startswith("functrain"))]
+        for name in names:
+            obj = getattr(module, name)
+            if not isinstance(obj, types.ModuleType):
+                found[f"{module_name}.{name}"] = obj
+    return found
+
+
+def documented() -> dict[str, object]:
+    """dotted path -> object for every name a directive of docs/api/ documents."""
+    out = {}
+    for page in sorted((DOCS / "api").glob("*.rst")):
+        for path in DIRECTIVE.findall(page.read_text()):
+            module_name, _, attr = path.rpartition(".")
+            out[path] = getattr(importlib.import_module(module_name), attr)
+    return out
+
+
+def test_public_names_are_found():
+    names = public_names()
+    for path in ["functrain.lamb", "functrain.contrib.muon", "functrain.tree.add",
+                 "functrain.schedules.cosine_decay_schedule", "functrain.sharding.zero_shardings",
+                 "functrain.contrib.parameter_free.scale_by_dog", "functrain.ScalarOrSchedule"]:
+        assert path in names, path
+    assert len({id(o) for o in names.values()}) >= 340
+
+
+def test_every_public_name_has_a_reference_entry():
+    docs = documented()
+    documented_objects = {id(obj) for path, obj in docs.items()
+                          if path.rsplit(".", 1)[1] not in ALIASES}
+    missing = []
+    for path, obj in sorted(public_names().items()):
+        short = path.rsplit(".", 1)[1]
+        if short in ALIASES:
+            ok = f"functrain.{short}" in docs
+        else:
+            ok = id(obj) in documented_objects
+        if not ok:
+            missing.append(path)
+    assert not missing, (f"{len(missing)} public names have no entry in docs/api/*.rst "
+                         f"(add an autofunction/autoclass line in the right group):\n  "
+                         + "\n  ".join(missing))
+
+
+def test_reference_entries_are_not_repeated():
+    seen = {}
+    for page in sorted((DOCS / "api").glob("*.rst")):
+        for path in re.findall(r"^\.\. auto(?:function|class)::\s+([\w.]+)", page.read_text(),
+                               re.MULTILINE):
+            assert path not in seen, f"{path} documented in {page.name} and {seen[path]}"
+            seen[path] = page.name
+
+
+def test_site_builds_strictly(tmp_path):
+    env = dict(os.environ, FUNCTRAIN_DOCS_EXECUTE="0")
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
+         str(DOCS), str(tmp_path / "html")],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, f"strict build failed:\n{result.stderr[-6000:]}"
+    site = tmp_path / "html"
+    lamb = (site / "api" / "optimizers.html").read_text()
+    assert 'id="functrain.lamb"' in lamb
+    for parameter in inspect.signature(functrain.lamb).parameters:
+        assert f'<span class="n">{parameter}</span>' in lamb, parameter
+    for page in ["getting_started", "coming_from_optax", "migration", "scaling", "performance",
+                 "design", "notebooks/01_quickstart", "api/contrib", "search"]:
+        assert (site / f"{page}.html").exists(), page
+    assert "functrain.lamb" in (site / "searchindex.js").read_text()
+
+
+def code_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("page", ["index.md", "getting_started.md", "coming_from_optax.md"])
+def test_guide_code_runs(page):
+    blocks = code_blocks(DOCS / page)
+    assert blocks, f"{page} has no python code block"
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, f"docs/{page}", "exec"), namespace)
+
+
+# --- the two build extensions -------------------------------------------------------------
+
+def test_repo_links_rewrite_links_that_leave_docs():
+    page = DOCS / "design.md"
+    text = ("[Home](../README.md) [nb](../colabs/01_quickstart.ipynb) "
+            "[`base.py`](../functrain/transforms/base.py) [dir](../functrain/optimizers/) "
+            "[p](performance.md#tips) [web](https://example.org/x.md) [gone](../nothing.py) "
+            "![plot](../benchmarks/results/latest.png)")
+    out = repo_links.rewrite(text, page, DOCS)
+    assert "[Home](index.md)" in out
+    assert "[nb](notebooks/01_quickstart.ipynb)" in out
+    assert "{download}`base.py <../functrain/transforms/base.py>`" in out
+    assert " dir " in out and "(../functrain/optimizers/)" not in out
+    for unchanged in ["[p](performance.md#tips)", "[web](https://example.org/x.md)",
+                      "[gone](../nothing.py)", "![plot](../benchmarks/results/latest.png)"]:
+        assert unchanged in out
+    nested = repo_links.rewrite("[Home](../../README.md)", DOCS / "api" / "index.md", DOCS)
+    assert nested == "[Home](../index.md)"
+
+
+def test_api_refs_find_prefers_the_public_names():
+    objects = {"functrain.adam": 1, "functrain.contrib.muon": 2, "functrain.tree.add": 3,
+               "functrain.contrib.parameter_free.scale_by_dog": 4, "functrain.scale": 5,
+               "functrain.tree.scale": 6}
+    assert api_refs.find(objects, "adam") == "functrain.adam"
+    assert api_refs.find(objects, "functrain.optimizers.adam_family.adam") == "functrain.adam"
+    assert api_refs.find(objects, "'functrain.contrib.muon'") == "functrain.contrib.muon"
+    assert api_refs.find(objects, "add") == "functrain.tree.add"
+    assert api_refs.find(objects, "scale_by_dog") == "functrain.contrib.parameter_free.scale_by_dog"
+    assert api_refs.find(objects, "scale") == "functrain.scale"
+    assert api_refs.find(objects, "nothing") is None
