@@ -70,6 +70,8 @@ napoleon_use_rtype = False
 napoleon_attr_annotations = False  # the Attributes sections say what a field holds
 add_module_names = True
 python_display_short_literal_types = True
+# One parameter per line once a signature is longer than this (optimizers have many).
+python_maximum_signature_line_length = 88
 
 # Strict cross-references (-n): every reference to a functrain name must resolve. Names of
 # other libraries cannot (no intersphinx: the build runs offline), so they are listed here.
