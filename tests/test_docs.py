@@ -132,6 +132,40 @@ def test_site_builds_strictly(tmp_path):
                  "design", "notebooks/01_quickstart", "api/contrib", "search"]:
         assert (site / f"{page}.html").exists(), page
     assert "functrain.lamb" in (site / "searchindex.js").read_text()
+    broken = broken_links(site)
+    assert not broken, f"{len(broken)} broken links in the built site:\n  " + "\n  ".join(broken[:40])
+
+
+HREF = re.compile(r'(?:href|src)="([^"]+)"')
+
+
+def broken_links(site: Path) -> list[str]:
+    """Every relative href/src of the built pages whose file, or #anchor in it, is missing."""
+    ids: dict[Path, set[str]] = {}
+
+    def anchors(page: Path) -> set[str]:
+        if page not in ids:
+            ids[page] = set(re.findall(r'\bid="([^"]+)"', page.read_text(errors="replace")))
+        return ids[page]
+
+    broken = []
+    for page in sorted(site.rglob("*.html")):
+        if "_modules" in page.parts:  # viewcode's source pages
+            continue
+        for target in set(HREF.findall(page.read_text(errors="replace"))):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("//"):
+                continue  # http(s):, mailto:, data:, javascript: (not checkable offline)
+            path_part, _, fragment = target.partition("#")
+            path_part = path_part.split("?", 1)[0]
+            file = (page.parent / path_part).resolve() if path_part else page
+            if file.is_dir():
+                file = file / "index.html"
+            where = f"{page.relative_to(site)} -> {target}"
+            if not file.exists():
+                broken.append(where)
+            elif fragment and file.suffix == ".html" and fragment not in anchors(file):
+                broken.append(where)
+    return broken
 
 
 def code_blocks(page: Path) -> list[str]:
