@@ -27,7 +27,30 @@ from functrain.tree_ops import abs_sq, bias_correction_factor, ema_update
 Array = jax.Array
 
 __all__ = ["abs_sq", "ema_update", "bias_correction_factor", "adam_direction", "nesterov_mu_hat",
-           "trust_ratio", "safe_norm", "safe_root_mean_squares", "safe_int32_increment"]
+           "trust_ratio", "safe_norm", "safe_root_mean_squares", "safe_int32_increment",
+           "sum_of_products"]
+
+
+def sum_of_products(xs: list, ys: list) -> Array:
+    """``sum over i of sum(xs[i] * ys[i])``: the inner product of two lists of real arrays.
+
+    Elementwise products, then sums, accumulated from a float32 zero. Unlike a
+    ``tensordot``, this also runs on explicitly sharded arrays (a contraction over
+    sharded axes has no output sharding there); Prodigy, D-Adaptation and
+    Mechanic use it for their inner products of gradients and parameter moves.
+
+    Args:
+      xs: real arrays.
+      ys: real arrays, shaped like ``xs`` element by element.
+
+    Returns:
+      A scalar array (float32 for an empty list or float32 leaves).
+
+    >>> import jax.numpy as jnp
+    >>> sum_of_products([jnp.array([1., 2.]), jnp.array(3.)], [jnp.array([4., 5.]), jnp.array(2.)])
+    Array(20., dtype=float32)
+    """
+    return sum((jnp.sum(x * y) for x, y in zip(xs, ys)), jnp.zeros((), jnp.float32))
 
 
 def adam_direction(mu: Array, nu: Array, mu_correction: Optional[Any],

@@ -153,7 +153,19 @@ def test_module_exports():
                                                "adam_direction", "nesterov_mu_hat",
                                                "trust_ratio", "safe_norm",
                                                "safe_root_mean_squares",
-                                               "safe_int32_increment"])
+                                               "safe_int32_increment", "sum_of_products"])
+
+
+def test_sum_of_products_is_the_inner_product_of_the_lists():
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(3, 4)), rng.normal(size=5), np.float64(2.5)]
+    ys = [rng.normal(size=(3, 4)), rng.normal(size=5), np.float64(-1.5)]
+    expected = sum(float(np.vdot(np.ravel(x), np.ravel(y))) for x, y in zip(xs, ys))
+    got = numerics.sum_of_products([jnp.asarray(x, jnp.float32) for x in xs],
+                                   [jnp.asarray(y, jnp.float32) for y in ys])
+    assert got.dtype == jnp.float32 and got.shape == ()
+    np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+    assert float(numerics.sum_of_products([], [])) == 0.0
 
 
 def test_abs_sq_is_the_squared_modulus():

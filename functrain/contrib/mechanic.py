@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.numerics import safe_int32_increment
+from functrain.numerics import safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, as_array, call_update,
                                        check_nonnegative, check_range, check_state_type,
@@ -25,12 +25,6 @@ from functrain.transforms.base import (GradientTransformation, GradientTransform
 from functrain.transforms.engine import leaf_compute_dtype
 
 Array = jax.Array
-
-
-def _inner(xs: list, ys: list) -> Array:
-    """``sum_leaves sum(x * y)`` of real leaves: elementwise, then reduced, so it also runs
-    on explicitly sharded arrays (a ``tensordot`` over sharded axes has no output sharding)."""
-    return sum((jnp.sum(x * y) for x, y in zip(xs, ys)), jnp.zeros((), jnp.float32))
 
 
 class MechanicState(NamedTuple):
@@ -149,7 +143,7 @@ def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2
         cds = [leaf_compute_dtype(g, p) for g, p in zip(gs, ps)]
         decayed = [g.astype(cd) + decay * p.astype(cd) for g, p, cd in zip(gs, ps, cds)]
         travelled = [(x0.astype(cd) - p) / (s_sum + eps) for x0, p, cd in zip(x0s, ps, cds)]
-        h = _inner(decayed, travelled)
+        h = sum_of_products(decayed, travelled)
         betas = jnp.asarray([1.0 - 0.1 ** i for i in range(1, num_betas + 1)], state.s.dtype)
         m = jnp.maximum(betas * state.m, jnp.abs(h) + eps)
         v = betas ** 2 * state.v + h ** 2

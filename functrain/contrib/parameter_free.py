@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.numerics import abs_sq, ema_update, safe_int32_increment
+from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
                                        check_betas, check_hyperparameter, check_nonnegative,
@@ -32,12 +32,6 @@ from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_
 Array = jax.Array
 NO_PARAMS = ("{} needs the current parameters: call update(updates, state, params) with "
              "params (they are required).")
-
-
-def _inner(xs: list, ys: list) -> Array:
-    """``sum_leaves sum(x * y)`` of real leaves: elementwise, then reduced, so it also runs
-    on explicitly sharded arrays (a ``tensordot`` over sharded axes has no output sharding)."""
-    return sum((jnp.sum(x * y) for x, y in zip(xs, ys)), jnp.zeros((), jnp.float32))
 
 
 def _copy(tree: Params) -> Params:
@@ -200,7 +194,7 @@ def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = 
             moments.append((ema_update(dg, m, beta1), ema_update(abs_sq(dg), v, beta2),
                             beta3 * s + s_rate * dg / estim_lr0))
             diffs.append((g, p0 - p))
-        numerator = beta3 * state.numerator_weighted + (d / estim_lr0) * dlr * _inner(
+        numerator = beta3 * state.numerator_weighted + (d / estim_lr0) * dlr * sum_of_products(
             [g for g, _ in diffs], [x for _, x in diffs])
         denominator = ft.norm([s for _, _, s in moments], ord=1)
         new_d = jnp.maximum(d, estim_lr_coef * numerator / denominator).astype(d.dtype)
@@ -314,7 +308,7 @@ def dadapt_adamw(learning_rate: ScalarOrSchedule = 1.0,
             m, v = ema_update(dlr * gc, m, beta1), ema_update(abs_sq(gc), v, beta2)
             news.append((m, v, ema_update(dlr * gc, s, c)))
             out.append((-weight_decay * dlr * p - m / (jnp.sqrt(v) + eps)).astype(g.dtype))
-        numerator = c * nw + (1 - c) * dlr * _inner(gs, weighted)
+        numerator = c * nw + (1 - c) * dlr * sum_of_products(gs, weighted)
         l1 = ft.norm([s for _, _, s in news], ord=1)
         new_d = jnp.maximum(state.estim_lr, numerator / ((1 - c) * l1))
         new = [treedef.unflatten(_like([mvs[i] for mvs in news], f[k]))
