@@ -180,7 +180,9 @@ def _tree(dtype, rng):
         if np.dtype(dtype).kind == "c":
             x = x + 1j * rng.standard_normal(shape)
         return jnp.asarray(x, dtype)
-    return {"w": draw(6, 4), "big": draw(5, 3), "t3": draw(2, 3, 2), "b": draw(4), "s": draw()}
+    # w2 and b2 have w's and b's shapes: kron runs same-shape leaves as one vmapped group.
+    return {"w": draw(6, 4), "big": draw(5, 3), "t3": draw(2, 3, 2), "b": draw(4), "s": draw(),
+            "w2": draw(6, 4), "b2": draw(4)}
 
 
 def _run_ours(opt, params, grads):
@@ -196,18 +198,19 @@ def _run_ours(opt, params, grads):
 # name -> (kron's arguments, ref_kron's, the leaves of _tree used)
 SETTINGS = {
     "defaults, probability 1": (dict(learning_rate=0.05, preconditioner_update_probability=1.0),
-                                dict(lr=0.05), ("w", "t3", "b", "s")),
+                                dict(lr=0.05), ("w", "w2", "t3", "b", "b2", "s")),
     "wd, normalize, gradient into precond, one_diag, max_size, clip fires, coin p=0.5": (
         dict(learning_rate=0.02, weight_decay=0.1, normalize_grads=True,
              momentum_into_precond_update=False, memory_save_mode="one_diag",
              max_size_triangular=4, update_clip_rms=0.3, precond_lr=0.3, b1=0.5,
              precond_init_scale=2.0, preconditioner_update_probability=0.5, seed=3),
         dict(lr=0.02, wd=0.1, normalize=True, mom_in=False, clip=0.3, precond_lr=0.3, b1=0.5,
-             scale=2.0, prob=0.5), ("w", "big", "t3")),
+             scale=2.0, prob=0.5), ("w", "w2", "big", "t3")),
     "schedule, skew, no clip": (
         dict(learning_rate=0.01, max_skew_triangular=1.5, update_clip_rms=None,
              preconditioner_update_probability=lambda n: jnp.where(n % 3 == 0, 1.0, 0.0)),
-        dict(lr=0.01, clip=None, prob=lambda n: 1.0 if n % 3 == 0 else 0.0), ("w", "t3", "b")),
+        dict(lr=0.01, clip=None, prob=lambda n: 1.0 if n % 3 == 0 else 0.0),
+        ("w", "t3", "b", "b2")),
 }
 
 
@@ -246,7 +249,8 @@ def test_matches_numpy_pseudo_code_float64(name):
 def test_complex_matches_numpy_pseudo_code_complex128():
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
-        params = {k: v for k, v in _tree(jnp.complex128, rng).items() if k in ("w", "b", "s")}
+        params = {k: v for k, v in _tree(jnp.complex128, rng).items()
+                  if k in ("w", "w2", "b", "s")}
         grads = [{k: v for k, v in _tree(jnp.complex128, rng).items() if k in params}
                  for _ in range(STEPS)]
         kw = dict(learning_rate=0.05, preconditioner_update_probability=1.0)
