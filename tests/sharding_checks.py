@@ -573,8 +573,10 @@ def check_contrib_state_follows_params() -> None:
 @check
 def check_muon_model_sharded_weight() -> None:
     """contrib.muon on a (64, 32) weight split 8 ways along its rows, then its columns
-    (Newton-Schulz's matmuls contract the split axis): three jitted steps give one
-    device's numbers, and the momentum keeps the weight's sharding."""
+    (Newton-Schulz's matmuls contract the split axis), on a mesh with automatic axes and
+    on one with explicit axes (where the split is part of the array's type and a matmul
+    over a split axis must be told its output sharding): three jitted steps give one
+    device's numbers, and the momentum and the weight keep the weight's sharding."""
     rng = np.random.default_rng(0)
     w = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
     grads = jnp.asarray(rng.standard_normal((3, 64, 32)), jnp.float32)
@@ -589,12 +591,16 @@ def check_muon_model_sharded_weight() -> None:
         return p["w"], state.inner_states["muon"].inner_state[0].mu["w"]
 
     want = jax.jit(run)(w)[0]
-    mesh = mesh_1d(AxisType.Auto)
-    for spec in (P("data", None), P(None, "data")):
-        sharding = NamedSharding(mesh, spec)
-        got, mu = jax.jit(run)(jax.device_put(w, sharding))
-        assert_close(got, want, f"muon, weight sharded as {spec}")
-        assert mu.sharding.is_equivalent_to(sharding, 2), (spec, mu.sharding)
+    for axis_type in (AxisType.Auto, AxisType.Explicit):
+        mesh = mesh_1d(axis_type)
+        for spec in (P("data", None), P(None, "data")):
+            sharding = NamedSharding(mesh, spec)
+            with jax.set_mesh(mesh):
+                got, mu = jax.jit(run)(jax.device_put(w, sharding))
+            where = f"muon, weight sharded as {spec}, {axis_type}"
+            assert_close(got, want, where)
+            assert mu.sharding.is_equivalent_to(sharding, 2), (where, mu.sharding)
+            assert got.sharding.is_equivalent_to(sharding, 2), (where, got.sharding)
 
 
 @check

@@ -251,6 +251,13 @@ def _newton_schulz(x: Array, coeffs: Array, ns_steps: Any, preconditioning: str,
 def _orthogonalize(x: Array, red: tuple, out: tuple, coeffs: Array, ns_steps: Any,
                    preconditioning: str, eps: Any, adaptive: bool) -> Array:
     """Muon's direction for one leaf: each (reduction x output) matrix orthogonalized."""
+    # On a mesh with explicit axes a leaf carries its sharding in its type, and a matmul
+    # contracting a split axis must be told its output's: Newton-Schulz needs whole
+    # matrices anyway, so it runs on a replicated copy, and the direction goes back to
+    # the leaf's sharding at the end.
+    spec = _explicit_spec(x)
+    if spec is not None:
+        x = jax.sharding.reshard(x, jax.sharding.PartitionSpec())
     batch = tuple(a for a in range(x.ndim) if a not in red + out)
     perm = batch + red + out
     sizes = [math.prod(x.shape[a] for a in axes) for axes in (batch, red, out)]
@@ -260,7 +267,20 @@ def _orthogonalize(x: Array, red: tuple, out: tuple, coeffs: Array, ns_steps: An
     o = o if sizes[1] <= sizes[2] else jnp.swapaxes(o, -1, -2)
     if adaptive:  # scaled by the dual norm <M, O> of each matrix (Bernstein et al., 2024)
         o = jnp.sum(jnp.conj(m) * o, axis=(-2, -1), keepdims=True) * o
-    return jnp.transpose(o.reshape([x.shape[a] for a in perm]), np.argsort(perm))
+    o = jnp.transpose(o.reshape([x.shape[a] for a in perm]), np.argsort(perm))
+    return o if spec is None else jax.sharding.reshard(o, spec)
+
+
+def _explicit_spec(x: Array) -> Any:
+    """The ``PartitionSpec`` in ``x``'s type when it is split over explicit mesh axes, else None.
+
+    Under automatic axes (and on one device) the type carries no split, and XLA's
+    partitioner places the Newton-Schulz matmuls itself.
+    """
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    if spec is None or all(s is None for s in spec):
+        return None
+    return spec
 
 
 # --------------------------------------------------------------------------
