@@ -21,6 +21,8 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 
+from functrain import tree as ft
+
 PyTree = Any
 Function = Callable[..., Any]
 
@@ -108,6 +110,11 @@ def reshape_batch_axis(tree: PyTree, microbatch_size: int, axis: int = 0) -> PyT
     Returns:
       The reshaped tree.
 
+    Beyond optax: a batch axis split over explicit mesh axes (``jax.make_mesh``'s
+    default) works, where a plain reshape asks for an output sharding. The split
+    stays on the ``microbatch_size`` axis, which must then be a multiple of the
+    number of shards; each microbatch is spread over the devices as the batch was.
+
     >>> import jax.numpy as jnp
     >>> reshape_batch_axis(jnp.arange(6), 2)
     Array([[0, 3],
@@ -115,8 +122,16 @@ def reshape_batch_axis(tree: PyTree, microbatch_size: int, axis: int = 0) -> PyT
            [2, 5]], dtype=int32)
     """
     def leaf(x: jax.Array) -> jax.Array:
-        shape = (*x.shape[:axis], -1, microbatch_size, *x.shape[axis + 1:])
-        return jnp.reshape(x, shape, order="F")
+        spec = ft.explicit_spec(x)
+        if spec is None or spec[axis] is None:
+            shape = (*x.shape[:axis], -1, microbatch_size, *x.shape[axis + 1:])
+            return jnp.reshape(x, shape, order="F")
+        # Column-major split = a row-major split into (microbatch_size, n), then a swap of
+        # the two: entry b = j * n + i goes to [i, j] either way. The row-major split keeps
+        # each device's contiguous block of the batch in a block of microbatch_size.
+        rows = (*x.shape[:axis], microbatch_size, -1, *x.shape[axis + 1:])
+        split = jax.sharding.PartitionSpec(*spec[:axis], spec[axis], None, *spec[axis + 1:])
+        return jnp.swapaxes(jnp.reshape(x, rows, out_sharding=split), axis, axis + 1)
 
     return jax.tree_util.tree_map(leaf, tree)
 

@@ -45,7 +45,7 @@ __all__ = [
     "div", "dtype", "get", "get_all_with_path", "map_params", "max", "min", "random_like",
     "real", "set", "size", "split_key_like", "unwrap_random_key_data",
     "update_infinity_moment", "update_moment", "update_moment_per_elem_norm",
-    "NamedTupleKey", "distinct_buffers",
+    "NamedTupleKey", "distinct_buffers", "explicit_spec",
 ]
 
 
@@ -564,3 +564,27 @@ def distinct_buffers(tree: PyTree) -> PyTree:
 
     return jax.tree_util.tree_map(one, tree)
 
+
+
+def explicit_spec(x: Any) -> Any:
+    """The ``PartitionSpec`` in ``x``'s type when it is split over explicit mesh axes.
+
+    On a mesh with explicit axes (``jax.make_mesh``'s default), an array's split is
+    part of its type, and an operation that cannot tell how to split its output
+    (a matmul contracting a split axis, a reshape of a split axis) must be told.
+    Under automatic axes, and on one device, the type carries no split.
+
+    Args:
+      x: an array or a tracer.
+
+    Returns:
+      The ``PartitionSpec`` of ``x``'s type if any of its axes is split, else ``None``.
+
+    >>> import jax.numpy as jnp
+    >>> explicit_spec(jnp.zeros((4, 2))) is None
+    True
+    """
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+    if spec is None or all(s is None for s in spec):
+        return None
+    return spec

@@ -603,6 +603,28 @@ def check_muon_model_sharded_weight() -> None:
             assert got.sharding.is_equivalent_to(sharding, 2), (where, got.sharding)
 
 
+
+@check
+def check_reshape_batch_axis_explicit_axes() -> None:
+    """microbatching.reshape_batch_axis on a batch split over explicit mesh axes (a plain
+    column-major reshape asks for an output sharding there, in optax too): optax's numbers
+    (computed unsharded), the split kept on the microbatch_size axis; other axes' splits
+    kept."""
+    import optax
+    cases = [(mesh_1d(AxisType.Explicit), P("data"), (64, 3), 0, 8),
+             (mesh_1d(AxisType.Explicit), P(None, "data"), (3, 64), 1, 16),
+             (mesh_2d(AxisType.Explicit), P("data", "model"), (32, 4), 0, 4)]
+    for mesh, spec, shape, axis, size in cases:
+        x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
+        want = optax.microbatching.reshape_batch_axis(x, size, axis)
+        with jax.set_mesh(mesh):
+            got = jax.jit(lambda t, size=size, axis=axis: ft.microbatching.reshape_batch_axis(
+                t, size, axis))(jax.device_put(x, NamedSharding(mesh, spec)))
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=str(spec))
+        kept = P(*spec[:axis], None, spec[axis], *spec[axis + 1:])
+        assert got.sharding.is_equivalent_to(NamedSharding(mesh, kept), got.ndim), (
+            spec, got.sharding)
+
 @check
 def check_mars_came() -> None:
     """contrib.mars and contrib.came on the 4x2 mesh, params split over both axes

@@ -255,7 +255,7 @@ def _orthogonalize(x: Array, red: tuple, out: tuple, coeffs: Array, ns_steps: An
     # contracting a split axis must be told its output's: Newton-Schulz needs whole
     # matrices anyway, so it runs on a replicated copy, and the direction goes back to
     # the leaf's sharding at the end.
-    spec = _explicit_spec(x)
+    spec = ft.explicit_spec(x)
     if spec is not None:
         x = jax.sharding.reshard(x, jax.sharding.PartitionSpec())
     batch = tuple(a for a in range(x.ndim) if a not in red + out)
@@ -269,18 +269,6 @@ def _orthogonalize(x: Array, red: tuple, out: tuple, coeffs: Array, ns_steps: An
         o = jnp.sum(jnp.conj(m) * o, axis=(-2, -1), keepdims=True) * o
     o = jnp.transpose(o.reshape([x.shape[a] for a in perm]), np.argsort(perm))
     return o if spec is None else jax.sharding.reshard(o, spec)
-
-
-def _explicit_spec(x: Array) -> Any:
-    """The ``PartitionSpec`` in ``x``'s type when it is split over explicit mesh axes, else None.
-
-    Under automatic axes (and on one device) the type carries no split, and XLA's
-    partitioner places the Newton-Schulz matmuls itself.
-    """
-    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
-    if spec is None or all(s is None for s in spec):
-        return None
-    return spec
 
 
 # --------------------------------------------------------------------------
