@@ -24,6 +24,7 @@ Writes ``results/beyond_optax.json`` and ``results/beyond_optax.md`` and prints 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -40,7 +41,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import functrain  # noqa: E402
-from run import copy_tree, machine_info, make_tree, transformer_shapes  # noqa: E402
+from run import build_step, copy_tree, machine_info, make_tree, transformer_shapes  # noqa: E402
 
 LR = 1e-3
 OPTIMIZERS = {
@@ -59,22 +60,13 @@ MODELS = {
 
 
 def build(opt: Any, params: Any, grads: Any) -> dict:
-    def step(params, state, grads):
-        updates, state = opt.update(grads, state, params)
-        return functrain.apply_updates(params, updates), state
-
-    state = opt.init(params)
-    t0 = time.perf_counter()
-    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, grads)
-    t1 = time.perf_counter()
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
-    mem = compiled.memory_analysis()
-    peak = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-            + mem.temp_size_in_bytes)
-    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
-    return {"compiled": compiled, "state": state, "lower_s": t1 - t0, "compile_s": t2 - t1,
-            "state_bytes": int(state_bytes), "peak_bytes": int(peak)}
+    """run.py's ``build_step`` for one functrain optimizer, plus the state's bytes."""
+    lib = {"make": lambda _: opt, "apply": functrain.apply_updates,
+           "ctx": contextlib.nullcontext}
+    built = build_step(lib, "", params, grads)
+    built["state_bytes"] = int(sum(x.size * x.dtype.itemsize
+                                   for x in jax.tree_util.tree_leaves(built["state"])))
+    return built
 
 
 def bench_model(model: str, opts: list[str], reps: int) -> dict:
