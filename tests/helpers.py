@@ -151,6 +151,28 @@ def assert_same_trajectory(ours: Any, theirs: Any, *, params: Any = None, grads:
     assert moved, f"{name} never moved the params: the comparison would be vacuous"
 
 
+_STEP_FNS: dict = {}  # id(opt) -> (opt, its jitted step): one compile per optimizer object
+
+
+def run_jitted(opt: Any, params: Any, grads: list) -> tuple:
+    """``([params after step 1, 2, ...], final state)``: one jitted step per gradient.
+
+    The jitted step is kept per optimizer object (with the object, so its id stays
+    unique), so calling this again with the same ``opt`` does not recompile.
+    """
+    if id(opt) not in _STEP_FNS:
+        def step(p, s, g):
+            u, s = opt.update(g, s, p)
+            return ft.apply_updates(p, u), s
+        _STEP_FNS[id(opt)] = (opt, jax.jit(step))
+    step = _STEP_FNS[id(opt)][1]
+    state, out = opt.init(params), []
+    for g in grads:
+        params, state = step(params, state, g)
+        out.append(params)
+    return out, state
+
+
 def jitted_steps(opt: Any, params: Any, grads: Any, steps: int = 4) -> tuple:
     """``(params, state)`` after ``steps`` steps with the same gradients, all in one jit."""
     @jax.jit

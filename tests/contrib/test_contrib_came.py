@@ -18,6 +18,7 @@ import pytest
 
 import functrain
 from functrain.contrib import CameState, came, scale_by_came
+from helpers import run_jitted
 
 STEPS = 20
 
@@ -79,23 +80,6 @@ def ref_came(params, grads, lr, b1=0.9, b2=0.999, b3=0.9999, eps1=1e-30, eps2=1e
     return out, clips
 
 
-_COMPILED = {}  # id(opt) -> (opt, jitted step): one compile per optimizer object
-
-
-def _run(opt, params, grads):
-    if id(opt) not in _COMPILED:
-        def step(p, s, g):
-            u, s = opt.update(g, s, p)
-            return functrain.apply_updates(p, u), s
-        _COMPILED[id(opt)] = (opt, jax.jit(step))
-    step = _COMPILED[id(opt)][1]
-    state, out = opt.init(params), []
-    for g in grads:
-        params, state = step(params, state, g)
-        out.append(params)
-    return out, state
-
-
 @pytest.mark.parametrize("kwargs", [
     dict(lr=1e-3),
     dict(lr=1e-2, b1=0.8, b2=0.99, b3=0.999, eps1=1e-3, eps2=1e-4, wd=0.1),
@@ -111,7 +95,7 @@ def test_matches_numpy_pseudo_code_float64(kwargs):
     names.update({k: v for k, v in kwargs.items() if k not in ("lr", "wd", "d")})
     with jax.enable_x64(True):
         params = jax.tree_util.tree_map(jnp.asarray, _tree())
-        got, state = _run(came(**names), params,
+        got, state = run_jitted(came(**names), params,
                           [jax.tree_util.tree_map(jnp.asarray, g) for g in grads])
         for t, (a, b) in enumerate(zip(got, want)):
             for k in b:
@@ -191,8 +175,8 @@ def test_inject_hyperparams_bf16_and_multisteps():
     kw = dict(learning_rate=2.0 ** -7, b1=0.75, b2=1 - 2.0 ** -7, b3=1 - 2.0 ** -9,
               clip_threshold=0.5, weight_decay=2.0 ** -7)
     opt = came(**kw)
-    plain, _ = _run(opt, params, grads)
-    injected, state = _run(functrain.inject_hyperparams(came)(**kw), params, grads)
+    plain, _ = run_jitted(opt, params, grads)
+    injected, state = run_jitted(functrain.inject_hyperparams(came)(**kw), params, grads)
     for a, b in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(injected)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert float(state.hyperparams["b3"]) == 1 - 2.0 ** -9
@@ -210,10 +194,10 @@ def test_inject_hyperparams_bf16_and_multisteps():
                                rtol=3e-2, atol=1e-4)
 
     # MultiSteps(k=2): one CAME step per two micro-steps, on the mean gradient.
-    multi, _ = _run(functrain.MultiSteps(came(**kw), every_k_schedule=2), params, grads)
+    multi, _ = run_jitted(functrain.MultiSteps(came(**kw), every_k_schedule=2), params, grads)
     means = [jax.tree_util.tree_map(lambda a, b: (a + b) / 2, grads[i], grads[i + 1])
              for i in range(0, 6, 2)]
-    every_other, _ = _run(opt, params, means)
+    every_other, _ = run_jitted(opt, params, means)
     for i, want in enumerate(every_other):
         for a, b in zip(jax.tree_util.tree_leaves(multi[2 * i + 1]),
                         jax.tree_util.tree_leaves(want)):

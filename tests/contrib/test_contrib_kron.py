@@ -22,6 +22,7 @@ import pytest
 
 import functrain
 from functrain.contrib import KronState, kron, precond_update_prob_schedule, scale_by_kron
+from helpers import run_jitted
 
 STEPS = 20
 DAMP = np.sqrt(np.finfo(np.float32).eps)
@@ -185,16 +186,6 @@ def _tree(dtype, rng):
             "w2": draw(6, 4), "b2": draw(4)}
 
 
-def _run_ours(opt, params, grads):
-    step = jax.jit(lambda p, s, g: (lambda u, s: (functrain.apply_updates(p, u), s))(
-        *opt.update(g, s, p)))
-    state, out = opt.init(params), []
-    for g in grads:
-        params, state = step(params, state, g)
-        out.append(params)
-    return out, state
-
-
 # name -> (kron's arguments, ref_kron's, the leaves of _tree used)
 SETTINGS = {
     "defaults, probability 1": (dict(learning_rate=0.05, preconditioner_update_probability=1.0),
@@ -231,7 +222,7 @@ def test_matches_numpy_pseudo_code_float64(name):
         rng = np.random.default_rng(0)
         params = tree(rng)
         grads = [tree(rng) for _ in range(STEPS)]
-        got, state = _run_ours(kron(**ours_kw), params, grads)
+        got, state = run_jitted(kron(**ours_kw), params, grads)
         want, want_qs = ref_kron(params, grads, keys_of_run(ours_kw.get("seed", 0), STEPS),
                                  kinds=_kinds(ours_kw, params), **ref_kw)
         for t, (a, b) in enumerate(zip(got, want)):
@@ -254,7 +245,7 @@ def test_complex_matches_numpy_pseudo_code_complex128():
         grads = [{k: v for k, v in _tree(jnp.complex128, rng).items() if k in params}
                  for _ in range(STEPS)]
         kw = dict(learning_rate=0.05, preconditioner_update_probability=1.0)
-        got, _ = _run_ours(kron(**kw), params, grads)
+        got, _ = run_jitted(kron(**kw), params, grads)
         want, _ = ref_kron(params, grads, keys_of_run(0, STEPS), kinds=_kinds(kw, params),
                            lr=0.05)
         for t, (a, b) in enumerate(zip(got, want)):
@@ -398,8 +389,8 @@ def test_inject_hyperparams_gives_the_same_numbers():
     kw = dict(learning_rate=0.03, b1=0.8, weight_decay=0.01, precond_lr=0.2,
               precond_init_scale=1.5, update_clip_rms=0.9, preconditioner_update_probability=0.6,
               max_size_triangular=4)
-    plain, _ = _run_ours(kron(**kw), params, grads)
-    injected, state = _run_ours(functrain.inject_hyperparams(kron)(**kw), params, grads)
+    plain, _ = run_jitted(kron(**kw), params, grads)
+    injected, state = run_jitted(functrain.inject_hyperparams(kron)(**kw), params, grads)
     assert {"learning_rate", "precond_lr", "b1"} <= set(state.hyperparams)
     assert "max_size_triangular" not in state.hyperparams
     for a, b in zip(plain, injected):
@@ -426,10 +417,10 @@ def test_bfloat16_params_keep_bfloat16_updates():
 def test_multisteps_equals_kron_on_mean_gradients():
     rng = np.random.default_rng(0)
     params, grads = _small(rng), [_small(rng) for _ in range(8)]
-    multi, _ = _run_ours(functrain.MultiSteps(kron(0.05), every_k_schedule=2), params, grads)
+    multi, _ = run_jitted(functrain.MultiSteps(kron(0.05), every_k_schedule=2), params, grads)
     means = [jax.tree_util.tree_map(lambda a, b: (a + b) / 2, grads[i], grads[i + 1])
              for i in range(0, 8, 2)]
-    plain, _ = _run_ours(kron(0.05), params, means)
+    plain, _ = run_jitted(kron(0.05), params, means)
     for a, b in zip(multi[1::2], plain):
         for k in a:
             np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6)

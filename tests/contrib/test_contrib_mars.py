@@ -16,7 +16,7 @@ import pytest
 
 import functrain
 from functrain.contrib import MarsState, mars, scale_by_mars
-from helpers import trajectory
+from helpers import run_jitted, trajectory
 
 STEPS = 20
 
@@ -58,23 +58,6 @@ def ref_mars(params, grads, lr, b1=0.95, b2=0.99, eps=1e-8, gamma=0.025, wd=0.0,
     return out, clips
 
 
-_COMPILED = {}  # id(opt) -> (opt, jitted step): one compile per optimizer object
-
-
-def _run(opt, params, grads):
-    if id(opt) not in _COMPILED:
-        def step(p, s, g):
-            u, s = opt.update(g, s, p)
-            return functrain.apply_updates(p, u), s
-        _COMPILED[id(opt)] = (opt, jax.jit(step))
-    step = _COMPILED[id(opt)][1]
-    state, out = opt.init(params), []
-    for g in grads:
-        params, state = step(params, state, g)
-        out.append(params)
-    return out, state
-
-
 @pytest.mark.parametrize("kwargs, scale, clipping", [
     (dict(lr=1e-2), 1.0, True),  # defaults: every leaf's ||c|| > 1 at times
     (dict(lr=3e-2, b1=0.9, b2=0.95, gamma=0.1, wd=0.05), 0.2, True),
@@ -89,7 +72,7 @@ def test_matches_numpy_pseudo_code_float64(kwargs, scale, clipping):
     names.update({k: v for k, v in kwargs.items() if k not in ("lr", "wd")})
     with jax.enable_x64(True):
         params = jax.tree_util.tree_map(jnp.asarray, _tree())
-        got, state = _run(mars(**names), params, [jax.tree_util.tree_map(jnp.asarray, g)
+        got, state = run_jitted(mars(**names), params, [jax.tree_util.tree_map(jnp.asarray, g)
                                                   for g in grads])
         for t, (a, b) in enumerate(zip(got, want)):
             for k in b:
@@ -183,8 +166,8 @@ def test_inject_hyperparams_bf16_and_multisteps():
              for g in _grads(0.5, steps=6)]
     kw = dict(learning_rate=1e-2, b1=0.9, b2=0.95, gamma=0.05, weight_decay=0.01)
     opt = mars(**kw)
-    plain, _ = _run(opt, params, grads)
-    injected, state = _run(functrain.inject_hyperparams(mars)(**kw), params, grads)
+    plain, _ = run_jitted(opt, params, grads)
+    injected, state = run_jitted(functrain.inject_hyperparams(mars)(**kw), params, grads)
     for a, b in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(injected)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert float(state.hyperparams["gamma"]) == pytest.approx(0.05)
@@ -201,10 +184,10 @@ def test_inject_hyperparams_bf16_and_multisteps():
                                rtol=2e-2, atol=1e-4)
 
     # MultiSteps(k=2): one MARS step per two micro-steps, on the mean gradient.
-    multi, _ = _run(functrain.MultiSteps(mars(**kw), every_k_schedule=2), params, grads)
+    multi, _ = run_jitted(functrain.MultiSteps(mars(**kw), every_k_schedule=2), params, grads)
     means = [jax.tree_util.tree_map(lambda a, b: (a + b) / 2, grads[i], grads[i + 1])
              for i in range(0, 6, 2)]
-    every_other, _ = _run(opt, params, means)
+    every_other, _ = run_jitted(opt, params, means)
     for i, want in enumerate(every_other):
         for a, b in zip(jax.tree_util.tree_leaves(multi[2 * i + 1]),
                         jax.tree_util.tree_leaves(want)):
