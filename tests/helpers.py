@@ -28,6 +28,11 @@ import functrain as ft
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "functrain"
+# functrain's type aliases (``typing.Any`` or a ``Callable[...]`` at run time): no
+# docstring of their own; the reference documents them by path (docs/api/building_blocks).
+TYPE_ALIASES = frozenset({"Schedule", "MaskOrFn", "OptState", "Params", "ScalarOrSchedule",
+                          "Updates", "TransformInitFn", "TransformUpdateFn",
+                          "TransformUpdateExtraArgsFn"})
 
 # --------------------------------------------------------------------------
 # Trees

@@ -36,10 +36,8 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 import api_refs  # noqa: E402
 import repo_links  # noqa: E402
+from helpers import TYPE_ALIASES  # noqa: E402
 
-# Type aliases (``typing.Any`` or a ``Callable[...]`` at run time): documented by path only.
-ALIASES = {"Schedule", "MaskOrFn", "OptState", "Params", "ScalarOrSchedule", "Updates",
-           "TransformInitFn", "TransformUpdateFn", "TransformUpdateExtraArgsFn"}
 # Namespaces users import from, besides the contrib family modules.
 NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
               "functrain.numerics", "functrain.linalg", "functrain.projections",
@@ -59,7 +57,7 @@ def public_names() -> dict[str, object]:
         names = getattr(module, "__all__", None)
         if names is None:  # no __all__: the names this package defines (not its imports)
             names = [n for n in dir(module) if not n.startswith("_")
-                     and (n in ALIASES
+                     and (n in TYPE_ALIASES
                           or (getattr(getattr(module, n), "__module__", "") or "")
                           .startswith("functrain"))]
         for name in names:
@@ -91,11 +89,11 @@ def test_public_names_are_found():
 def test_every_public_name_has_a_reference_entry():
     docs = documented()
     documented_objects = {id(obj) for path, obj in docs.items()
-                          if path.rsplit(".", 1)[1] not in ALIASES}
+                          if path.rsplit(".", 1)[1] not in TYPE_ALIASES}
     missing = []
     for path, obj in sorted(public_names().items()):
         short = path.rsplit(".", 1)[1]
-        if short in ALIASES:
+        if short in TYPE_ALIASES:
             ok = f"functrain.{short}" in docs
         else:
             ok = id(obj) in documented_objects

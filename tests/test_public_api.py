@@ -10,12 +10,10 @@ import re
 import types
 
 import functrain
-from helpers import optimizer_functions
+from helpers import TYPE_ALIASES, optimizer_functions
 
 # Type aliases cannot carry a docstring of their own; they are documented where defined.
-ALIASES = {"Schedule", "MaskOrFn", "OptState", "Params", "ScalarOrSchedule", "Updates",
-           "TransformInitFn", "TransformUpdateFn", "TransformUpdateExtraArgsFn",
-           "ShouldSkipUpdateFunction", "ConditionFn"}
+ALIASES = TYPE_ALIASES | {"ShouldSkipUpdateFunction", "ConditionFn"}
 
 
 def public_names():
