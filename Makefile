@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-oldest demo speedrun bench docs docs-check venv clean
+.PHONY: test stress test-oldest demo speedrun bench docs docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# Every optimizer whose step holds a conditional or a decomposition, in fresh processes
+# under a timeout (docs/matrix_optimizers.md): 50+ runs, a hang fails naming the optimizer.
+stress: $(STAMP)
+	$(PY) tests/stress/matrix_optimizers.py
 
 # The declared floors, tested: a separate venv with the lowest versions that
 # pyproject.toml allows (README, "Running the tests"). Same pytest run as `make

@@ -1,12 +1,19 @@
-"""Linear algebra for optimizers: the dominant eigenpair, and a matrix's inverse p-th root.
+"""Linear algebra for optimizers: the dominant eigenpair, a matrix's inverse p-th root, and
+decompositions over stacks of matrices that cannot deadlock XLA:CPU.
 
 ``power_iteration`` (on a matrix or a matrix-vector product over pytrees) and
 ``matrix_inverse_pth_root`` (coupled Newton iterations, as Shampoo uses), with
-optax's signatures, defaults and numbers.
+optax's signatures, defaults and numbers. ``map_matrices`` runs a LAPACK-backed
+decomposition (``eigh``, ``qr``, ``svd``, triangular solves) over a stack of
+matrices: one matrix per call on CPU, batched elsewhere (docs/matrix_optimizers.md,
+"The Shampoo hang").
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 from typing import Any, Callable, Optional, Union
 
 import jax
@@ -18,7 +25,7 @@ from functrain import tree as ft
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["power_iteration", "matrix_inverse_pth_root"]
+__all__ = ["power_iteration", "matrix_inverse_pth_root", "map_matrices", "set_lapack_threads"]
 
 
 def _unit(v: PyTree) -> PyTree:
@@ -160,3 +167,123 @@ def matrix_inverse_pth_root(matrix: Array, p: Any, num_iters: Any = 100,
     err = jnp.max(jnp.abs(m - eye))
     ok = jnp.asarray(improving, prev_h.dtype)
     return jnp.asarray(ok * h + (1 - ok) * prev_h, matrix.dtype), err
+
+
+def map_matrices(fn: Callable[..., Any], *stacks: Array) -> Any:
+    """``fn`` applied to each matrix of same-length stacks: one call per matrix on CPU.
+
+    On CPU, jaxlib's LAPACK kernels split a *batched* call (``eigh`` of a
+    ``(k, n, n)`` stack, ``qr``, ``svd``, triangular solves) over XLA's
+    intra-op thread pool and block the calling thread until every matrix is
+    done. When such calls run on the pool's own workers (inside a
+    ``lax.cond`` or ``lax.switch`` branch, as an optimizer's refresh does),
+    every worker can end up waiting for work queued behind it: the program
+    never returns (0% CPU). Here the stack goes through ``lax.map``, so each
+    LAPACK call sees a single matrix and runs inline; on GPU and TPU the
+    batched call is kept (``lax.platform_dependent`` picks at lowering). The
+    numbers are the same either way. See docs/matrix_optimizers.md.
+
+    Args:
+      fn: a function of one matrix from each stack (``(n, m)`` arrays) to a
+        pytree of arrays.
+      *stacks: arrays with the same leading (batch) dimension.
+
+    Returns:
+      ``fn``'s outputs stacked along a new leading axis, as ``jax.vmap(fn)``.
+
+    >>> import jax.numpy as jnp
+    >>> s = jnp.stack([jnp.diag(jnp.array([1., 4.])), jnp.diag(jnp.array([9., 16.]))])
+    >>> w, _ = map_matrices(jnp.linalg.eigh, s)
+    >>> print(w)
+    [[ 1.  4.]
+     [ 9. 16.]]
+    """
+    if not stacks:
+        raise TypeError("map_matrices needs at least one stack of matrices.")
+    lengths = {x.shape[0] if x.ndim else None for x in stacks}
+    if len(lengths) != 1 or None in lengths:
+        raise ValueError(f"map_matrices: every stack needs the same leading dimension, got "
+                         f"shapes {[tuple(x.shape) for x in stacks]}.")
+    if stacks[0].shape[0] == 1:  # a single matrix: no batched call to split
+        return jax.tree.map(lambda y: y[None], fn(*(x[0] for x in stacks)))
+
+    def one_at_a_time(*xs: Array) -> Any:
+        return lax.map(lambda args: fn(*args), xs)
+
+    return lax.platform_dependent(*stacks, cpu=one_at_a_time, default=jax.vmap(fn))
+
+
+_SET_THREADS = ("scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
+                "openblas_set_num_threads", "openblas_set_num_threads64_")
+_GET_THREADS = ("scipy_openblas_get_num_threads", "scipy_openblas_get_num_threads64_",
+                "openblas_get_num_threads", "openblas_get_num_threads64_")
+
+
+def _lapack_openblas() -> Optional[ctypes.CDLL]:
+    """The OpenBLAS behind jaxlib's CPU LAPACK kernels (SciPy's wheel copy), or ``None``."""
+    try:
+        import scipy
+        import scipy.linalg.cython_lapack  # noqa: F401  (loads the library, as jaxlib does)
+    except ImportError:
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(scipy.__file__)))
+    for path in sorted(glob.glob(os.path.join(root, "scipy.libs", "libscipy_openblas*"))
+                       + glob.glob(os.path.join(os.path.dirname(scipy.__file__), ".dylibs",
+                                                "libscipy_openblas*"))):
+        try:
+            return ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0))
+        except OSError:
+            continue
+    return None
+
+
+def set_lapack_threads(n: int) -> Optional[int]:
+    """Set how many threads the OpenBLAS behind JAX's CPU ``eigh``/``qr``/``svd`` may use.
+
+    jaxlib's CPU LAPACK kernels call SciPy's OpenBLAS, whose own thread pool
+    (one thread per core by default) busy-waits. Inside an XLA program that
+    pool competes with XLA's intra-op threads for the same cores; as soon as
+    the machine has other work (a second process, a data loader, a test
+    worker) a step with decompositions slows 50-100 fold, which looks like a
+    hang (docs/matrix_optimizers.md). One OpenBLAS thread was also faster
+    unloaded on the 2-core machine where this was measured (Shampoo 67 vs 74 ms
+    per step, SOAP 44 vs 50 ms). ``shampoo``, ``soap`` and ``galore`` call
+    ``set_lapack_threads(1)`` when built; call it with a larger ``n`` to undo
+    that. This is process-wide: it also applies to ``scipy.linalg`` (NumPy's
+    own OpenBLAS is a separate copy and is not touched).
+
+    Args:
+      n: the number of threads, ``>= 1``.
+
+    Returns:
+      The previous number of threads, or ``None`` when no such OpenBLAS is
+      loaded (SciPy built against MKL or Accelerate, or no SciPy): then
+      nothing is changed.
+
+    >>> previous = set_lapack_threads(1)
+    >>> previous is None or previous >= 1
+    True
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_lapack_threads: n must be an integer >= 1, got {n!r}.")
+    lib = _lapack_openblas()
+    setter = next((getattr(lib, f) for f in _SET_THREADS if lib and hasattr(lib, f)), None)
+    getter = next((getattr(lib, f) for f in _GET_THREADS if lib and hasattr(lib, f)), None)
+    if setter is None or getter is None:
+        return None
+    getter.restype = ctypes.c_int
+    previous = int(getter())
+    setter(ctypes.c_int(n))
+    return previous
+
+
+_LIMITED = []  # set once per process by single_threaded_lapack
+
+
+def single_threaded_lapack() -> None:
+    """``set_lapack_threads(1)`` once per process (the builders of optimizers whose steps decompose).
+
+    >>> single_threaded_lapack()
+    """
+    if not _LIMITED:
+        _LIMITED.append(set_lapack_threads(1))

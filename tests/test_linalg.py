@@ -63,3 +63,62 @@ def test_matrix_inverse_pth_root_matches_optax_and_eigh(p):
         exact = (q * (eig + ridge) ** (-1.0 / p)) @ q.T
         np.testing.assert_allclose(ours, exact, rtol=2e-3, atol=2e-4)
     assert functrain.matrix_inverse_pth_root is linalg.matrix_inverse_pth_root
+
+
+# --------------------------------------------------------------------------
+# map_matrices and set_lapack_threads (docs/matrix_optimizers.md, "The Shampoo hang")
+# --------------------------------------------------------------------------
+
+def _spd_stack(k, n, seed=0):
+    x = np.random.default_rng(seed).normal(size=(k, n, n)).astype(np.float32)
+    return jnp.asarray(x @ np.swapaxes(x, -1, -2) + n * np.eye(n, dtype=np.float32))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_map_matrices_gives_vmaps_numbers(k):
+    s = _spd_stack(k, 6)
+    w, v = jax.jit(lambda s: linalg.map_matrices(jnp.linalg.eigh, s))(s)
+    w_np, v_np = np.linalg.eigh(np.asarray(s, np.float64))
+    np.testing.assert_allclose(w, w_np, rtol=1e-5)
+    # eigenvectors up to sign: compare the projectors v v^T
+    np.testing.assert_allclose(np.asarray(v) @ np.swapaxes(np.asarray(v), -1, -2),
+                               v_np @ np.swapaxes(v_np, -1, -2), atol=1e-5)
+    q, r = linalg.map_matrices(jnp.linalg.qr, s)
+    np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), np.asarray(s), rtol=1e-5, atol=1e-4)
+
+
+def test_map_matrices_takes_several_stacks_and_checks_them():
+    a, b = _spd_stack(3, 4), _spd_stack(3, 4, seed=1)
+    out = linalg.map_matrices(lambda x, y: x @ y, a, b)
+    np.testing.assert_allclose(out, np.asarray(a) @ np.asarray(b), rtol=1e-5)
+    with pytest.raises(ValueError, match="same leading dimension"):
+        linalg.map_matrices(lambda x, y: x @ y, a, b[:2])
+    with pytest.raises(TypeError, match="at least one"):
+        linalg.map_matrices(jnp.linalg.eigh)
+
+
+def test_map_matrices_makes_no_batched_lapack_call_on_cpu():
+    # A batched LAPACK call inside a conditional deadlocked XLA:CPU (the Shampoo hang): on
+    # CPU every call must see one matrix (num_batch_dims = 0).
+    s = _spd_stack(4, 8)
+    f = jax.jit(lambda s, p: jax.lax.cond(
+        p, lambda s: linalg.map_matrices(jnp.linalg.eigh, s)[1], lambda s: s, s))
+    text = f.lower(s, True).as_text()
+    calls = [line for line in text.splitlines() if "lapack_" in line]
+    assert calls and all('num_batch_dims = "0"' in line for line in calls), calls
+    unsafe = jax.jit(lambda s: jnp.linalg.eigh(s)[1]).lower(s).as_text()
+    assert 'num_batch_dims = "1"' in unsafe  # the check above can fail
+
+
+def test_set_lapack_threads_sets_and_returns_the_previous_count():
+    previous = linalg.set_lapack_threads(3)
+    if previous is None:  # SciPy without an OpenBLAS of its own (MKL / Accelerate): a no-op
+        assert linalg._lapack_openblas() is None
+    else:
+        try:
+            assert linalg.set_lapack_threads(2) == 3
+        finally:
+            linalg.set_lapack_threads(previous)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="integer >= 1"):
+            linalg.set_lapack_threads(bad)

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
+from functrain.linalg import map_matrices, single_threaded_lapack
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.transforms.adam import corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
@@ -143,9 +144,11 @@ def _inverse_root(stat: Array, exponent: int, matrix_eps: Any) -> Array:
     """``(S + matrix_eps * lambda_max(S) I)^(-1/exponent)`` of each block, by ``eigh``.
 
     Runs in the statistics' dtype (at least float32). Negative rounding of the
-    eigenvalues is clipped to zero; an all-zero block gives the identity.
+    eigenvalues is clipped to zero; an all-zero block gives the identity. The
+    blocks go through ``eigh`` one at a time on CPU (:func:`map_matrices`): a
+    batched ``eigh`` inside the refresh's ``lax.cond`` can deadlock XLA:CPU.
     """
-    w, v = jnp.linalg.eigh(stat)
+    w, v = map_matrices(jnp.linalg.eigh, stat)
     w = jnp.maximum(w, 0)
     top = jnp.max(w, axis=-1, keepdims=True)
     safe = jnp.where(top > 0, w + matrix_eps * top, 1)
@@ -259,6 +262,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     if graft_type == "adam" and isinstance(b2, (int, float)) and b2 == 1:
         raise ValueError(f"{owner}: graft_type='adam' needs b2 < 1 (its moving average); "
                          f"with b2=1 (summed statistics) use graft_type='adagrad'.")
+    single_threaded_lapack()  # its eigh runs inside XLA's pool (set_lapack_threads)
     uses_nu = graft_type != "sgd"
     bias = corrections(b1, b2 if graft_type == "adam" else None, nesterov=nesterov)
 

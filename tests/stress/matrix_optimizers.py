@@ -1,0 +1,200 @@
+"""Stress test: every optimizer whose step holds a conditional or a decomposition, in fresh processes.
+
+``make stress`` (and CI) runs ``python tests/stress/matrix_optimizers.py``: each
+optimizer below trains a transformer-shaped tree (an embedding (512, 128), a
+head (128, 512), four blocks of four (128, 128) attention matrices, a
+(128, 512) and a (512, 128) MLP matrix, norm and bias vectors: 39 leaves)
+with a jitted, donated step through its first preconditioner refreshes, in a
+fresh Python process under a timeout, two processes at a time (this machine's
+two cores, so the XLA thread pools compete as they do on a loaded machine).
+A process that does not finish in time is a hang: the run fails and names
+the optimizer. docs/matrix_optimizers.md records the hang this guards
+against (a batched LAPACK call inside ``lax.cond`` deadlocking XLA:CPU).
+
+``STRESSED`` is the list; ``tests/test_stress_list.py`` checks that every
+optimizer whose compiled step contains a conditional, a loop or a LAPACK
+decomposition is on it (``risky_primitives``).
+
+Usage: ``python tests/stress/matrix_optimizers.py [--runs N] [--only NAME ...]``;
+``python tests/stress/matrix_optimizers.py --one NAME SEED`` runs one process's work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, NamedTuple, Optional
+
+# Primitives whose presence in a step puts the optimizer on the stress list: control flow
+# (its branches run on XLA:CPU's pool workers) and the LAPACK-backed decompositions.
+RISKY = frozenset({"cond", "while", "eigh", "qr", "geqrf", "householder_product", "svd",
+                   "triangular_solve", "cholesky", "lu", "schur", "eig"})
+
+
+class Stressed(NamedTuple):
+    """One optimizer of the stress run."""
+
+    make: Callable[[Any], Any]   # functrain -> GradientTransformation
+    steps: int                   # enough to pass its first refreshes
+    runs: int                    # fresh processes per stress run
+    extra: Optional[Callable[[Callable, Any, Any], dict]] = None  # (loss, params, grads) -> kw
+
+
+def _value(loss: Callable, params: Any, grads: Any) -> dict:
+    return {"value": loss(params)}
+
+
+def _sophia(loss: Callable, params: Any, grads: Any) -> dict:
+    return {"obj_fn": loss}
+
+
+def _linesearch(loss: Callable, params: Any, grads: Any) -> dict:
+    return {"value": loss(params), "grad": grads, "value_fn": loss}
+
+
+# name -> setting. The four matrix optimizers get most of the runs (at least 50 in all).
+STRESSED: dict[str, Stressed] = {
+    "shampoo": Stressed(lambda ft: ft.contrib.shampoo(1e-3), steps=40, runs=12),
+    "soap": Stressed(lambda ft: ft.contrib.soap(1e-3, precondition_frequency=5), steps=30,
+                     runs=12),
+    "kron": Stressed(lambda ft: ft.contrib.kron(1e-3), steps=30, runs=12),
+    "muon": Stressed(lambda ft: ft.contrib.muon(1e-3), steps=20, runs=6),
+    "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
+                          runs=2),
+    "galore": Stressed(lambda ft: ft.contrib.galore(1e-3, rank=16, update_proj_gap=5),
+                       steps=12, runs=3),
+    "sophia": Stressed(lambda ft: ft.contrib.sophia(1e-3), steps=12, runs=2, extra=_sophia),
+    "reduce_on_plateau": Stressed(
+        lambda ft: ft.chain(ft.adam(1e-3), ft.contrib.reduce_on_plateau(patience=2)),
+        steps=12, runs=2, extra=_value),
+    "lbfgs": Stressed(lambda ft: ft.lbfgs(), steps=8, runs=2, extra=_linesearch),
+    "apply_if_finite": Stressed(lambda ft: ft.apply_if_finite(ft.adam(1e-3), 3), steps=8,
+                                runs=1),
+    "multi_steps": Stressed(lambda ft: ft.MultiSteps(ft.adam(1e-3), 3), steps=8, runs=1),
+}
+
+
+def transformer_tree(jax: Any, seed: int = 0) -> dict:
+    """The 39-leaf, 0.9M-parameter tree of issue 21 (float32, scaled normal)."""
+    shapes = {"emb": (512, 128), "head": (128, 512)}
+    for b in range(4):
+        for n in ("q", "k", "v", "o"):
+            shapes[f"b{b}_{n}"] = (128, 128)
+        shapes[f"b{b}_up"], shapes[f"b{b}_down"] = (128, 512), (512, 128)
+        shapes[f"b{b}_ln1"], shapes[f"b{b}_ln2"], shapes[f"b{b}_bias"] = (128,), (128,), (512,)
+    key = jax.random.PRNGKey(seed)
+    return {name: 0.02 * jax.random.normal(jax.random.fold_in(key, i), shape)
+            for i, (name, shape) in enumerate(sorted(shapes.items()))}
+
+
+def risky_primitives(jaxpr: Any) -> set:
+    """The names in :data:`RISKY` among ``jaxpr``'s equations, nested ones included."""
+    found = set()
+
+    def visit(jp: Any) -> None:
+        for eqn in jp.eqns:
+            if eqn.primitive.name in RISKY:
+                found.add(eqn.primitive.name)
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (list, tuple)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        visit(inner)
+
+    visit(getattr(jaxpr, "jaxpr", jaxpr))
+    return found
+
+
+def run_one(name: str, seed: int) -> None:
+    """One process's work: ``STRESSED[name]``'s steps on the tree, printing each step."""
+    import jax
+    import jax.numpy as jnp
+
+    import functrain
+
+    setting = STRESSED[name]
+    opt = setting.make(functrain)
+    params = transformer_tree(jax, seed)
+    target = jax.tree.map(lambda p: jnp.roll(p, 1, axis=0), params)
+
+    def loss(p: Any) -> jax.Array:
+        return sum(jnp.mean(jnp.square(a - b)) + 1e-3 * jnp.mean(jnp.sin(7 * a))
+                   for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(target)))
+
+    def step(params: Any, state: Any) -> tuple:
+        grads = jax.grad(loss)(params)
+        extra = setting.extra(loss, params, grads) if setting.extra else {}
+        updates, state = opt.update(grads, state, params, **extra)
+        return functrain.apply_updates(params, updates), state
+
+    step = jax.jit(step, donate_argnums=(0, 1))
+    state = opt.init(params)
+    for i in range(setting.steps):
+        params, state = step(params, state)
+        jax.block_until_ready(params)
+        print(f"step {i + 1}", flush=True)
+    if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params)):
+        raise SystemExit(f"{name}: non-finite parameters after {setting.steps} steps")
+    print(f"ok {name}", flush=True)
+
+
+def _spawn(name: str, seed: int, timeout: float) -> tuple:
+    start = time.perf_counter()
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, str(seed)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        tail = (e.stdout or b"")
+        tail = tail.decode() if isinstance(tail, bytes) else tail
+        last = tail.strip().splitlines()[-1:] or ["before the first step"]
+        return name, seed, "HANG", time.perf_counter() - start, f"no exit in {timeout:.0f} s, "\
+            f"last output: {last[0]}"
+    status = "ok" if out.returncode == 0 and f"ok {name}" in out.stdout else "FAIL"
+    detail = "" if status == "ok" else (out.stderr.strip().splitlines() or ["?"])[-1]
+    return name, seed, status, time.perf_counter() - start, detail
+
+
+def main(argv: Optional[list] = None) -> int:
+    """Run the stress test; return the exit status (1 if any process hung or failed)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--one", nargs=2, metavar=("NAME", "SEED"))
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--runs", type=int, default=None, help="processes per optimizer")
+    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per process")
+    ap.add_argument("--parallel", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.one:
+        run_one(args.one[0], int(args.one[1]))
+        return 0
+    names = args.only or list(STRESSED)
+    unknown = sorted(set(names) - set(STRESSED))
+    if unknown:
+        ap.error(f"unknown optimizers {unknown}; known: {sorted(STRESSED)}")
+    jobs = [(n, seed) for n in names
+            for seed in range(args.runs if args.runs else STRESSED[n].runs)]
+    # Interleave the optimizers, so concurrent processes run different programs.
+    jobs.sort(key=lambda job: (job[1], names.index(job[0])))
+    start = time.perf_counter()
+    with ThreadPoolExecutor(args.parallel) as pool:
+        results = list(pool.map(lambda job: _spawn(*job, args.timeout), jobs))
+    print(f"{'optimizer':<20} {'runs':>5} {'ok':>4} {'hang':>5} {'fail':>5} {'median s':>9}")
+    bad = []
+    for n in names:
+        mine = [r for r in results if r[0] == n]
+        secs = sorted(r[3] for r in mine)
+        count = {s: sum(r[2] == s for r in mine) for s in ("ok", "HANG", "FAIL")}
+        print(f"{n:<20} {len(mine):>5} {count['ok']:>4} {count['HANG']:>5} "
+              f"{count['FAIL']:>5} {secs[len(secs) // 2]:>9.1f}")
+        bad += [r for r in mine if r[2] != "ok"]
+    print(f"{len(results)} processes in {time.perf_counter() - start:.0f} s")
+    for n, seed, status, _, detail in bad:
+        print(f"{status}: {n} (seed {seed}): {detail}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
