@@ -248,27 +248,71 @@ def _newton_schulz(x: Array, coeffs: Array, ns_steps: Any, preconditioning: str,
     return jax.lax.scan(body, (jnp.zeros([], jnp.int32), x), coeffs)[0][1]
 
 
-def _orthogonalize(x: Array, red: tuple, out: tuple, coeffs: Array, ns_steps: Any,
-                   preconditioning: str, eps: Any, adaptive: bool) -> Array:
-    """Muon's direction for one leaf: each (reduction x output) matrix orthogonalized."""
-    # On a mesh with explicit axes a leaf carries its sharding in its type, and a matmul
-    # contracting a split axis must be told its output's: Newton-Schulz needs whole
-    # matrices anyway, so it runs on a replicated copy, and the direction goes back to
-    # the leaf's sharding at the end.
-    spec = ft.explicit_spec(x)
-    if spec is not None:
-        x = jax.sharding.reshard(x, jax.sharding.PartitionSpec())
-    batch = tuple(a for a in range(x.ndim) if a not in red + out)
+class _MatrixView(NamedTuple):
+    """How one leaf is seen as a stack of matrices (all static)."""
+
+    perm: tuple      # batch axes, then reduction axes, then output axes
+    sizes: tuple     # (batch, rows, cols) after the transpose
+    swapped: bool    # rows > cols: Newton-Schulz runs on the transpose
+
+
+def _matrix_view(shape: tuple, red: tuple, out: tuple) -> _MatrixView:
+    batch = tuple(a for a in range(len(shape)) if a not in red + out)
     perm = batch + red + out
-    sizes = [math.prod(x.shape[a] for a in axes) for axes in (batch, red, out)]
-    m = jnp.transpose(x, perm).reshape(sizes)
-    o = m if sizes[1] <= sizes[2] else jnp.swapaxes(m, -1, -2)
-    o = _newton_schulz(o, coeffs, ns_steps, preconditioning, eps)
-    o = o if sizes[1] <= sizes[2] else jnp.swapaxes(o, -1, -2)
-    if adaptive:  # scaled by the dual norm <M, O> of each matrix (Bernstein et al., 2024)
-        o = jnp.sum(jnp.conj(m) * o, axis=(-2, -1), keepdims=True) * o
-    o = jnp.transpose(o.reshape([x.shape[a] for a in perm]), np.argsort(perm))
-    return o if spec is None else jax.sharding.reshard(o, spec)
+    sizes = tuple(math.prod(shape[a] for a in axes) for axes in (batch, red, out))
+    return _MatrixView(perm, sizes, sizes[1] > sizes[2])
+
+
+def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
+                        preconditioning: str, eps: Any, adaptive: bool, owner: str) -> Any:
+    """Muon's direction for every leaf of ``tree``: each matrix orthogonalized.
+
+    Same-shape matrices are batched: every leaf is viewed as a stack of
+    ``(rows, cols)`` matrices (transposed so that rows <= cols), the stacks
+    of one shape and dtype are concatenated, and each group runs one
+    Newton-Schulz loop of batched matmuls, so a transformer's dozens of equal
+    matrices cost a few GEMMs per step and the program does not grow with
+    the number of leaves. Each matrix is orthogonalized apart, as per leaf.
+    ``dims`` gives each array leaf's :class:`MuonDimensionNumbers`
+    (placeholders pass through).
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=ft.is_placeholder)
+    dims = iter(dims)
+    views, mats, specs = {}, {}, {}
+    groups: dict = {}  # (rows, cols, dtype) -> leaf indices, in order
+    for i, x in enumerate(leaves):
+        if ft.is_placeholder(x):
+            continue
+        red, out = _leaf_axes(next(dims), x.shape, f"of shape {x.shape}", owner)
+        # On a mesh with explicit axes a leaf carries its sharding in its type, and a
+        # matmul contracting a split axis must be told its output's: Newton-Schulz needs
+        # whole matrices anyway, so it runs on a replicated copy, and the direction goes
+        # back to the leaf's sharding at the end.
+        specs[i] = ft.explicit_spec(x)
+        if specs[i] is not None:
+            x = jax.sharding.reshard(x, jax.sharding.PartitionSpec())
+        view = views[i] = _matrix_view(x.shape, red, out)
+        m = jnp.transpose(x, view.perm).reshape(view.sizes)
+        mats[i] = m
+        o = jnp.swapaxes(m, -1, -2) if view.swapped else m
+        groups.setdefault((o.shape[1:], o.dtype), []).append((i, o))
+    done = {}
+    for members in groups.values():
+        stack = jnp.concatenate([o for _, o in members]) if len(members) > 1 else members[0][1]
+        result = _newton_schulz(stack, coeffs, ns_steps, preconditioning, eps)
+        start = 0
+        for i, o in members:
+            done[i] = result[start:start + o.shape[0]]
+            start += o.shape[0]
+    out_leaves = list(leaves)
+    for i, o in done.items():
+        view, m, x = views[i], mats[i], leaves[i]
+        o = jnp.swapaxes(o, -1, -2) if view.swapped else o
+        if adaptive:  # scaled by the dual norm <M, O> of each matrix (Bernstein et al., 2024)
+            o = jnp.sum(jnp.conj(m) * o, axis=(-2, -1), keepdims=True) * o
+        o = jnp.transpose(o.reshape([x.shape[a] for a in view.perm]), np.argsort(view.perm))
+        out_leaves[i] = o if specs[i] is None else jax.sharding.reshard(o, specs[i])
+    return treedef.unflatten(out_leaves)
 
 
 # --------------------------------------------------------------------------
@@ -417,17 +461,16 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
     coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
     bias = corrections(beta, nesterov=nesterov)
 
-    def build(dims: MuonDimensionNumbers) -> LeafStage:
-        def prepare(glob: dict, updates: Any) -> tuple:
-            ctx, counted = bias(glob, updates)
-            return (ctx, glob["ns_coeffs"]), {**counted, "ns_coeffs": glob["ns_coeffs"]}
+    def prepare(glob: dict, updates: Any) -> tuple:
+        bc, counted = bias(glob, updates)
+        return bc, {**counted, "ns_coeffs": glob["ns_coeffs"]}
 
-        def leaf(g: Array, s: Any, p: Any, ctx: tuple) -> tuple:
-            bc, ns = ctx
+    def build(dims: MuonDimensionNumbers) -> LeafStage:
+        def leaf(g: Array, s: Any, p: Any, bc: Any) -> tuple:
+            _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
             mu = ema_update(g, s.mu, beta)
             m = nesterov_mu_hat(g, mu, beta, bc.mu, bc.next_mu) if nesterov else mu / bc.mu
-            red, out = _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
-            return _orthogonalize(m, red, out, ns, ns_steps, preconditioning, eps, adaptive), (mu,)
+            return m, (mu,)
 
         return LeafStage(
             name=owner, update_leaf=leaf, state_cls=MuonState, leaf_fields=("mu",),
@@ -435,7 +478,32 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
             init_global=lambda: {"count": jnp.zeros([], jnp.int32),
                                  "ns_coeffs": jnp.asarray(coeffs, jnp.float32)})
 
-    return _per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
+    # The momentum is a per-leaf stage on the engine (its checks, state layout and
+    # masks); the orthogonalization then runs over the whole tree, batching same-shape
+    # matrices. The stage sees the updates in their compute dtype (16-bit leaves in
+    # float32), so Newton-Schulz gets the unrounded momentum, as in one fused pass.
+    momentum = _per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
+    spec = _DEFAULT_DIMS if weight_dimension_numbers is None else weight_dimension_numbers
+
+    def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, Any]:
+        check_state_type(state, MuonState, owner)
+        upcast = jax.tree.map(_to_compute_dtype, updates, is_leaf=ft.is_placeholder)
+        m, new_state = momentum.update(upcast, state, params, **extra_args)
+        dims = _dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
+        o = _orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,
+                                adaptive, owner)
+        return jax.tree.map(lambda o, g: o if ft.is_placeholder(g) else o.astype(g.dtype),
+                            o, updates, is_leaf=ft.is_placeholder), new_state
+
+    return type(momentum)(momentum.init, update_fn)
+
+
+def _to_compute_dtype(g: Any) -> Any:
+    """A floating leaf in its compute dtype (16-bit floats in float32); others as they are."""
+    if ft.is_placeholder(g) or not jnp.issubdtype(jnp.result_type(g), jnp.inexact):
+        return g
+    return jnp.asarray(g).astype(ft.compute_dtype(jnp.result_type(g)))
 
 
 def _scale_by_shape(spec: Any, consistent_rms: Optional[Any]) -> GradientTransformation:

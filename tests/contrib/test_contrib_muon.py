@@ -320,3 +320,55 @@ def test_bad_leaves_are_named_before_any_math():
     opt = muon(0.1, muon_weight_dimension_numbers={"w": MuonDimensionNumbers()})
     with pytest.raises(ValueError, match=r"muon_weight_dimension_numbers"):
         opt.init(two)
+
+
+# --------------------------------------------------------------------------
+# Same-shape batching (issue 21): one Newton-Schulz loop per matrix shape
+# --------------------------------------------------------------------------
+
+def _grouping_tree():
+    rng = np.random.default_rng(3)
+    shapes = {"q": (16, 16), "k": (16, 16), "v": (16, 16), "stack": (3, 16, 16),
+              "up": (16, 40), "down": (40, 16), "emb": (40, 16), "odd": (16, 24)}
+    return {n: jnp.asarray(rng.normal(size=s), jnp.float32) for n, s in shapes.items()}
+
+
+@pytest.mark.parametrize("preconditioning,adaptive", [("frobenius", False),
+                                                      ("aol", True), ("schatten", False)])
+def test_grouped_newton_schulz_equals_per_leaf(preconditioning, adaptive):
+    from functrain.contrib.muon import _DEFAULT_DIMS, _orthogonalize_tree
+    tree = _grouping_tree()
+    coeffs = jnp.asarray((3.4445, -4.7750, 2.0315), jnp.float32)
+
+    def run(t):
+        return _orthogonalize_tree(t, [_DEFAULT_DIMS] * len(t), coeffs, 5, preconditioning,
+                                   1e-8, adaptive, "test")
+
+    grouped = jax.jit(run)(tree)
+    for name, x in tree.items():
+        alone = jax.jit(run)({name: x})[name]
+        np.testing.assert_allclose(grouped[name], alone, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_same_shape_leaves_share_one_loop():
+    # 8 leaves, 3 matrix shapes after transposing to rows <= cols: (16, 16) x 6 matrices,
+    # (16, 40) x 3 and (16, 24) x 1: three Newton-Schulz loops, not eight.
+    tree = _grouping_tree()
+    tx = functrain.contrib.scale_by_muon()
+    jaxpr = jax.make_jaxpr(lambda g, s: tx.update(g, s))(tree, tx.init(tree))
+    loops = []
+
+    def visit(jp):
+        for e in jp.eqns:
+            if e.primitive.name in ("while", "scan"):  # fori_loop with static bounds: scan
+                loops.append(e)
+                continue
+            for v in e.params.values():
+                inner = getattr(v, "jaxpr", v)
+                if hasattr(inner, "eqns"):
+                    visit(inner)
+
+    visit(jaxpr.jaxpr)
+    assert len(loops) == 3
+    assert sorted(tuple(e.outvars[-1].aval.shape) for e in loops) == [
+        (1, 16, 24), (3, 16, 40), (6, 16, 16)]
