@@ -29,7 +29,9 @@ from functrain.transforms.adam import corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, check_betas, check_nonnegative,
                                        check_range, validate_hyperparams)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.transforms.base import as_array
+from functrain.transforms.engine import (chain, leaf_compute_dtype, run_block,
+                                         state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
@@ -297,54 +299,108 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         nu = nu + abs_sq(g)
         return g / (jnp.sqrt(nu) + eps), nu
 
-    def leaf(g: Array, s: Any, p: Any, ctx: _Context) -> tuple:
-        lay = _layout(tuple(g.shape), block_size, max_precond_dim)
-        _check_state_shapes(s, tuple(g.shape), lay)
-        direction, nu = diagonal(g, s.nu, ctx)
-        stats = (s.stats_l, s.stats_r, s.precond_l, s.precond_r)
-        if lay is not None:
-            u, stats = _precondition(g, direction, stats, lay, ctx)
-        else:
-            u = direction
-        mu = ema_update(u, s.mu, b1)
-        out = nesterov_mu_hat(u, mu, b1, ctx.mu, ctx.next_mu) if nesterov else mu / ctx.mu
-        return out, (mu, nu) + stats
+    def precondition_groups(groups: dict, ctx: _Context) -> dict:
+        """Statistics, inverse roots and ``P_L G P_R`` of every group of same-size blocks.
 
-    def _precondition(g: Array, direction: Array, stats: tuple, lay: _Layout,
-                      ctx: _Context) -> tuple:
-        sl, sr, pl, pr = stats
-        blocks = _to_blocks(g.reshape(lay.rows, lay.cols), lay).astype(sl.dtype)
+        ``groups`` maps ``(br, bc, left, right)`` to ``[blocks, L, R, P_L, P_R]``
+        stacked over the group's blocks (all leaves). One ``lax.cond`` refreshes
+        every group's roots.
+        """
         weight = jnp.where(b2 == 1, 1.0, 1.0 - b2)
-        exponent = 2 * (int(lay.left) + int(lay.right))
-        if lay.left:
-            sl = b2 * sl + weight * jnp.matmul(blocks, _ct(blocks), precision=_HIGHEST)
-        if lay.right:
-            sr = b2 * sr + weight * jnp.matmul(_ct(blocks), blocks, precision=_HIGHEST)
+        for (_, _, left, right), g in groups.items():
+            if left:
+                g[1] = b2 * g[1] + weight * jnp.matmul(g[0], _ct(g[0]), precision=_HIGHEST)
+            if right:
+                g[2] = b2 * g[2] + weight * jnp.matmul(_ct(g[0]), g[0], precision=_HIGHEST)
 
-        def roots(sl: Array, sr: Array, pl: Array, pr: Array) -> tuple:
-            return (_inverse_root(sl, exponent, matrix_eps) if lay.left else pl,
-                    _inverse_root(sr, exponent, matrix_eps) if lay.right else pr)
+        def roots(stats: list) -> list:
+            out = []
+            for (_, _, left, right), (sl, sr, pl, pr) in zip(groups, stats):
+                exponent = 2 * (int(left) + int(right))
+                out.append((_inverse_root(sl, exponent, matrix_eps) if left else pl,
+                            _inverse_root(sr, exponent, matrix_eps) if right else pr))
+            return out
 
-        pl, pr = jax.lax.cond(ctx.refresh, roots, lambda sl, sr, pl, pr: (pl, pr),
-                              sl, sr, pl, pr)
-        d = blocks
-        if lay.left:
-            d = jnp.matmul(pl, d, precision=_HIGHEST)
-        if lay.right:
-            d = jnp.matmul(d, pr, precision=_HIGHEST)
-        d = _from_blocks(d, lay).reshape(g.shape).astype(g.dtype)
-        if graft_type is not None:
-            d_norm = jnp.sqrt(jnp.sum(abs_sq(d)))
-            graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction)))
-            d = d * (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
-        return jnp.where(ctx.precondition, d, direction), (sl, sr, pl, pr)
+        stats = [tuple(g[1:]) for g in groups.values()]
+        new_roots = jax.lax.cond(ctx.refresh, roots,
+                                 lambda stats: [(pl, pr) for _, _, pl, pr in stats], stats)
+        for ((_, _, left, right), g), (pl, pr) in zip(groups.items(), new_roots):
+            d = g[0]
+            if left:
+                d = jnp.matmul(pl, d, precision=_HIGHEST)
+            if right:
+                d = jnp.matmul(d, pr, precision=_HIGHEST)
+            g[3:] = [pl, pr]
+            g.append(d)
+        return groups
 
     shaped = ("mu", "nu") if uses_nu else ("mu",)
-    return stage_transform(LeafStage(
-        name=owner, update_leaf=leaf, state_cls=ShampooState,
-        leaf_fields=("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r"),
-        init_leaf=init_leaf, init_global=lambda: {"count": jnp.zeros([], jnp.int32)},
-        prepare=prepare, shaped_fields=shaped))
+    fields = ("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r")
+    # The engine's stage for init and for its input checks (structure, shapes, dtypes,
+    # state type; its own arithmetic is the identity, left to XLA to drop). The math runs
+    # over the whole tree so that same-size blocks of all leaves are batched.
+    checks = LeafStage(
+        name=owner, update_leaf=lambda g, s, p, ctx: (g, tuple(s)), state_cls=ShampooState,
+        leaf_fields=fields, init_leaf=init_leaf,
+        init_global=lambda: {"count": jnp.zeros([], jnp.int32)}, prepare=prepare,
+        shaped_fields=shaped)
+
+    def update_fn(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple:
+        run_block((checks,), updates, (state,), params, extra_args)
+        ctx, counted = prepare({"count": state.count}, updates)
+        paths, gs, treedef = ft.flatten_with_paths(updates)
+        gs = [as_array(g) for g in gs]
+        ps = [None] * len(gs) if params is None else treedef.flatten_up_to(params)
+        olds = [treedef.flatten_up_to(getattr(state, f)) for f in fields]
+        leaves = []  # per leaf: (g, cd, layout, direction, [mu, nu, sl, sr, pl, pr], group, slot)
+        groups: dict = {}
+        for i, (g, p) in enumerate(zip(gs, ps)):
+            cd = leaf_compute_dtype(g, None if p is None else as_array(p))
+            s = [f[i].astype(state_compute_dtype(f[i], cd)) for f in olds]
+            lay = _layout(tuple(g.shape), block_size, max_precond_dim)
+            _check_state_shapes(checks.leaf_state(s), tuple(g.shape), lay)
+            x = g.astype(cd)
+            direction, s[1] = diagonal(x, s[1], ctx)
+            key = slot = None
+            if lay is not None:
+                key = (lay.br, lay.bc, lay.left, lay.right)
+                blocks = _to_blocks(x.reshape(lay.rows, lay.cols), lay).astype(s[2].dtype)
+                members = groups.setdefault(key, [[] for _ in range(5)])
+                slot = (len(members[0]), lay.kr * lay.kc)
+                for lst, value in zip(members, [blocks] + s[2:]):
+                    lst.append(value)
+            leaves.append((x, lay, direction, s, key, slot))
+        stacked = {key: [jnp.concatenate(lst) if len(lst) > 1 else lst[0] for lst in members]
+                   for key, members in groups.items()}
+        offsets = {key: [0] for key in groups}
+        for key, members in groups.items():
+            for blocks in members[0]:
+                offsets[key].append(offsets[key][-1] + blocks.shape[0])
+        done = precondition_groups(stacked, ctx)
+
+        out, new = [], [[] for _ in fields]
+        for (x, lay, direction, s, key, slot), g, old in zip(leaves, gs, zip(*olds)):
+            u = direction
+            if lay is not None:
+                start = offsets[key][slot[0]]
+                part = [a[start:start + slot[1]] for a in done[key]]
+                s[2:] = [part[k] if on else s[k + 1] for k, on in
+                         ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
+                d = _from_blocks(part[5], lay).reshape(x.shape).astype(x.dtype)
+                if graft_type is not None:
+                    d_norm = jnp.sqrt(jnp.sum(abs_sq(d)))
+                    graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction)))
+                    d = d * (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
+                u = jnp.where(ctx.precondition, d, direction)
+            s[0] = ema_update(u, s[0], b1)
+            o = nesterov_mu_hat(u, s[0], b1, ctx.mu, ctx.next_mu) if nesterov else s[0] / ctx.mu
+            out.append(o.astype(g.dtype))
+            for lst, n, o_ in zip(new, s, old):
+                lst.append(n.astype(o_.dtype))
+        new_state = ShampooState(counted["count"], *(treedef.unflatten(v) for v in new))
+        return treedef.unflatten(out), new_state
+
+    return GradientTransformation(lambda params: checks.init_state(params), update_fn)
 
 
 def _check_int(owner: str, name: str, value: Any, low: int) -> None:
