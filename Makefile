@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/beyond_optax.py
+	$(PY) benchmarks/matrix_optimizers.py
 
 # The documentation site, into docs/_build/html: strict (-W: warnings are errors; -n: every
 # cross-reference must resolve). The notebooks are executed and cached in docs/_build.

@@ -265,16 +265,12 @@ def _matrix_view(shape: tuple, red: tuple, out: tuple) -> _MatrixView:
 
 def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
                         preconditioning: str, eps: Any, adaptive: bool, owner: str) -> Any:
-    """Muon's direction for every leaf of ``tree``: each matrix orthogonalized.
+    """Muon's direction for every leaf of ``tree`` (``dims``: each array leaf's numbers).
 
-    Same-shape matrices are batched: every leaf is viewed as a stack of
-    ``(rows, cols)`` matrices (transposed so that rows <= cols), the stacks
-    of one shape and dtype are concatenated, and each group runs one
-    Newton-Schulz loop of batched matmuls, so a transformer's dozens of equal
-    matrices cost a few GEMMs per step and the program does not grow with
-    the number of leaves. Each matrix is orthogonalized apart, as per leaf.
-    ``dims`` gives each array leaf's :class:`MuonDimensionNumbers`
-    (placeholders pass through).
+    Every leaf is a stack of ``(rows, cols)`` matrices (transposed so that
+    rows <= cols); the stacks of one shape and dtype are concatenated and run
+    one Newton-Schulz loop of batched matmuls: a transformer's dozens of equal
+    matrices cost a few GEMMs, and the program does not grow with the leaves.
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=ft.is_placeholder)
     dims = iter(dims)
@@ -478,10 +474,8 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
             init_global=lambda: {"count": jnp.zeros([], jnp.int32),
                                  "ns_coeffs": jnp.asarray(coeffs, jnp.float32)})
 
-    # The momentum is a per-leaf stage on the engine (its checks, state layout and
-    # masks); the orthogonalization then runs over the whole tree, batching same-shape
-    # matrices. The stage sees the updates in their compute dtype (16-bit leaves in
-    # float32), so Newton-Schulz gets the unrounded momentum, as in one fused pass.
+    # The momentum: a per-leaf engine stage (checks, state layout, masks), fed the updates
+    # in their compute dtype so Newton-Schulz, over the whole tree, gets it unrounded.
     momentum = _per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
     spec = _DEFAULT_DIMS if weight_dimension_numbers is None else weight_dimension_numbers
 

@@ -78,14 +78,20 @@ STRESSED: dict[str, Stressed] = {
 }
 
 
-def transformer_tree(jax: Any, seed: int = 0) -> dict:
-    """The 39-leaf, 0.9M-parameter tree of issue 21 (float32, scaled normal)."""
+def small_transformer_shapes() -> dict:
+    """The 39-leaf, 0.9M-parameter tree of issue 21: name -> shape (also the benchmark's)."""
     shapes = {"emb": (512, 128), "head": (128, 512)}
     for b in range(4):
         for n in ("q", "k", "v", "o"):
             shapes[f"b{b}_{n}"] = (128, 128)
         shapes[f"b{b}_up"], shapes[f"b{b}_down"] = (128, 512), (512, 128)
         shapes[f"b{b}_ln1"], shapes[f"b{b}_ln2"], shapes[f"b{b}_bias"] = (128,), (128,), (512,)
+    return shapes
+
+
+def transformer_tree(jax: Any, seed: int = 0) -> dict:
+    """:func:`small_transformer_shapes` filled with scaled normal float32 values."""
+    shapes = small_transformer_shapes()
     key = jax.random.PRNGKey(seed)
     return {name: 0.02 * jax.random.normal(jax.random.fold_in(key, i), shape)
             for i, (name, shape) in enumerate(sorted(shapes.items()))}
