@@ -169,7 +169,8 @@ def matrix_inverse_pth_root(matrix: Array, p: Any, num_iters: Any = 100,
     return jnp.asarray(ok * h + (1 - ok) * prev_h, matrix.dtype), err
 
 
-def map_matrices(fn: Callable[..., Any], *stacks: Array) -> Any:
+def map_matrices(fn: Callable[..., Any], *stacks: Array,
+                 mesh: Optional[jax.sharding.Mesh] = None) -> Any:
     """``fn`` applied to each matrix of same-length stacks: one call per matrix on CPU.
 
     On CPU, jaxlib's LAPACK kernels split a *batched* call (``eigh`` of a
@@ -183,13 +184,20 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array) -> Any:
     batched call is kept (``lax.platform_dependent`` picks at lowering). The
     numbers are the same either way. See docs/matrix_optimizers.md.
 
+    With ``mesh``, the stacks are split over all of its devices (padded with
+    copies of their first matrix to a multiple of the device count): each
+    device maps its share, and the results are gathered, as distributed
+    Shampoo divides its preconditioner work; the same numbers as one device.
+
     Args:
       fn: a function of one matrix from each stack (``(n, m)`` arrays) to a
         pytree of arrays.
       *stacks: arrays with the same leading (batch) dimension.
+      mesh: a ``jax.sharding.Mesh`` to split the work over, or ``None``.
 
     Returns:
-      ``fn``'s outputs stacked along a new leading axis, as ``jax.vmap(fn)``.
+      ``fn``'s outputs stacked along a new leading axis, as ``jax.vmap(fn)``
+      (replicated over ``mesh`` when given).
 
     >>> import jax.numpy as jnp
     >>> s = jnp.stack([jnp.diag(jnp.array([1., 4.])), jnp.diag(jnp.array([9., 16.]))])
@@ -204,6 +212,8 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array) -> Any:
     if len(lengths) != 1 or None in lengths:
         raise ValueError(f"map_matrices: every stack needs the same leading dimension, got "
                          f"shapes {[tuple(x.shape) for x in stacks]}.")
+    if mesh is not None and mesh.size > 1:
+        return _split_over_devices(fn, stacks, mesh)
     if stacks[0].shape[0] == 1:  # a single matrix: no batched call to split
         return jax.tree.map(lambda y: y[None], fn(*(x[0] for x in stacks)))
 
@@ -211,6 +221,28 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array) -> Any:
         return lax.map(lambda args: fn(*args), xs)
 
     return lax.platform_dependent(*stacks, cpu=one_at_a_time, default=jax.vmap(fn))
+
+
+def _split_over_devices(fn: Callable[..., Any], stacks: tuple, mesh: Any) -> Any:
+    """:func:`map_matrices` with each of ``mesh``'s devices taking an equal share."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    k, devices = stacks[0].shape[0], mesh.size
+    pad = -k % devices
+    if pad:  # copies of the first matrix: valid input for any fn, dropped afterwards
+        stacks = tuple(jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad,) + x.shape[1:])])
+                       for x in stacks)
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+
+    def place(x: Array, spec: PartitionSpec) -> Array:
+        if explicit:  # a mesh with explicit axes: the sharding is part of the type
+            return jax.sharding.reshard(x, NamedSharding(mesh, spec))
+        return lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    split = PartitionSpec(tuple(mesh.axis_names))
+    out = jax.shard_map(lambda *xs: map_matrices(fn, *xs), mesh=mesh,
+                        in_specs=(split,) * len(stacks), out_specs=split,
+                        check_vma=False)(*(place(x, split) for x in stacks))
+    return jax.tree.map(lambda y: place(y, PartitionSpec())[:k], out)
 
 
 _SET_THREADS = ("scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_",

@@ -142,7 +142,7 @@ def _ct(x: Array) -> Array:
     return jnp.conj(jnp.swapaxes(x, -1, -2))
 
 
-def _inverse_root(stat: Array, exponent: int, matrix_eps: Any) -> Array:
+def _inverse_root(stat: Array, exponent: int, matrix_eps: Any, mesh: Any = None) -> Array:
     """``(S + matrix_eps * lambda_max(S) I)^(-1/exponent)`` of each block, by ``eigh``.
 
     Runs in the statistics' dtype (at least float32). Negative rounding of the
@@ -150,7 +150,7 @@ def _inverse_root(stat: Array, exponent: int, matrix_eps: Any) -> Array:
     blocks go through ``eigh`` one at a time on CPU (:func:`map_matrices`): a
     batched ``eigh`` inside the refresh's ``lax.cond`` can deadlock XLA:CPU.
     """
-    w, v = map_matrices(jnp.linalg.eigh, stat)
+    w, v = map_matrices(jnp.linalg.eigh, stat, mesh=mesh)
     w = jnp.maximum(w, 0)
     top = jnp.max(w, axis=-1, keepdims=True)
     safe = jnp.where(top > 0, w + matrix_eps * top, 1)
@@ -177,8 +177,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                      matrix_eps: float = 1e-6, *, block_size: Optional[int] = 128,
                      max_precond_dim: int = 4096, precondition_frequency: int = 1,
                      start_preconditioning_step: int = 5, graft_type: Optional[str] = "adam",
-                     nesterov: bool = True, mu_dtype: Optional[Any] = None
-                     ) -> GradientTransformation:
+                     nesterov: bool = True, mu_dtype: Optional[Any] = None,
+                     mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """Shampoo's preconditioned, grafted, momentum direction (Gupta et al., 2018; Anil et al., 2020).
 
     Per leaf viewed as a matrix ``G`` (``prod(shape[:-1]) x shape[-1]``), and
@@ -238,6 +238,11 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         grafting: Shampoo's own step size).
       nesterov: use Nesterov's look-ahead momentum.
       mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      mesh: a ``jax.sharding.Mesh``: each refresh's ``eigh`` calls are divided
+        over all of its devices (each device decomposes its share of the
+        blocks, then the roots are gathered), as distributed Shampoo does;
+        the same numbers as one device. ``None``: every device computes every
+        block.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ShampooState`.
@@ -317,8 +322,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             out = []
             for (_, _, left, right), (sl, sr, pl, pr) in zip(groups, stats):
                 exponent = 2 * (int(left) + int(right))
-                out.append((_inverse_root(sl, exponent, matrix_eps) if left else pl,
-                            _inverse_root(sr, exponent, matrix_eps) if right else pr))
+                out.append((_inverse_root(sl, exponent, matrix_eps, mesh) if left else pl,
+                            _inverse_root(sr, exponent, matrix_eps, mesh) if right else pr))
             return out
 
         stats = [tuple(g[1:]) for g in groups.values()]
@@ -416,7 +421,8 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             block_size: Optional[int] = 128, max_precond_dim: int = 4096,
             precondition_frequency: int = 1, start_preconditioning_step: int = 5,
             graft_type: Optional[str] = "adam", nesterov: bool = True,
-            mu_dtype: Optional[Any] = None) -> GradientTransformation:
+            mu_dtype: Optional[Any] = None,
+            mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """Shampoo (Gupta et al., 2018), as scaled by Anil et al. (2020): Kronecker-factored preconditioning.
 
     Update rule: ``p <- p - learning_rate * (s + weight_decay * p)`` with ``s``
@@ -449,6 +455,8 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
       graft_type: ``'adam'``, ``'adagrad'``, ``'sgd'`` or ``None``.
       nesterov: Nesterov momentum.
       mu_dtype: storage dtype of the momentum.
+      mesh: divide each refresh's decompositions over this mesh's devices
+        (see :func:`scale_by_shampoo`).
 
     Returns:
       A ``GradientTransformation`` whose state is ``(ShampooState, EmptyState,
@@ -468,12 +476,13 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                          max_precond_dim=max_precond_dim,
                          precondition_frequency=precondition_frequency,
                          start_preconditioning_step=start_preconditioning_step,
-                         graft_type=graft_type, nesterov=nesterov, mu_dtype=mu_dtype),
+                         graft_type=graft_type, nesterov=nesterov, mu_dtype=mu_dtype,
+                         mesh=mesh),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate))
 
 
 # Shapes of the state depend on these: inject_hyperparams keeps them as Python values.
-shampoo.static_hyperparams = ("block_size", "max_precond_dim")  # type: ignore[attr-defined]
+shampoo.static_hyperparams = ("block_size", "max_precond_dim", "mesh")  # type: ignore[attr-defined]
 
 __all__ = ["ShampooState", "scale_by_shampoo", "shampoo"]
