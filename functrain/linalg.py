@@ -277,12 +277,16 @@ def set_lapack_threads(n: int) -> Optional[int]:
     pool competes with XLA's intra-op threads for the same cores; as soon as
     the machine has other work (a second process, a data loader, a test
     worker) a step with decompositions slows 50-100 fold, which looks like a
-    hang (docs/matrix_optimizers.md). One OpenBLAS thread was also faster
-    unloaded on the 2-core machine where this was measured (Shampoo 67 vs 74 ms
-    per step, SOAP 44 vs 50 ms). ``shampoo``, ``soap`` and ``galore`` call
-    ``set_lapack_threads(1)`` when built; call it with a larger ``n`` to undo
-    that. This is process-wide: it also applies to ``scipy.linalg`` (NumPy's
-    own OpenBLAS is a separate copy and is not touched).
+    hang (docs/matrix_optimizers.md). ``set_lapack_threads(1)`` removes that
+    slowdown, and one thread was also faster unloaded on the 2-core machine
+    where this was measured (Shampoo 67 vs 74 ms per step, SOAP 44 vs 50 ms).
+    It is not set for you: it is process-wide (it also applies to
+    ``scipy.linalg``; NumPy's own OpenBLAS is a separate copy), and with one
+    thread a *batched* LAPACK call in jitted code (``jnp.linalg.eigh`` of a
+    stack, outside :func:`map_matrices`) deadlocks XLA:CPU far more readily
+    (10 of 10 runs of docs/matrix_optimizers.md's reproducer, against 1 of 6
+    with two threads). functrain's optimizers make no batched LAPACK call on
+    CPU.
 
     Args:
       n: the number of threads, ``>= 1``.
@@ -308,14 +312,3 @@ def set_lapack_threads(n: int) -> Optional[int]:
     setter(ctypes.c_int(n))
     return previous
 
-
-_LIMITED = []  # set once per process by single_threaded_lapack
-
-
-def single_threaded_lapack() -> None:
-    """``set_lapack_threads(1)`` once per process (the builders of optimizers whose steps decompose).
-
-    >>> single_threaded_lapack()
-    """
-    if not _LIMITED:
-        _LIMITED.append(set_lapack_threads(1))

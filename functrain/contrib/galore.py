@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.linalg import single_threaded_lapack
 from functrain.transforms.adam import scale_by_adam
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, OptState, Params,
                                        ScalarOrSchedule, Updates, call_update, check_range,
@@ -231,7 +230,6 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
     if rank <= 0:
         raise ValueError(f"scale_by_galore: rank must be positive, got {rank}.")
     check_range("update_proj_gap", update_proj_gap, 1.0, owner="scale_by_galore")
-    single_threaded_lapack()  # its svd runs inside XLA's pool (set_lapack_threads)
     spec = weight_dimension_numbers
 
     def layouts(tree: PyTree) -> tuple:

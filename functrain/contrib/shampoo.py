@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.linalg import map_matrices, single_threaded_lapack
+from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.transforms.adam import corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
@@ -269,7 +269,6 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     if graft_type == "adam" and isinstance(b2, (int, float)) and b2 == 1:
         raise ValueError(f"{owner}: graft_type='adam' needs b2 < 1 (its moving average); "
                          f"with b2=1 (summed statistics) use graft_type='adagrad'.")
-    single_threaded_lapack()  # its eigh runs inside XLA's pool (set_lapack_threads)
     uses_nu = graft_type != "sgd"
     bias = corrections(b1, b2 if graft_type == "adam" else None, nesterov=nesterov)
 

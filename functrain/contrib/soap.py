@@ -33,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.linalg import single_threaded_lapack
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, check_betas,
                                        check_nonnegative, check_range, check_state_type,
@@ -325,7 +324,6 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                  normalize_grads=normalize_grads, correct_bias=correct_bias)
     _check_options(_OWNER, b1, b2, shampoo_beta, eps, precondition_frequency,
                    max_precond_dim, flags)
-    single_threaded_lapack()  # its eigh and qr run inside XLA's pool (set_lapack_threads)
     hp = _Hyper(b1, b2, b2 if shampoo_beta is None else shampoo_beta, eps,
                 precondition_frequency, bool(normalize_grads), bool(correct_bias))
 

@@ -5,10 +5,11 @@ optimizer below trains a transformer-shaped tree (an embedding (512, 128), a
 head (128, 512), four blocks of four (128, 128) attention matrices, a
 (128, 512) and a (512, 128) MLP matrix, norm and bias vectors: 39 leaves)
 with a jitted, donated step through its first preconditioner refreshes, in a
-fresh Python process under a timeout, two processes at a time (this machine's
-two cores, so the XLA thread pools compete as they do on a loaded machine).
-A process that does not finish in time is a hang: the run fails and names
-the optimizer. docs/matrix_optimizers.md records the hang this guards
+fresh Python process under a timeout, one process at a time (two at a time,
+``--parallel 2``, also finds the deadlock, but then SciPy's OpenBLAS threads
+spin against XLA's and slow steps with decompositions 10-100 fold:
+docs/matrix_optimizers.md). A process that does not finish in time is a hang:
+the run fails and names the optimizer. docs/matrix_optimizers.md records the hang this guards
 against (a batched LAPACK call inside ``lax.cond`` deadlocking XLA:CPU).
 
 ``STRESSED`` is the list; ``tests/test_stress_list.py`` checks that every
@@ -171,7 +172,7 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--runs", type=int, default=None, help="processes per optimizer")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per process")
-    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=1)
     args = ap.parse_args(argv)
     if args.one:
         run_one(args.one[0], int(args.one[1]))
