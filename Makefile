@@ -23,7 +23,7 @@ test: $(STAMP)
 # Every optimizer whose step holds a conditional or a decomposition, in fresh processes
 # under a timeout (docs/matrix_optimizers.md): 50+ runs, a hang fails naming the optimizer.
 stress: $(STAMP)
-	$(PY) tests/stress/matrix_optimizers.py
+	$(PY) tests/stress/run_stress.py
 
 # The declared floors, tested: a separate venv with the lowest versions that
 # pyproject.toml allows (README, "Running the tests"). Same pytest run as `make

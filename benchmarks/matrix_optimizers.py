@@ -45,7 +45,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "stress"))
 
 import functrain  # noqa: E402
-from matrix_optimizers import small_transformer_shapes  # noqa: E402
+from run_stress import small_transformer_shapes  # noqa: E402
 from run import build_step, copy_tree, machine_info, make_tree  # noqa: E402
 
 LR = 1e-3

@@ -59,3 +59,22 @@ def test_bench_engine_variants_run(tmp_path):
     assert set(case["libs"]) == {"functrain", "optax", "functrain@fuse", "functrain-noopt"}
     for lib in ("optax", "functrain@fuse", "functrain-noopt"):
         assert case["max_rel_diff_vs_first"][lib] < 1e-4
+
+
+def test_matrix_benchmark_counts_loops_conditionals_and_lapack():
+    # benchmarks/matrix_optimizers.py's flop count, against hand-counted programs: a
+    # Newton-Schulz-like loop of 5 (8, 8) matmuls, a conditional, an eigh.
+    import jax
+    import jax.numpy as jnp
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from matrix_optimizers import counted_flops
+
+    x = jnp.ones((8, 8))
+    loop = jax.make_jaxpr(lambda x: jax.lax.fori_loop(0, 5, lambda i, y: y @ y, x))(x)
+    assert counted_flops(loop) == 5 * 2 * 8 ** 3
+    cond = jax.make_jaxpr(lambda x, p: jax.lax.cond(p, lambda y: y @ y @ y, lambda y: y @ y,
+                                                    x))(x, True)
+    assert counted_flops(cond) == 2 * 2 * 8 ** 3                      # the costliest branch
+    assert counted_flops(cond, {2: (0.5, 0.5)}) == 1.5 * 2 * 8 ** 3  # weighted
+    eigh = jax.make_jaxpr(lambda x: jnp.linalg.eigh(x)[0])(jnp.ones((3, 8, 8)))
+    assert counted_flops(eigh) == 3 * 9 * 8 ** 3

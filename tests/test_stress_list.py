@@ -4,7 +4,7 @@ An optimizer is at risk when its jitted step contains a conditional or loop (on
 XLA:CPU their bodies run on the intra-op pool's workers) or a LAPACK-backed
 decomposition (docs/matrix_optimizers.md, "The Shampoo hang"). Each such
 optimizer, found here by tracing its update, must be on
-``tests/stress/matrix_optimizers.py``'s ``STRESSED`` list; and every
+``tests/stress/run_stress.py``'s ``STRESSED`` list; and every
 decomposition over a stack of matrices must go through
 ``functrain.linalg.map_matrices`` (one LAPACK call per matrix on CPU).
 """
@@ -22,7 +22,7 @@ from helpers import OPTIMIZER_ARGS, optimizer_functions
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stress"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "contrib"))
 from cases import CASES  # noqa: E402
-from matrix_optimizers import STRESSED, risky_primitives, transformer_tree  # noqa: E402
+from run_stress import STRESSED, risky_primitives, transformer_tree  # noqa: E402
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 24).reshape(6, 4), "b": jnp.linspace(0.1, 0.4, 4)}
 LINALG = {"eigh", "qr", "geqrf", "householder_product", "svd", "triangular_solve",
@@ -52,7 +52,7 @@ def test_beyond_optax_optimizers_at_risk_are_stressed(name):
     found = risky_primitives(_step_jaxpr(BEYOND_OPTAX[name]()))
     assert not found or name in STRESSED_BASES, (
         f"{name}'s step contains {sorted(found)}: add it to STRESSED in "
-        f"tests/stress/matrix_optimizers.py")
+        f"tests/stress/run_stress.py")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -61,7 +61,7 @@ def test_contrib_optimizers_at_risk_are_stressed(case):
     found = risky_primitives(_step_jaxpr(c.make(functrain), c.extra))
     assert not found or c.covers in STRESSED_BASES, (
         f"{case}'s step contains {sorted(found)}: add {c.covers} to STRESSED in "
-        f"tests/stress/matrix_optimizers.py")
+        f"tests/stress/run_stress.py")
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZER_ARGS))
@@ -71,7 +71,7 @@ def test_core_optimizers_at_risk_are_stressed(name):
     found = risky_primitives(_step_jaxpr(opt, extra))
     assert not found or name in STRESSED_BASES, (
         f"{name}'s step contains {sorted(found)}: add it to STRESSED in "
-        f"tests/stress/matrix_optimizers.py")
+        f"tests/stress/run_stress.py")
 
 
 def _batched_linalg(jaxpr):

@@ -1,6 +1,6 @@
 """Stress test: every optimizer whose step holds a conditional or a decomposition, in fresh processes.
 
-``make stress`` (and CI) runs ``python tests/stress/matrix_optimizers.py``: each
+``make stress`` (and CI) runs ``python tests/stress/run_stress.py``: each
 optimizer below trains a transformer-shaped tree (an embedding (512, 128), a
 head (128, 512), four blocks of four (128, 128) attention matrices, a
 (128, 512) and a (512, 128) MLP matrix, norm and bias vectors: 39 leaves)
@@ -16,8 +16,8 @@ against (a batched LAPACK call inside ``lax.cond`` deadlocking XLA:CPU).
 optimizer whose compiled step contains a conditional, a loop or a LAPACK
 decomposition is on it (``risky_primitives``).
 
-Usage: ``python tests/stress/matrix_optimizers.py [--runs N] [--only NAME ...]``;
-``python tests/stress/matrix_optimizers.py --one NAME SEED`` runs one process's work.
+Usage: ``python tests/stress/run_stress.py [--runs N] [--only NAME ...]``;
+``python tests/stress/run_stress.py --one NAME SEED`` runs one process's work.
 """
 
 from __future__ import annotations
