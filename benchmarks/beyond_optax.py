@@ -146,14 +146,18 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         results["models"].append(bench_model(model, opts, reps))
         print(f"# {model}: {time.perf_counter() - t0:.1f} s", flush=True)
-    text = markdown(results)
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, args.name + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, args.name + ".md"), "w") as f:
-        f.write(text + "\n")
+    save_table(results, markdown(results), args.out, args.name)
     return results
+
+
+def save_table(results: dict, text: str, out_dir: str, name: str) -> None:
+    """Print ``text`` and write ``results`` and ``text`` to ``out_dir/name.{json,md}``."""
+    print(text)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+        f.write(text + "\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -46,6 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "stress"))
 
 import functrain  # noqa: E402
 from run_stress import small_transformer_shapes  # noqa: E402
+from beyond_optax import save_table  # noqa: E402
 from run import build_step, copy_tree, machine_info, make_tree  # noqa: E402
 
 LR = 1e-3
@@ -264,13 +264,7 @@ def main(argv: list | None = None) -> dict:
         t0 = time.perf_counter()
         results["models"].append(bench_model(model.strip(), names, blocks, peak))
         print(f"# {model}: {time.perf_counter() - t0:.0f} s", flush=True)
-    text = markdown(results)
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, args.name + ".json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, args.name + ".md"), "w") as f:
-        f.write(text + "\n")
+    save_table(results, markdown(results), args.out, args.name)
     return results
 
 

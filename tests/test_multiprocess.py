@@ -24,6 +24,25 @@ def host_params() -> dict:
     return {k: rng.normal(size=s) for k, s in shapes.items()}
 
 
+def run_steps(opt, params) -> tuple:
+    """``STEPS`` jitted steps of ``opt`` on gradients ``sin(t p)``: ``(params, step's HLO)``."""
+    import jax
+    import jax.numpy as jnp
+
+    import functrain
+    state = opt.init(params)
+
+    @jax.jit
+    def step(p, s, t):
+        g = jax.tree.map(lambda x: jnp.sin(x * t), p)
+        u, s = opt.update(g, s, p)
+        return functrain.apply_updates(p, u), s
+
+    for t in range(1, STEPS + 1):
+        params, state = step(params, state, float(t))
+    return params, step.lower(params, state, 1.0).compile().as_text()
+
+
 def _one_process() -> dict:
     import jax
     import jax.numpy as jnp
@@ -31,17 +50,7 @@ def _one_process() -> dict:
     import functrain
     with jax.enable_x64(True):
         params = {k: jnp.asarray(v) for k, v in host_params().items()}
-        opt = functrain.contrib.shampoo(1e-2, **KWARGS)
-        state = opt.init(params)
-
-        @jax.jit
-        def step(p, s, t):
-            g = jax.tree.map(lambda x: jnp.sin(x * t), p)
-            u, s = opt.update(g, s, p)
-            return functrain.apply_updates(p, u), s
-
-        for t in range(1, STEPS + 1):
-            params, state = step(params, state, float(t))
+        params, _ = run_steps(functrain.contrib.shampoo(1e-2, **KWARGS), params)
         return {k: np.asarray(v) for k, v in params.items()}
 
 

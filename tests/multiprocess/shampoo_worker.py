@@ -21,30 +21,18 @@ def main(process_id: int, port: int, out: str) -> None:
     jax.config.update("jax_enable_x64", True)
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                                process_id=process_id, initialization_timeout=60)
-    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
 
     import functrain
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from test_multiprocess import KWARGS, STEPS, host_params
+    from test_multiprocess import KWARGS, host_params, run_steps
 
     mesh = jax.make_mesh((8,), ("x",))
     replicated = NamedSharding(mesh, PartitionSpec())
     params = {k: jax.make_array_from_callback(v.shape, replicated, lambda idx, v=v: v[idx])
               for k, v in host_params().items()}
-    opt = functrain.contrib.shampoo(1e-2, mesh=mesh, **KWARGS)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(p, s, t):
-        g = jax.tree.map(lambda x: jnp.sin(x * t), p)
-        u, s = opt.update(g, s, p)
-        return functrain.apply_updates(p, u), s
-
-    for t in range(1, STEPS + 1):
-        params, state = step(params, state, float(t))
-    hlo = step.lower(params, state, 1.0).compile().as_text()
+    params, hlo = run_steps(functrain.contrib.shampoo(1e-2, mesh=mesh, **KWARGS), params)
     trips = sorted(int(n) for n in re.findall(r'known_trip_count":\{"n":"(\d+)"', hlo))
     result = {k: np.asarray(v.addressable_data(0)) for k, v in params.items()}
     if process_id == 0:
