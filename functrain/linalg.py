@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Union
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from functrain import tree as ft
 
@@ -176,10 +177,10 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array,
     On CPU, jaxlib's LAPACK kernels split a *batched* call (``eigh`` of a
     ``(k, n, n)`` stack, ``qr``, ``svd``, triangular solves) over XLA's
     intra-op thread pool and block the calling thread until every matrix is
-    done. When such calls run on the pool's own workers (inside a
-    ``lax.cond`` or ``lax.switch`` branch, as an optimizer's refresh does),
-    every worker can end up waiting for work queued behind it: the program
-    never returns (0% CPU). Here the stack goes through ``lax.map``, so each
+    done. When such calls run on the pool's own workers, two of them at once
+    (an optimizer's refresh, with or without ``lax.cond``), every worker can
+    end up waiting for work queued behind it: the program never returns
+    (0% CPU). Here the stack goes through ``lax.map``, so each
     LAPACK call sees a single matrix and runs inline; on GPU and TPU the
     batched call is kept (``lax.platform_dependent`` picks at lowering). The
     numbers are the same either way. See docs/matrix_optimizers.md.
@@ -225,7 +226,6 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array,
 
 def _split_over_devices(fn: Callable[..., Any], stacks: tuple, mesh: Any) -> Any:
     """:func:`map_matrices` with each of ``mesh``'s devices taking an equal share."""
-    from jax.sharding import NamedSharding, PartitionSpec
     k, devices = stacks[0].shape[0], mesh.size
     pad = -k % devices
     if pad:  # copies of the first matrix: valid input for any fn, dropped afterwards
@@ -297,7 +297,7 @@ def set_lapack_threads(n: int) -> Optional[int]:
       nothing is changed.
 
     >>> previous = set_lapack_threads(1)
-    >>> previous is None or previous >= 1
+    >>> previous is None or set_lapack_threads(previous) == 1  # and back
     True
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -39,6 +39,23 @@ TYPE_ALIASES = frozenset({"Schedule", "MaskOrFn", "OptState", "Params", "ScalarO
 # --------------------------------------------------------------------------
 
 
+def all_equations(jaxpr: Any) -> list:
+    """Every equation of ``jaxpr`` (closed or not), those of nested jaxprs included
+    (conditional branches, loop bodies, inner ``jit``s), outer ones first."""
+    found = []
+
+    def visit(jp: Any) -> None:
+        for eqn in jp.eqns:
+            found.append(eqn)
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (list, tuple)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        visit(inner)
+
+    visit(getattr(jaxpr, "jaxpr", jaxpr))
+    return found
+
 def make_params(scalar: bool = True, vector: bool = True) -> dict:
     """A tree with a zero-valued leaf, a scalar leaf, nested containers and mixed shapes.
 

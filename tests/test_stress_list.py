@@ -17,17 +17,24 @@ import jax.numpy as jnp
 import pytest
 
 import functrain
-from helpers import OPTIMIZER_ARGS, optimizer_functions
+from helpers import OPTIMIZER_ARGS, all_equations, optimizer_functions
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stress"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "contrib"))
 from cases import CASES  # noqa: E402
-from run_stress import STRESSED, risky_primitives, transformer_tree  # noqa: E402
+from run_stress import STRESSED, transformer_tree  # noqa: E402
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 24).reshape(6, 4), "b": jnp.linspace(0.1, 0.4, 4)}
-LINALG = {"eigh", "qr", "geqrf", "householder_product", "svd", "triangular_solve",
-          "cholesky", "lu", "schur", "eig"}
+LINALG = frozenset({"eigh", "qr", "geqrf", "householder_product", "svd", "triangular_solve",
+                    "cholesky", "lu", "schur", "eig"})
+# Control flow (its branches run on XLA:CPU's pool workers) and the LAPACK decompositions.
+RISKY = LINALG | {"cond", "while"}
 STRESSED_BASES = {name.split("(")[0] for name in STRESSED}
+
+
+def risky_primitives(jaxpr):
+    """The names in ``RISKY`` among ``jaxpr``'s equations, nested ones included."""
+    return {e.primitive.name for e in all_equations(jaxpr)} & RISKY
 
 
 def _loss(p):
@@ -72,25 +79,6 @@ def test_core_optimizers_at_risk_are_stressed(name):
     assert not found or name in STRESSED_BASES, (
         f"{name}'s step contains {sorted(found)}: add it to STRESSED in "
         f"tests/stress/run_stress.py")
-
-
-def _batched_linalg(jaxpr):
-    """LAPACK equations whose operand has batch dimensions (rank > 2), nested ones too."""
-    found = []
-
-    def visit(jp):
-        for eqn in jp.eqns:
-            if eqn.primitive.name in LINALG and any(
-                    getattr(v.aval, "ndim", 0) > 2 for v in eqn.invars):
-                found.append((eqn.primitive.name, [tuple(v.aval.shape) for v in eqn.invars]))
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (list, tuple)) else (value,):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        visit(inner)
-
-    visit(jaxpr.jaxpr)
-    return found
 
 
 @pytest.mark.parametrize("name", ["shampoo", "soap", "kron"])

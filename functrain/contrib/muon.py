@@ -33,7 +33,7 @@ from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOr
                                        Params, ScalarOrSchedule, Updates, check_betas,
                                        check_nonnegative, check_range, check_state_type,
                                        validate_hyperparams)
-from functrain.transforms.engine import chain, run_block, stage_transform
+from functrain.transforms.engine import chain, in_compute_dtype, run_block, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import PartitionState, masked
 
@@ -482,8 +482,8 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
     def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, Any]:
         check_state_type(state, MuonState, owner)
-        upcast = jax.tree.map(_to_compute_dtype, updates, is_leaf=ft.is_placeholder)
-        m, new_state = momentum.update(upcast, state, params, **extra_args)
+        m, new_state = momentum.update(in_compute_dtype(updates, params), state, params,
+                                       **extra_args)
         dims = _dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
         o = _orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,
                                 adaptive, owner)
@@ -491,13 +491,6 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                             o, updates, is_leaf=ft.is_placeholder), new_state
 
     return type(momentum)(momentum.init, update_fn)
-
-
-def _to_compute_dtype(g: Any) -> Any:
-    """A floating leaf in its compute dtype (16-bit floats in float32); others as they are."""
-    if ft.is_placeholder(g) or not jnp.issubdtype(jnp.result_type(g), jnp.inexact):
-        return g
-    return jnp.asarray(g).astype(ft.compute_dtype(jnp.result_type(g)))
 
 
 def _scale_by_shape(spec: Any, consistent_rms: Optional[Any]) -> GradientTransformation:

@@ -27,9 +27,8 @@ from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.transforms.adam import corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_betas, check_nonnegative,
-                                       check_range, validate_hyperparams)
-from functrain.transforms.base import as_array
+                                       ScalarOrSchedule, as_array, check_betas,
+                                       check_nonnegative, check_range, validate_hyperparams)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, run_block,
                                          state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
@@ -147,8 +146,8 @@ def _inverse_root(stat: Array, exponent: int, matrix_eps: Any, mesh: Any = None)
 
     Runs in the statistics' dtype (at least float32). Negative rounding of the
     eigenvalues is clipped to zero; an all-zero block gives the identity. The
-    blocks go through ``eigh`` one at a time on CPU (:func:`map_matrices`): a
-    batched ``eigh`` inside the refresh's ``lax.cond`` can deadlock XLA:CPU.
+    blocks go through ``eigh`` one at a time on CPU (:func:`map_matrices`): two
+    batched ``eigh`` calls running at once can deadlock XLA:CPU.
     """
     w, v = map_matrices(jnp.linalg.eigh, stat, mesh=mesh)
     w = jnp.maximum(w, 0)
@@ -352,15 +351,17 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     def update_fn(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple:
         run_block((checks,), updates, (state,), params, extra_args)
         ctx, counted = prepare({"count": state.count}, updates)
-        paths, gs, treedef = ft.flatten_with_paths(updates)
+        _, gs, treedef = ft.flatten_with_paths(updates)
         gs = [as_array(g) for g in gs]
         ps = [None] * len(gs) if params is None else treedef.flatten_up_to(params)
         olds = [treedef.flatten_up_to(getattr(state, f)) for f in fields]
-        leaves = []  # per leaf: (g, cd, layout, direction, [mu, nu, sl, sr, pl, pr], group, slot)
-        groups: dict = {}
-        for i, (g, p) in enumerate(zip(gs, ps)):
+        # per leaf: (x, layout, direction, [mu, nu, sl, sr, pl, pr], group key, (start, count))
+        leaves = []
+        groups: dict = {}  # key -> [blocks, L, R, P_L, P_R]: lists over the group's leaves
+        filled: dict = {}  # key -> blocks stacked so far
+        for g, p, *old in zip(gs, ps, *olds):
             cd = leaf_compute_dtype(g, None if p is None else as_array(p))
-            s = [f[i].astype(state_compute_dtype(f[i], cd)) for f in olds]
+            s = [o.astype(state_compute_dtype(o, cd)) for o in old]
             lay = _layout(tuple(g.shape), block_size, max_precond_dim)
             _check_state_shapes(checks.leaf_state(s), tuple(g.shape), lay)
             x = g.astype(cd)
@@ -369,25 +370,22 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             if lay is not None:
                 key = (lay.br, lay.bc, lay.left, lay.right)
                 blocks = _to_blocks(x.reshape(lay.rows, lay.cols), lay).astype(s[2].dtype)
-                members = groups.setdefault(key, [[] for _ in range(5)])
-                slot = (len(members[0]), lay.kr * lay.kc)
-                for lst, value in zip(members, [blocks] + s[2:]):
+                for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
+                                      [blocks] + s[2:]):
                     lst.append(value)
+                slot = (filled.get(key, 0), blocks.shape[0])
+                filled[key] = slot[0] + slot[1]
             leaves.append((x, lay, direction, s, key, slot))
         stacked = {key: [jnp.concatenate(lst) if len(lst) > 1 else lst[0] for lst in members]
                    for key, members in groups.items()}
-        offsets = {key: [0] for key in groups}
-        for key, members in groups.items():
-            for blocks in members[0]:
-                offsets[key].append(offsets[key][-1] + blocks.shape[0])
         done = precondition_groups(stacked, ctx)
 
         out, new = [], [[] for _ in fields]
         for (x, lay, direction, s, key, slot), g, old in zip(leaves, gs, zip(*olds)):
             u = direction
             if lay is not None:
-                start = offsets[key][slot[0]]
-                part = [a[start:start + slot[1]] for a in done[key]]
+                start, count = slot
+                part = [a[start:start + count] for a in done[key]]
                 s[2:] = [part[k] if on else s[k + 1] for k, on in
                          ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
                 d = _from_blocks(part[5], lay).reshape(x.shape).astype(x.dtype)
@@ -404,7 +402,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         new_state = ShampooState(counted["count"], *(treedef.unflatten(v) for v in new))
         return treedef.unflatten(out), new_state
 
-    return GradientTransformation(lambda params: checks.init_state(params), update_fn)
+    return GradientTransformation(checks.init_state, update_fn)
 
 
 def _check_int(owner: str, name: str, value: Any, low: int) -> None:

@@ -203,6 +203,43 @@ def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
     return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
 
 
+
+def in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
+    """The floating leaves of ``updates`` cast to :func:`leaf_compute_dtype` (with ``params``).
+
+    For a transformation that feeds a stage's output to whole-tree math (Muon's
+    batched Newton-Schulz): the stage returns its output in its input's dtype,
+    so giving it the updates already in the compute dtype keeps that output
+    unrounded, as in one fused pass. Other leaves (placeholders, integers) and
+    trees that do not fit ``params`` (the engine then names the mismatch) are
+    returned as they are.
+
+    Args:
+      updates: the updates tree (``MaskedNode`` placeholders allowed).
+      params: the parameters, or ``None``.
+
+    Returns:
+      ``updates`` with each floating leaf in its compute dtype.
+
+    >>> import jax.numpy as jnp
+    >>> in_compute_dtype({'w': jnp.ones(2, jnp.bfloat16)}, None)['w'].dtype
+    dtype('float32')
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(updates, is_leaf=ft.is_placeholder)
+    try:
+        ps = [None] * len(leaves) if params is None else treedef.flatten_up_to(params)
+    except (ValueError, TypeError):
+        return updates
+    out = []
+    for g, p in zip(leaves, ps):
+        if (ft.is_placeholder(g) or (params is not None and ft.is_placeholder(p))
+                or not jnp.issubdtype(jnp.result_type(g), jnp.inexact)):
+            out.append(g)
+            continue
+        g = jnp.asarray(g)
+        out.append(g.astype(leaf_compute_dtype(g, None if p is None else jnp.asarray(p))))
+    return treedef.unflatten(out)
+
 def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
     """The dtype a state leaf is read in: at least the leaf math's dtype ``cd``.
 

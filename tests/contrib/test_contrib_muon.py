@@ -18,6 +18,7 @@ import pytest
 
 import functrain
 from functrain.contrib import MuonDimensionNumbers, MuonState, muon, scale_by_muon
+from helpers import all_equations
 from helpers import assert_same_trajectory, make_grads
 
 STEPS = 30
@@ -356,19 +357,8 @@ def test_same_shape_leaves_share_one_loop():
     tree = _grouping_tree()
     tx = functrain.contrib.scale_by_muon()
     jaxpr = jax.make_jaxpr(lambda g, s: tx.update(g, s))(tree, tx.init(tree))
-    loops = []
-
-    def visit(jp):
-        for e in jp.eqns:
-            if e.primitive.name in ("while", "scan"):  # fori_loop with static bounds: scan
-                loops.append(e)
-                continue
-            for v in e.params.values():
-                inner = getattr(v, "jaxpr", v)
-                if hasattr(inner, "eqns"):
-                    visit(inner)
-
-    visit(jaxpr.jaxpr)
+    # fori_loop with static bounds is a scan
+    loops = [e for e in all_equations(jaxpr) if e.primitive.name in ("while", "scan")]
     assert len(loops) == 3
     assert sorted(tuple(e.outvars[-1].aval.shape) for e in loops) == [
         (1, 16, 24), (3, 16, 40), (6, 16, 16)]

@@ -14,7 +14,7 @@ against (a batched LAPACK call inside ``lax.cond`` deadlocking XLA:CPU).
 
 ``STRESSED`` is the list; ``tests/test_stress_list.py`` checks that every
 optimizer whose compiled step contains a conditional, a loop or a LAPACK
-decomposition is on it (``risky_primitives``).
+decomposition is on it.
 
 Usage: ``python tests/stress/run_stress.py [--runs N] [--only NAME ...]``;
 ``python tests/stress/run_stress.py --one NAME SEED`` runs one process's work.
@@ -29,11 +29,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple, Optional
-
-# Primitives whose presence in a step puts the optimizer on the stress list: control flow
-# (its branches run on XLA:CPU's pool workers) and the LAPACK-backed decompositions.
-RISKY = frozenset({"cond", "while", "eigh", "qr", "geqrf", "householder_product", "svd",
-                   "triangular_solve", "cholesky", "lu", "schur", "eig"})
 
 
 class Stressed(NamedTuple):
@@ -96,24 +91,6 @@ def transformer_tree(jax: Any, seed: int = 0) -> dict:
     key = jax.random.PRNGKey(seed)
     return {name: 0.02 * jax.random.normal(jax.random.fold_in(key, i), shape)
             for i, (name, shape) in enumerate(sorted(shapes.items()))}
-
-
-def risky_primitives(jaxpr: Any) -> set:
-    """The names in :data:`RISKY` among ``jaxpr``'s equations, nested ones included."""
-    found = set()
-
-    def visit(jp: Any) -> None:
-        for eqn in jp.eqns:
-            if eqn.primitive.name in RISKY:
-                found.add(eqn.primitive.name)
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (list, tuple)) else (value,):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        visit(inner)
-
-    visit(getattr(jaxpr, "jaxpr", jaxpr))
-    return found
 
 
 def run_one(name: str, seed: int) -> None:
