@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import functrain as ft
+import matrix_sharding_checks  # noqa: E402  (tests/ is on sys.path: pytest and `python tests/...`)
 from functrain import sharding as fs
 
 # rtol as issue 6 asks; atol for entries that cross zero (params are O(1)).
@@ -783,43 +784,7 @@ def check_shampoo() -> None:
     assert_close(results[1], results[0], "shampoo 4x2 vs 1 device")
 
 
-@check
-def check_shampoo_refresh_split_over_devices() -> None:
-    """shampoo(mesh=...) on 8 devices: each device decomposes 2 of the 16 blocks per side (the
-    compiled per-device program loops 2 times around its LAPACK call, against 16 on one
-    device), and the numbers are one device's (float64, where a batched GEMM's order of sums
-    cannot hide a wrong pairing; explicit and auto meshes)."""
-    rng = np.random.default_rng(0)
-    shapes = {f"w{i:02d}": (16, 16) for i in range(13)} | {"emb": (48, 16), "b": (16,)}
-    kw = dict(block_size=16, start_preconditioning_step=1, precondition_frequency=2)
-
-    def run(opt: Any, params: Any) -> tuple:
-        state = opt.init(params)
-
-        @jax.jit
-        def step(p: Any, s: Any, t: Any) -> tuple:
-            g = jax.tree.map(lambda x: jnp.sin(x * t), p)
-            u, s = opt.update(g, s, p)
-            return ft.apply_updates(p, u), s
-
-        for t in range(1, 5):
-            params, state = step(params, state, float(t))
-        return params, step.lower(params, state, 1.0).compile().as_text()
-
-    def trips(hlo: str) -> list:
-        return sorted(int(n) for n in re.findall(r'known_trip_count":\{"n":"(\d+)"', hlo))
-
-    with jax.enable_x64(True):
-        params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
-        one, hlo_one = run(ft.contrib.shampoo(1e-2, **kw), params)
-        assert trips(hlo_one) == [16, 16], trips(hlo_one)
-        for kind in (AxisType.Explicit, AxisType.Auto):
-            mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
-            split, hlo = run(ft.contrib.shampoo(1e-2, mesh=mesh, **kw), params)
-            assert trips(hlo) == [2, 2], (kind, trips(hlo))
-            for k in one:
-                np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
-                                           err_msg=f"{k}, {kind}")
+CHECKS.update(matrix_sharding_checks.CHECKS)  # the matrix optimizers' refresh splits
 
 
 def main(names: list[str]) -> None:

@@ -1,0 +1,71 @@
+"""Multi-device checks of the matrix optimizers' preconditioner refresh divided over devices.
+
+Part of ``tests/sharding_checks.py``'s run (8 simulated CPU devices, one subprocess started by
+``tests/test_sharding.py``), which merges this module's ``CHECKS``. Each check compares the
+compiled per-device program's loop trip counts around its LAPACK calls with one device's
+(the refresh is split, not repeated) and the numbers with one device's. Importing this module
+runs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType
+
+import functrain as ft
+
+CHECKS: dict[str, Callable[[], None]] = {}
+
+
+def check(fn: Callable[[], None]) -> Callable[[], None]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def loop_trip_counts(hlo: str) -> list:
+    """The known trip counts of the compiled program's loops, sorted."""
+    return sorted(int(n) for n in re.findall(r'known_trip_count":\{"n":"(\d+)"', hlo))
+
+
+def four_steps_and_program(opt: Any, params: Any) -> tuple:
+    """Four jitted steps of ``opt`` on gradients ``sin(t p)``: the params, and the compiled
+    step's HLO text."""
+    state = opt.init(params)
+
+    @jax.jit
+    def step(p: Any, s: Any, t: Any) -> tuple:
+        g = jax.tree.map(lambda x: jnp.sin(x * t), p)
+        u, s = opt.update(g, s, p)
+        return ft.apply_updates(p, u), s
+
+    for t in range(1, 5):
+        params, state = step(params, state, float(t))
+    return params, step.lower(params, state, 1.0).compile().as_text()
+
+
+@check
+def check_shampoo_refresh_split_over_devices() -> None:
+    """shampoo(mesh=...) on 8 devices: each device decomposes 2 of the 16 blocks per side (the
+    compiled per-device program loops 2 times around its LAPACK call, against 16 on one
+    device), and the numbers are one device's (float64, where a batched GEMM's order of sums
+    cannot hide a wrong pairing; explicit and auto meshes)."""
+    rng = np.random.default_rng(0)
+    shapes = {f"w{i:02d}": (16, 16) for i in range(13)} | {"emb": (48, 16), "b": (16,)}
+    kw = dict(block_size=16, start_preconditioning_step=1, precondition_frequency=2)
+
+    with jax.enable_x64(True):
+        params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
+        one, hlo_one = four_steps_and_program(ft.contrib.shampoo(1e-2, **kw), params)
+        assert loop_trip_counts(hlo_one) == [16, 16], loop_trip_counts(hlo_one)
+        for kind in (AxisType.Explicit, AxisType.Auto):
+            mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
+            split, hlo = four_steps_and_program(ft.contrib.shampoo(1e-2, mesh=mesh, **kw), params)
+            assert loop_trip_counts(hlo) == [2, 2], (kind, loop_trip_counts(hlo))
+            for k in one:
+                np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{k}, {kind}")
