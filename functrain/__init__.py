@@ -20,7 +20,6 @@ from functrain.transforms.base import (EmptyState, GradientTransformation, LeafS
                                        safe_increment)
 from functrain.transforms.engine import (apply_updates, chain, global_norm, identity,
                                          named_chain, stage_transform)
-from functrain.transforms.grouped import GroupedState, grouped
 
 # --- named optimizers ---
 from functrain.optimizers.adam_family import (adabelief, adam, adamax, adamaxw, adamw, amsgrad,

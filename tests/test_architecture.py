@@ -17,7 +17,6 @@
   transforms/base.py                        tree, numerics
   transforms/recompute.py                   tree, numerics
   transforms/engine.py                      tree, numerics, base, recompute
-  transforms/grouped.py                     tree, numerics, base, engine
   transforms/<family>.py                    tree, numerics, base, engine (no other family;
                                             any other file of transforms/ is a family)
   wrappers/*.py                             tree, numerics, base, engine
@@ -54,13 +53,13 @@ LONG_FILES: dict[str, str] = {}
 TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state"}
 NUMERICS = {"functrain.numerics"}
 BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
-RECOMPUTE, GROUPED = "functrain.transforms.recompute", "functrain.transforms.grouped"
+RECOMPUTE = "functrain.transforms.recompute"
 # Every other module of transforms/ is a stage family (found on disk, so a new family
 # needs no entry here).
 FAMILIES = {f"functrain.transforms.{p.stem}"
             for p in (pathlib.Path(__file__).resolve().parent.parent / "functrain"
                       / "transforms").glob("*.py")
-            if p.stem not in ("__init__", "base", "engine", "recompute", "grouped")}
+            if p.stem not in ("__init__", "base", "engine", "recompute")}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -99,7 +98,7 @@ def allowed_imports(module: str) -> Optional[object]:
         return TREE | NUMERICS
     if module == ENGINE:
         return TREE | NUMERICS | {BASE, RECOMPUTE}
-    if module == GROUPED or module in FAMILIES:
+    if module in FAMILIES:
         return TREE | NUMERICS | {BASE, ENGINE}
     if module.startswith("functrain.wrappers."):
         return TREE | NUMERICS | {BASE, ENGINE}

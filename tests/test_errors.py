@@ -1,8 +1,7 @@
 """Bad input across the package: clear errors naming the problem, raised before any array math.
 
 Errors of one module only are tested in that module's file (e.g. the masks and labels of
-masked/multi_transform in tests/wrappers/test_masking.py, grouped's in
-tests/transforms/test_grouped.py)."""
+masked/multi_transform in tests/wrappers/test_masking.py)."""
 
 import jax
 import jax.numpy as jnp

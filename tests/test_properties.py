@@ -142,9 +142,8 @@ def wrapper_functions() -> dict:
 
     All public functions and classes defined in ``functrain/wrappers/*.py``
     (found on disk, so a new file counts), except the state types (tuples and
-    dicts); and the functions of ``functrain/transforms/engine.py`` and
-    ``grouped.py`` that functrain exports and that take a transformation
-    (``chain``, ``named_chain``, ``grouped``). An alias (``partition`` is
+    dicts); and the functions of ``functrain/transforms/engine.py``
+    that functrain exports and that take a transformation (``chain``, ``named_chain``). An alias (``partition`` is
     ``multi_transform``) appears under each of its names.
     """
     found = {}
@@ -161,7 +160,7 @@ def wrapper_functions() -> dict:
                 continue
             if inspect.isfunction(obj) or inspect.isclass(obj):
                 found[name] = obj
-    for modname in ("functrain.transforms.engine", "functrain.transforms.grouped"):
+    for modname in ("functrain.transforms.engine",):
         mod = importlib.import_module(modname)
         for name, obj in vars(mod).items():
             if (inspect.isfunction(obj) and obj.__module__ == modname
@@ -280,8 +279,6 @@ WRAPPER_RECIPES = {
         "chain", lambda m: m.chain(m.clip_by_global_norm(1.0), m.adam(LR))),
     "chain(clip, sgd)": Recipe(
         "chain", lambda m: m.chain(m.clip(0.5), m.sgd(LR, momentum=0.9)), real_only=True),
-    "grouped(chain(clip_by_global_norm, lamb))": Recipe(
-        "grouped", lambda m: m.grouped(m.chain(m.clip_by_global_norm(1.0), m.lamb(LR)))),
     "chain(adam, apply_every)": Recipe(
         "apply_every", lambda m: m.chain(m.adam(LR), m.apply_every(2))),
     "conditionally_transform(adam)": Recipe(
@@ -332,8 +329,7 @@ def test_recipes_cover_every_optimizer_and_wrapper():
     """
     optimizers, wrappers = optimizer_names(), wrapper_functions()
     expected_wrappers = {"masked", "multi_transform", "partition", "freeze", "MultiSteps",
-                         "apply_if_finite", "inject_hyperparams", "named_chain", "chain",
-                         "grouped"}
+                         "apply_if_finite", "inject_hyperparams", "named_chain", "chain"}
     assert expected_wrappers <= set(wrappers), (
         f"the introspection lost wrappers: {sorted(expected_wrappers - set(wrappers))}")
     covered = {r.covers for r in RECIPES.values()}

@@ -1,3 +1,3 @@
-"""Building blocks: the protocol (base), the engine (engine, recompute, grouped) and the
+"""Building blocks: the protocol (base), the engine (engine, recompute) and the
 per-array stage families (adam, rms, sign, momentum, scaling, layerwise, clipping,
 factored, constraints, noise)."""
