@@ -106,32 +106,8 @@ OPTIMIZERS = tuple(BYTES_PER_PARAM)
 
 # --------------------------------------------------------------------------
 # The libraries under test. A "lib" is a label, an optimizer factory, an
-# apply_updates, and a context manager entered while tracing (for variants
-# such as functrain with its engine optimizations switched off).
+# apply_updates, and a context manager entered while tracing.
 # --------------------------------------------------------------------------
-
-
-def engine_switch(enabled: "bool | str") -> contextlib.AbstractContextManager:
-    """A context in which functrain's engine optimizations are on or off.
-
-    The engine reads ``FUNCTRAIN_ENGINE_OPT`` when it traces a step ("0" turns
-    fusion and the trust-ratio recompute off, "fuse" keeps only fusion), so a
-    variant is fixed when its step is compiled. A string is used as the value.
-    """
-    value = enabled if isinstance(enabled, str) else ("1" if enabled else "0")
-
-    @contextlib.contextmanager
-    def ctx():
-        old = os.environ.get("FUNCTRAIN_ENGINE_OPT")
-        os.environ["FUNCTRAIN_ENGINE_OPT"] = value
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("FUNCTRAIN_ENGINE_OPT", None)
-            else:
-                os.environ["FUNCTRAIN_ENGINE_OPT"] = old
-    return ctx()
 
 
 def _libs(names: list[str]) -> dict[str, dict]:
@@ -140,28 +116,16 @@ def _libs(names: list[str]) -> dict[str, dict]:
         if name == "functrain":
             libs[name] = dict(make=lambda o: _make(functrain, o),
                               apply=functrain.apply_updates, ctx=contextlib.nullcontext)
-        elif name == "functrain-noopt":
-            libs[name] = dict(make=lambda o: _make(functrain, o),
-                              apply=functrain.apply_updates,
-                              ctx=lambda: engine_switch(False))
-        elif name.startswith("functrain@"):  # functrain@fuse: FUNCTRAIN_ENGINE_OPT=fuse
-            libs[name] = dict(make=lambda o: _make(functrain, o),
-                              apply=functrain.apply_updates,
-                              ctx=lambda v=name.split("@", 1)[1]: engine_switch(v))
         elif name == "optax":
             libs[name] = dict(make=lambda o: _make(optax, o), apply=optax.apply_updates,
                               ctx=contextlib.nullcontext)
-        elif name == "functrain-grouped":  # opt-in functrain.grouped (issue 5, P2)
-            libs[name] = dict(make=lambda o: functrain.grouped(_make(functrain, o)),
-                              apply=functrain.apply_updates, ctx=contextlib.nullcontext)
         elif name.startswith("module:"):  # another copy of functrain, e.g. an older commit
             module = importlib.import_module(name.split(":", 1)[1])
             libs[name] = dict(make=lambda o, m=module: _make(m, o), apply=module.apply_updates,
                               ctx=contextlib.nullcontext)
         else:
-            raise ValueError(f"unknown library {name!r}: functrain, optax, functrain-noopt, "
-                             f"functrain@<FUNCTRAIN_ENGINE_OPT value>, functrain-grouped "
-                             f"or module:<package> (see benchmarks/before_after.sh)")
+            raise ValueError(f"unknown library {name!r}: functrain, optax or module:<package> "
+                             f"(see benchmarks/before_after.sh)")
     return libs
 
 
@@ -644,11 +608,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help=f"optimizers (default {','.join(OPTIMIZERS)})")
     ap.add_argument("--libs", default="functrain,optax",
                     help="libraries; the first two are compared in the ratios "
-                         "(also: functrain-noopt = functrain with FUNCTRAIN_ENGINE_OPT=0, "
-                         "functrain@VALUE = functrain with FUNCTRAIN_ENGINE_OPT=VALUE, e.g. "
-                         "functrain@fuse, "
-                         "functrain-grouped = functrain.grouped(...), "
-                         "module:PKG = a copy of functrain importable as PKG, e.g. an older "
+                         "(also: module:PKG = a copy of functrain importable as PKG, e.g. an older "
                          "commit made by benchmarks/before_after.sh)")
     ap.add_argument("--reps", type=int, help="timed steps per library and case (default 15)")
     ap.add_argument("--min-time", type=float,

@@ -287,7 +287,7 @@ def test_imports_point_only_down(layer):
         "numerics": lambda m: m in NUMERICS,
         "base": lambda m: m == BASE,
         "families": lambda m: m in FAMILIES,
-        "engine": lambda m: m in {ENGINE, RECOMPUTE, GROUPED},
+        "engine": lambda m: m in {ENGINE, RECOMPUTE},
         "wrappers": lambda m: m.startswith("functrain.wrappers.") and m in MODULES
         and MODULES[m].name != "__init__.py",
         "optimizers": lambda m: m.startswith("functrain.optimizers.")

@@ -45,22 +45,6 @@ def test_bench_script_runs_and_writes_json(tmp_path):
     assert (tmp_path / "smoke.md").read_text().count("|") > 10
 
 
-def test_bench_engine_variants_run(tmp_path):
-    """functrain@VALUE libraries trace with FUNCTRAIN_ENGINE_OPT=VALUE and agree with functrain."""
-    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"),
-           "--sizes", "4k", "--trees", "10", "--opts", "lamb",
-           "--libs", "functrain,optax,functrain@fuse,functrain-noopt",
-           "--reps", "2", "--min-time", "0", "--out", str(tmp_path), "--name", "variants",
-           "--no-plot"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    with open(tmp_path / "variants.json") as f:
-        (case,) = json.load(f)["cases"]
-    assert set(case["libs"]) == {"functrain", "optax", "functrain@fuse", "functrain-noopt"}
-    for lib in ("optax", "functrain@fuse", "functrain-noopt"):
-        assert case["max_rel_diff_vs_first"][lib] < 1e-4
-
-
 def test_matrix_benchmark_counts_loops_conditionals_and_lapack():
     # benchmarks/matrix_optimizers.py's flop count, against hand-counted programs: a
     # Newton-Schulz-like loop of 5 (8, 8) matmuls, a conditional, an eigh.

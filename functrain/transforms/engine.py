@@ -17,6 +17,7 @@ optax interop look the same either way. Transformations that are not stages
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Optional, Sequence
 
 import jax
@@ -31,7 +32,34 @@ from functrain.transforms.base import (EmptyState, GradientTransformation,
                                        Params, Updates, call_update, check_range,
                                        check_transformation, sorted_labels)
 
-_PLAN = "_functrain_plan"
+
+
+class PlannedUpdate:
+    """An ``update`` function that carries its fusion plan, read by :func:`chain`.
+
+    ``stage_transform`` and ``chain`` return transformations whose ``update`` is one of
+    these: it is called like the function it wraps (same signature, same name), and its
+    ``plan`` tells an enclosing ``chain`` which ``LeafStage`` s it may fuse with its
+    neighbours and where each one's state lives (see :func:`fusion_plan`).
+
+    Args:
+      fn: the update function.
+      plan: ``((state path, LeafStage or transformation), ...)``.
+
+    >>> import jax.numpy as jnp
+    >>> tx = chain(identity(), identity())
+    >>> isinstance(tx.update, PlannedUpdate), [path for path, _ in tx.update.plan]
+    (True, [(0,), (1,)])
+    """
+
+    def __init__(self, fn: Any, plan: tuple) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.plan = plan
+
+    def __call__(self, updates: Updates, state: OptState, params: Optional[Params] = None,
+                 **extra_args: Any) -> tuple[Updates, OptState]:
+        return self.fn(updates, state, params, **extra_args)
 
 
 # --------------------------------------------------------------------------
@@ -286,8 +314,7 @@ def stage_transform(stage: LeafStage) -> GradientTransformation:
         new_updates, (new_state,) = run_block((stage,), updates, (state,), params, extra_args)
         return new_updates, new_state
 
-    setattr(update_fn, _PLAN, (((), stage),))
-    return GradientTransformation(init_fn, update_fn)
+    return GradientTransformation(init_fn, PlannedUpdate(update_fn, (((), stage),)))
 
 
 def fusion_plan(tx: Any) -> tuple:
@@ -306,25 +333,8 @@ def fusion_plan(tx: Any) -> tuple:
     >>> [type(item).__name__ for _, item in fusion_plan(identity())]
     ['LeafStage']
     """
-    plan = getattr(getattr(tx, "update", None), _PLAN, None)
-    return plan if plan is not None else (((), tx),)
-
-
-def fusion_enabled() -> bool:
-    """Whether ``chain`` fuses consecutive stages (read when a step is traced).
-
-    Set the environment variable ``FUNCTRAIN_ENGINE_OPT=0`` to turn the
-    engine's optimizations off (one walk over the tree per transformation, as
-    optax does), e.g. to compare speed; the numbers are the same either way.
-    See :func:`functrain.transforms.recompute.engine_optimizations`.
-
-    Returns:
-      ``True`` unless fusion is switched off.
-
-    >>> fusion_enabled()
-    True
-    """
-    return "fuse" in recompute.engine_optimizations()
+    update = getattr(tx, "update", None)
+    return update.plan if isinstance(update, PlannedUpdate) else (((), tx),)
 
 
 def chain(*transforms: Any) -> GradientTransformationExtraArgs:
@@ -365,7 +375,6 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
                              f"type {type(state).__name__} with "
                              f"{len(state) if isinstance(state, tuple) else '?'} entries: "
                              f"was it made by this chain's init?")
-        fuse = fusion_enabled()
         i = 0
         while i < len(plan):
             path, item = plan[i]
@@ -376,7 +385,7 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
                 i += 1
                 continue
             j = i + 1
-            while (fuse and j < len(plan) and isinstance(plan[j][1], LeafStage)
+            while (j < len(plan) and isinstance(plan[j][1], LeafStage)
                    and not plan[j][1].needs_updates):
                 j += 1
             block = plan[i:j]
@@ -388,8 +397,7 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
             i = j
         return updates, state
 
-    setattr(update_fn, _PLAN, plan)
-    return GradientTransformationExtraArgs(init_fn, update_fn)
+    return GradientTransformationExtraArgs(init_fn, PlannedUpdate(update_fn, plan))
 
 
 def named_chain(*transforms: tuple[str, GradientTransformation]
@@ -570,5 +578,5 @@ def global_norm(updates: Updates) -> jax.Array:
 
 __all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity",
            "apply_updates", "incremental_update", "periodic_update", "global_norm",
-           "fusion_plan", "prepare_stage", "fusion_enabled", "leaf_compute_dtype",
+           "fusion_plan", "PlannedUpdate", "prepare_stage", "leaf_compute_dtype",
            "state_compute_dtype"]

@@ -21,8 +21,7 @@ reduction fusions; recomputing the new moments too would bring a 128 MB
 temporary back, so the copy reads the moments already computed. The norm may
 be summed in another order: float32 rounding (3e-7 relative in the tests).
 
-When. Only on the backends in :data:`BACKENDS` (measured to pay: CPU), when
-``FUNCTRAIN_ENGINE_OPT`` allows it (see :func:`enabled`), and when the
+When. Only on the backends in :data:`BACKENDS` (measured to pay: CPU), and when the
 temporaries saved reach :data:`MIN_BYTES` (below that the recomputing
 reduction is the slower kernel: 2M params, 3.7 -> 4.5 ms). On GPU/TPU this was
 not measured, so it is off there. ``tests/transforms/test_recompute.py`` fails if
@@ -31,7 +30,6 @@ the recompute stops firing where it should.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional, Sequence
 
 import jax
@@ -47,44 +45,11 @@ BACKENDS: tuple[str, ...] = ("cpu",)
 #: recompute on small trees.
 MIN_BYTES = 32 * 2**20
 
-_OFF = ("0", "false", "off", "no")
-_OPTIMIZATIONS = ("fuse", "recompute")
-
-
-def engine_optimizations() -> frozenset:
-    """The engine optimizations the environment allows: a subset of {'fuse', 'recompute'}.
-
-    ``FUNCTRAIN_ENGINE_OPT`` (read when a step is traced): ``1`` (default, all),
-    ``0`` (none: one walk over the tree per transformation, as optax does), or
-    a comma-separated subset such as ``fuse``. The numbers are the same either
-    way (up to float32 rounding in a recomputed norm).
-
-    Returns:
-      A frozenset of the enabled optimization names.
-
-    >>> sorted(engine_optimizations())
-    ['fuse', 'recompute']
-    """
-    value = os.environ.get("FUNCTRAIN_ENGINE_OPT", "1").strip().lower()
-    if value in _OFF:
-        return frozenset()
-    if value in ("", "1", "true", "on", "yes", "all"):
-        return frozenset(_OPTIMIZATIONS)
-    chosen = frozenset(v.strip() for v in value.split(",") if v.strip())
-    unknown = sorted(chosen - set(_OPTIMIZATIONS))
-    if unknown:
-        raise ValueError(f"FUNCTRAIN_ENGINE_OPT={value!r}: unknown optimization(s) {unknown}; "
-                         f"use 1 (all), 0 (none) or a comma-separated subset of "
-                         f"{list(_OPTIMIZATIONS)}")
-    return chosen
-
 
 def enabled() -> bool:
-    """Whether the recompute is on here: the environment allows it and the backend is listed.
+    """Whether the recompute is on here: the default backend is one of :data:`BACKENDS`.
 
-    It needs fusion too (the direction must come from the same block). Set
-    ``FUNCTRAIN_ENGINE_OPT=fuse`` (fusion only) or ``0`` (nothing) to turn it
-    off; extend :data:`BACKENDS` to turn it on elsewhere.
+    Extend :data:`BACKENDS` to turn it on elsewhere (or empty it to turn it off).
 
     Returns:
       ``True`` when a fused trust ratio may take its norm from a recomputed input.
@@ -93,8 +58,7 @@ def enabled() -> bool:
     >>> enabled() == (jax.default_backend() in BACKENDS)
     True
     """
-    return ({"fuse", "recompute"} <= engine_optimizations()
-            and jax.default_backend() in BACKENDS)
+    return jax.default_backend() in BACKENDS
 
 
 def applies(saved_bytes: int) -> bool:

@@ -265,7 +265,6 @@ TRUST_RATIO_CASES = ["lamb", "lamb_decay", "lamb_masked", "lars", "lars_settings
 @pytest.mark.parametrize("name", TRUST_RATIO_CASES)
 def test_trust_ratio_recompute_matches_optax(name, monkeypatch):
     """The engine's trust-ratio recompute, forced on for small trees, keeps optax's numbers."""
-    monkeypatch.delenv("FUNCTRAIN_ENGINE_OPT", raising=False)
     monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     assert recompute.enabled()
     assert_same_trajectory(OPTIMIZER_CASES[name](ft), OPTIMIZER_CASES[name](optax), name=name)

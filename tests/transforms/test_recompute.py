@@ -12,14 +12,8 @@ import optax
 import pytest
 
 import functrain as ft
-from functrain.transforms import engine, recompute
+from functrain.transforms import recompute
 from helpers import assert_same_trajectory, jitted_steps, make_params
-
-
-@pytest.fixture
-def default_engine(monkeypatch):
-    """The default environment: FUNCTRAIN_ENGINE_OPT unset (all optimizations on)."""
-    monkeypatch.delenv("FUNCTRAIN_ENGINE_OPT", raising=False)
 
 
 @pytest.fixture
@@ -52,7 +46,7 @@ TWO_LEAVES = 2
 # It runs where it should, and only there
 # --------------------------------------------------------------------------
 
-def test_recompute_runs_once_per_leaf_by_default(default_engine, spy, monkeypatch):
+def test_recompute_runs_once_per_leaf_by_default(spy, monkeypatch):
     monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     assert jax.default_backend() in recompute.BACKENDS and recompute.enabled()
     text = lamb_step_jaxpr()
@@ -60,16 +54,7 @@ def test_recompute_runs_once_per_leaf_by_default(default_engine, spy, monkeypatc
     assert "optimization_barrier" in text, "the recomputed input hides no constant"
 
 
-def test_recompute_is_off_with_fusion_only(default_engine, spy, monkeypatch):
-    monkeypatch.setattr(recompute, "MIN_BYTES", 0)
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
-    assert engine.fusion_enabled() and not recompute.enabled()
-    text = lamb_step_jaxpr()
-    assert spy == []
-    assert "optimization_barrier" not in text
-
-
-def test_recompute_is_gated_to_the_listed_backends(default_engine, spy, monkeypatch):
+def test_recompute_is_gated_to_the_listed_backends(spy, monkeypatch):
     monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     monkeypatch.setattr(recompute, "BACKENDS", ())
     assert not recompute.enabled() and not recompute.applies(2**40)
@@ -78,35 +63,17 @@ def test_recompute_is_gated_to_the_listed_backends(default_engine, spy, monkeypa
     assert "optimization_barrier" not in text
 
 
-def test_recompute_threshold_is_min_bytes(default_engine):
+def test_recompute_threshold_is_min_bytes():
     assert recompute.MIN_BYTES == 32 * 2**20  # the default: glibc's mmap threshold
     assert jax.default_backend() == "cpu"
     assert recompute.applies(recompute.MIN_BYTES) is True
     assert recompute.applies(recompute.MIN_BYTES - 1) is False
 
 
-def test_small_trees_skip_the_recompute_by_default(default_engine, spy):
+def test_small_trees_skip_the_recompute_by_default(spy):
     """Below MIN_BYTES (the default) the recompute does not run: it would be slower there."""
     lamb_step_jaxpr()
     assert spy == []
-
-
-def test_engine_switch_rejects_unknown_values(monkeypatch):
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse,turbo")
-    with pytest.raises(ValueError, match="turbo"):
-        engine.fusion_enabled()
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "off")
-    assert not engine.fusion_enabled() and not recompute.enabled()
-
-
-def test_engine_optimizations_parses_the_switch(monkeypatch):
-    for value, expected in [("1", {"fuse", "recompute"}), ("", {"fuse", "recompute"}),
-                            ("0", set()), ("false", set()), ("fuse", {"fuse"}),
-                            (" Fuse , recompute ", {"fuse", "recompute"})]:
-        monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", value)
-        assert recompute.engine_optimizations() == frozenset(expected), value
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "recompute")  # needs fusion too
-    assert not recompute.enabled() and not engine.fusion_enabled()
 
 
 # --------------------------------------------------------------------------
@@ -134,8 +101,8 @@ def test_trust_ratio_recompute_changes_only_rounding(make_opt, monkeypatch):
                                    params)
     assert recompute.enabled()
     on = jitted_steps(make_opt(), params, grads)
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
-    assert engine.fusion_enabled() and not recompute.enabled()
+    monkeypatch.setattr(recompute, "BACKENDS", ())  # off
+    assert not recompute.enabled()
     off = jitted_steps(make_opt(), params, grads)
     for a, b in zip(jax.tree_util.tree_leaves(on), jax.tree_util.tree_leaves(off)):
         assert a.dtype == b.dtype
@@ -156,12 +123,13 @@ def test_trust_ratio_recompute_under_grad_and_vmap(monkeypatch):
 
     opt = ft.lamb(1e-2, weight_decay=0.1)
     d_on = jax.grad(loss)(params, opt)
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+    backends = recompute.BACKENDS
+    monkeypatch.setattr(recompute, "BACKENDS", ())  # off
     d_off = jax.grad(loss)(params, opt)
     for a, b in zip(jax.tree_util.tree_leaves(d_on), jax.tree_util.tree_leaves(d_off)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-9)
     assert any(float(jnp.max(jnp.abs(a))) > 1e-6 for a in jax.tree_util.tree_leaves(d_on))
-    monkeypatch.delenv("FUNCTRAIN_ENGINE_OPT")
+    monkeypatch.setattr(recompute, "BACKENDS", backends)  # on again
     opt = ft.lamb(1e-2, weight_decay=0.1)  # two copies of the tree, one vmapped step
     stacked_p, stacked_g = (jax.tree_util.tree_map(lambda x: jnp.stack([x, 2 * x]), t)
                             for t in (params, grads))
@@ -194,7 +162,7 @@ def test_trust_ratio_recompute_in_float64(monkeypatch):
         params = {"w": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float64).reshape(3, 4)}
         grads = {"w": jnp.cos(params["w"])}
         on = jitted_steps(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
-        monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+        monkeypatch.setattr(recompute, "BACKENDS", ())  # off
         off = jitted_steps(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]
         assert on["w"].dtype == jnp.float64
         np.testing.assert_allclose(on["w"], off["w"], rtol=1e-14)
@@ -206,7 +174,6 @@ def test_trust_ratio_recompute_in_float64(monkeypatch):
 
 def test_trust_ratio_recompute_removes_the_params_sized_temporary(monkeypatch):
     """A 40 MB leaf: storing LAMB's direction needs a 40 MB XLA temporary; the recompute none."""
-    monkeypatch.delenv("FUNCTRAIN_ENGINE_OPT", raising=False)
     params = {"w": jax.ShapeDtypeStruct((10_000_000,), jnp.float32)}
     opt = ft.lamb(1e-3, weight_decay=0.01)
 
@@ -220,7 +187,7 @@ def test_trust_ratio_recompute_removes_the_params_sized_temporary(monkeypatch):
         return compiled.memory_analysis().temp_size_in_bytes
 
     with_recompute = temp_bytes()
-    monkeypatch.setenv("FUNCTRAIN_ENGINE_OPT", "fuse")
+    monkeypatch.setattr(recompute, "BACKENDS", ())  # off
     stored = temp_bytes()
     assert stored >= 40_000_000
     assert with_recompute < 1_000_000
