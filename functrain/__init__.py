@@ -9,138 +9,116 @@
 >>> params = functrain.apply_updates(params, updates)
 """
 
-# Re-exports only: the public surface, grouped as users look for it.
+# Re-exports only: the public surface, grouped as users look for it. Each module is named once.
 
-# --- sub-modules ---
-from functrain import contrib, numerics, sharding, tree
-from functrain.tree import MaskedNode
+# --- the protocol, chaining and applying updates ---
+from functrain.param_updates import apply_updates, incremental_update, periodic_update
+from functrain.transforms.base import (EmptyState, GradientTransformation,
+                                       GradientTransformationExtraArgs, LeafStage, MaskOrFn,
+                                       OptState, Params, ScalarOrSchedule, TransformInitFn,
+                                       TransformUpdateExtraArgsFn, TransformUpdateFn, Updates,
+                                       safe_increment, with_extra_args_support)
+from functrain.transforms.engine import chain, identity, named_chain, stage_transform
 
-# --- protocol, engine and combinators ---
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
-                                       safe_increment)
-from functrain.transforms.engine import (apply_updates, chain, global_norm, identity,
-                                         named_chain, stage_transform)
-
-# --- named optimizers ---
+# --- named optimizers (optax's core; optax.contrib's are in functrain.contrib) ---
 from functrain.optimizers.adam_family import (adabelief, adam, adamax, adamaxw, adamw, amsgrad,
                                               lamb, nadam, nadamw, radam, yogi)
+from functrain.optimizers.adam_variants import adan, optimistic_adam, optimistic_adam_v2
+from functrain.optimizers.quasi_newton import lbfgs
 from functrain.optimizers.rms_family import adadelta, adafactor, adagrad, rmsprop, sm3
 from functrain.optimizers.sgd_family import (fromage, lars, lion, noisy_sgd, novograd,
                                              optimistic_gradient_descent, polyak_sgd, rprop,
                                              sgd, sign_sgd, signum)
+# optax.contrib's five most used, also at the top level:
+from functrain.contrib import ademamix, adopt, muon, prodigy, schedule_free_adamw
 
-# --- building blocks ---
-from functrain.transforms.adam import (ScaleByAdamState, ScaleByAmsgradState,
+# --- building blocks: per-array stages ---
+from functrain.transforms.adam import (ScaleByAdamState, ScaleByAdanState, ScaleByAmsgradState,
                                        ScaleByBeliefState, scale_by_adam, scale_by_adamax,
-                                       scale_by_amsgrad, scale_by_belief, scale_by_radam,
-                                       scale_by_yogi)
-from functrain.transforms.clipping import clip, clip_by_block_rms, clip_by_global_norm
+                                       scale_by_adan, scale_by_amsgrad, scale_by_belief,
+                                       scale_by_radam, scale_by_yogi)
+from functrain.transforms.clipping import (AdaptiveGradClipState, ClipByGlobalNormState,
+                                           ClipState, adaptive_grad_clip, clip,
+                                           clip_by_block_rms, clip_by_global_norm,
+                                           per_example_global_norm_clip,
+                                           per_example_layer_norm_clip, unitwise_clip,
+                                           unitwise_norm)
 from functrain.transforms.constraints import (NonNegativeParamsState, ZeroNansState,
                                               keep_params_nonnegative, zero_nans)
 from functrain.transforms.factored import FactoredState, scale_by_factored_rms
-from functrain.transforms.layerwise import (ScaleByNovogradState, scale_by_novograd,
+from functrain.transforms.layerwise import (ScaleByDistanceOverGradientsState,
+                                            ScaleByNovogradState, ScaleByTrustRatioState,
+                                            scale_by_distance_over_gradients, scale_by_novograd,
                                             scale_by_param_block_norm,
                                             scale_by_param_block_rms, scale_by_trust_ratio)
 from functrain.transforms.momentum import (EmaState, ScaleByOptimisticGradientState,
                                            TraceState, ema, scale_by_optimistic_gradient,
                                            trace)
-from functrain.transforms.noise import AddNoiseState, add_noise
+from functrain.transforms.normalization import (centralize, normalize_by_update_norm,
+                                                scale_gradient)
 from functrain.transforms.rms import (ScaleByAdaDeltaState, ScaleByRmsState,
                                       ScaleByRmsWithCountState, ScaleByRssState,
                                       ScaleByRStdDevState, ScaleByRStdDevWithCountState,
                                       ScaleBySM3State, scale_by_adadelta, scale_by_rms,
                                       scale_by_rss, scale_by_sm3, scale_by_stddev)
-from functrain.transforms.scaling import (ScaleByScheduleState, SetToZeroState,
-                                          add_decayed_weights, scale,
-                                          scale_by_learning_rate, scale_by_polyak,
+from functrain.transforms.scaling import (AddDecayedWeightsState, ScaleByScheduleState,
+                                          ScaleState, SetToZeroState, add_decayed_weights,
+                                          scale, scale_by_learning_rate, scale_by_polyak,
                                           scale_by_schedule, set_to_zero)
 from functrain.transforms.sign import (ScaleByLionState, ScaleByRpropState, scale_by_lion,
                                        scale_by_rprop, scale_by_sign)
 
-# --- wrappers ---
-from functrain.wrappers.accumulation import MultiSteps, MultiStepsState
-from functrain.wrappers.finite import ApplyIfFiniteState, apply_if_finite
-from functrain.wrappers.hyperparams import (HyperparamsDict, InjectHyperparamsState,
-                                            inject_hyperparams)
-from functrain.wrappers.masking import (MaskedState, MultiTransformState, PartitionState,
-                                        freeze, masked, multi_transform, partition)
-
-# --- learning-rate schedules ---
-from functrain.schedules import (Schedule, constant_schedule, cosine_decay_schedule,
-                                 exponential_decay, join_schedules, linear_schedule,
-                                 piecewise_constant_schedule, polynomial_schedule,
-                                 warmup_constant_schedule, warmup_cosine_decay_schedule)
-
-# --- gradient functions and Ivy's one-shot updates (the seed documents) ---
-# `functrain.grad` is the module functrain/grad.py, which is callable as the
-# gradient function: functrain.grad(f)(x).  See functrain/grad.py.
-from functrain import grad
-from functrain.grad import execute_with_gradients, jac, stop_gradient, value_and_grad
-from functrain.seed_updates import (adam_step, adam_update, gradient_descent_update,
-                                    lamb_update, lars_update, optimizer_update)
-
-# --- issue 13 additions, one block per area (kept apart so they can be written in parallel) ---
-# [area: tree, projections, microbatching, numerics helpers, linalg]
-from functrain import linalg, microbatching, projections
-from functrain.linalg import matrix_inverse_pth_root, power_iteration
-from functrain.microbatching import microbatch
-from functrain.numerics import safe_int32_increment, safe_norm, safe_root_mean_squares
-from functrain.tree import (bias_correction, update_infinity_moment, update_moment,
-                            update_moment_per_elem_norm)
-# [end area: tree]
-# [area: quasi-Newton and line searches]
-from functrain.optimizers.quasi_newton import lbfgs
-from functrain.transforms.base import (GradientTransformationExtraArgs,
-                                       TransformUpdateExtraArgsFn, with_extra_args_support)
+# --- whole-tree transforms: noise, quasi-Newton, line searches ---
 from functrain.transforms.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
 from functrain.transforms.linesearch import (ScaleByBacktrackingLinesearchState,
                                              ScaleByZoomLinesearchState, ZoomLinesearchInfo,
                                              scale_by_backtracking_linesearch,
                                              scale_by_zoom_linesearch,
                                              value_and_grad_from_state)
-# [end area: quasi-Newton]
-# [area: wrappers, control, lookahead, schedules]
-from functrain.transforms.engine import incremental_update, periodic_update
+from functrain.transforms.noise import AddNoiseState, add_noise
+
+# --- wrappers: masking, accumulation, skipping, hyperparameters, control, monitoring ---
+from functrain.wrappers.accumulation import MultiSteps, MultiStepsState
 from functrain.wrappers.control import (ApplyEvery, ConditionFn, ConditionallyMaskState,
                                         ConditionallyTransformState, apply_every,
                                         conditionally_mask, conditionally_transform, flatten)
-from functrain.wrappers.finite import (ShouldSkipUpdateFunction, skip_large_updates,
-                                       skip_not_finite)
-from functrain.wrappers.hyperparams import (InjectStatefulHyperparamsState, StatefulSchedule,
+from functrain.wrappers.finite import (ApplyIfFiniteState, ShouldSkipUpdateFunction,
+                                       apply_if_finite, skip_large_updates, skip_not_finite)
+from functrain.wrappers.hyperparams import (HyperparamsDict, InjectHyperparamsState,
+                                            InjectStatefulHyperparamsState, StatefulSchedule,
                                             WrappedSchedule, WrappedScheduleState,
-                                            inject_stateful_hyperparams)
+                                            inject_hyperparams, inject_stateful_hyperparams)
 from functrain.wrappers.lookahead import LookaheadParams, LookaheadState, lookahead
-from functrain.wrappers.masking import selective_transform
+from functrain.wrappers.masking import (MaskedState, MultiTransformState, PartitionState,
+                                        freeze, masked, multi_transform, partition,
+                                        selective_transform)
 from functrain.wrappers.monitoring import (MeasureEmaState, MonitorState, SnapshotState,
                                            measure_with_ema, monitor, snapshot)
 from functrain.wrappers.stateless import (init_empty_state, stateless,
                                           stateless_with_tree_map, tree_map_params)
-from functrain.schedules import (cosine_onecycle_schedule, linear_onecycle_schedule,
-                                 piecewise_interpolate_schedule, sgdr_schedule,
-                                 warmup_exponential_decay_schedule)
-# [end area: wrappers]
-# [area: optimizers and blocks]
-from functrain.optimizers.adam_variants import adan, optimistic_adam, optimistic_adam_v2
-from functrain.transforms.adam import ScaleByAdanState, scale_by_adan
-from functrain.transforms.clipping import (AdaptiveGradClipState, ClipByGlobalNormState,
-                                           ClipState, adaptive_grad_clip,
-                                           per_example_global_norm_clip,
-                                           per_example_layer_norm_clip, unitwise_clip,
-                                           unitwise_norm)
-from functrain.transforms.layerwise import (ScaleByDistanceOverGradientsState,
-                                            ScaleByTrustRatioState,
-                                            scale_by_distance_over_gradients)
-from functrain.transforms.normalization import (centralize, normalize_by_update_norm,
-                                                scale_gradient)
-from functrain.transforms.scaling import AddDecayedWeightsState, ScaleState
-# [end area: optimizers]
-# --- optax.contrib's five most used, also at the top level (issue 14) ---
-from functrain.contrib import ademamix, adopt, muon, prodigy, schedule_free_adamw
 
-# [area: protocol types and state aliases]
-# Type aliases (documented in functrain/transforms/base.py, where they are defined).
-from functrain.transforms.base import (MaskOrFn, OptState, Params, ScalarOrSchedule,
-                                       TransformInitFn, TransformUpdateFn, Updates)
-# [end area: protocol]
+# --- learning-rate schedules ---
+from functrain.schedules import (Schedule, constant_schedule, cosine_decay_schedule,
+                                 cosine_onecycle_schedule, exponential_decay, join_schedules,
+                                 linear_onecycle_schedule, linear_schedule,
+                                 piecewise_constant_schedule, piecewise_interpolate_schedule,
+                                 polynomial_schedule, sgdr_schedule, warmup_constant_schedule,
+                                 warmup_cosine_decay_schedule, warmup_exponential_decay_schedule)
+
+# --- trees, numerics and linear algebra ---
+from functrain import contrib, linalg, microbatching, numerics, projections, sharding, tree
+from functrain.linalg import global_norm, matrix_inverse_pth_root, power_iteration
+from functrain.microbatching import microbatch
+from functrain.numerics import safe_int32_increment, safe_norm, safe_root_mean_squares
+from functrain.tree import (MaskedNode, bias_correction, update_infinity_moment, update_moment,
+                            update_moment_per_elem_norm)
+
+# --- Ivy's gradient functions and one-shot updates (the seed documents) ---
+# `functrain.grad` is the module functrain/grad.py, which is callable as the
+# gradient function: functrain.grad(f)(x).  See functrain/grad.py.
+from functrain import grad
+from functrain.grad import execute_with_gradients, jac, stop_gradient, value_and_grad
+from functrain.seed_updates import (adam_step, adam_update, gradient_descent_update,
+                                    lamb_update, lars_update, optimizer_update)
 
 __version__ = "0.1.0"

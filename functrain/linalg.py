@@ -1,4 +1,4 @@
-"""Linear algebra for optimizers: the dominant eigenpair, a matrix's inverse p-th root, and
+"""Linear algebra for optimizers: the global norm of a tree, the dominant eigenpair, a matrix's inverse p-th root, and
 decompositions over stacks of matrices that cannot deadlock XLA:CPU.
 
 ``power_iteration`` (on a matrix or a matrix-vector product over pytrees) and
@@ -26,7 +26,23 @@ from functrain import tree as ft
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["power_iteration", "matrix_inverse_pth_root", "map_matrices", "set_lapack_threads"]
+__all__ = ["global_norm", "power_iteration", "matrix_inverse_pth_root", "map_matrices", "set_lapack_threads"]
+
+
+def global_norm(updates: PyTree) -> jax.Array:
+    """The L2 norm of all leaves together (as optax.global_norm).
+
+    Args:
+      updates: any tree of arrays.
+
+    Returns:
+      A scalar, at least float32.
+
+    >>> import jax.numpy as jnp
+    >>> global_norm({'a': jnp.array([3.]), 'b': jnp.array([4.])})
+    Array(5., dtype=float32)
+    """
+    return ft.norm(updates)
 
 
 def _unit(v: PyTree) -> PyTree:

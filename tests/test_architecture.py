@@ -7,13 +7,14 @@
   ========================================  ==========================================
   file                                      may import from functrain only
   ========================================  ==========================================
-  tree_checks.py                            nothing
+  tree_checks.py, arg_checks.py             nothing
   tree_ops.py, tree_state.py                tree_checks (optax.tree's functions: math,
                                             state helpers)
   tree.py                                   tree_checks, tree_ops, tree_state (L0)
   numerics.py                               tree
   grad, seed_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
-  projections, microbatching, linalg
+  projections, microbatching, linalg,
+  param_updates
   transforms/base.py                        tree, numerics
   transforms/recompute.py                   tree, numerics
   transforms/engine.py                      tree, numerics, base, recompute
@@ -29,7 +30,8 @@
                                             anything: it only re-exports)
   ========================================  ==========================================
 
-  "tree" includes tree_checks (the key-path checks tree.py re-exports). A new
+  "tree" includes tree_checks (the key-path checks tree.py re-exports) and arg_checks
+  (the hyperparameter, transformation and state checks). A new
   file fails until it is given a rule here.
 * (c) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
 
@@ -50,7 +52,9 @@ MAX_LINES = 650
 # path relative to functrain/ -> why it may be longer than MAX_LINES.
 LONG_FILES: dict[str, str] = {}
 
-TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state"}
+# L0: the tree modules and the argument checks every layer above may use.
+TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state",
+        "functrain.arg_checks"}
 NUMERICS = {"functrain.numerics"}
 BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
 RECOMPUTE = "functrain.transforms.recompute"
@@ -80,7 +84,7 @@ def allowed_imports(module: str) -> Optional[object]:
         return lambda target: True  # the public surface: re-exports only
     if path.name == "__init__.py":  # a sub-package: its own modules
         return lambda target: target.startswith(module + ".")
-    if module == "functrain.tree_checks":
+    if module in ("functrain.tree_checks", "functrain.arg_checks"):
         return set()
     if module in ("functrain.tree_ops", "functrain.tree_state"):
         return {"functrain.tree_checks"}
@@ -90,7 +94,7 @@ def allowed_imports(module: str) -> Optional[object]:
         return TREE
     if module in {"functrain.grad", "functrain.seed_updates", "functrain.sharding",
                   "functrain.schedules", "functrain.projections", "functrain.microbatching",
-                  "functrain.linalg"}:
+                  "functrain.linalg", "functrain.param_updates"}:
         return TREE | NUMERICS
     if module == BASE:
         return TREE | NUMERICS

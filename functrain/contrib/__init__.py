@@ -1,4 +1,5 @@
-"""functrain.contrib: every optimizer of ``optax.contrib``, under optax's names.
+"""functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
+matrix and adaptive optimizers optax does not have (Shampoo, SOAP, Kron, CAME, MARS, LaProp).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -15,50 +16,37 @@ not another contrib module.
 >>> state = opt.init({'w': jnp.ones(3)})
 """
 
-# Re-exports only, one block per family file.
-# [area: muon]
-from functrain.contrib.muon import MuonDimensionNumbers, MuonState, muon, scale_by_muon
-# [end area: muon]
-# [area: schedule-free and parameter-free]
-from functrain.contrib.coin_betting import COCOBState, cocob, scale_by_cocob
-from functrain.contrib.mechanic import MechanicState, mechanize
-from functrain.contrib.parameter_free import (DAdaptAdamWState, DoGState, DoWGState,
-                                              ProdigyState, dadapt_adamw, dog, dowg, prodigy)
-from functrain.contrib.schedule_free import (ScheduleFreeState, schedule_free,
-                                             schedule_free_adamw, schedule_free_eval_params,
-                                             schedule_free_sgd)
-# [end area: schedule-free]
-# [area: adam variants]
+# Re-exports only. optax.contrib's optimizers, one family per module:
 from functrain.contrib.adam_variants import (MadgradState, acprop, adopt, madgrad,
                                              scale_by_acprop, scale_by_adopt, scale_by_madgrad)
 from functrain.contrib.ademamix import (ScaleByAdemamixState, ScaleBySimplifiedAdEMAMixState,
                                         ademamix, scale_by_ademamix,
                                         scale_by_simplified_ademamix, simplified_ademamix)
+from functrain.contrib.coin_betting import COCOBState, cocob, scale_by_cocob
 from functrain.contrib.complex_valued import (SplitRealAndImaginaryState,
                                               split_real_and_imaginary)
 from functrain.contrib.galore import (GaLoreDimensionNumbers, GaLoreState, galore,
                                       scale_by_galore)
-from functrain.contrib.normalize import NormalizeState, normalize
-# [end area: adam variants]
-# [area: extra-args optimizers and wrappers]
+from functrain.contrib.mechanic import MechanicState, mechanize
 from functrain.contrib.momo import MomoAdamState, MomoState, momo, momo_adam
+from functrain.contrib.muon import MuonDimensionNumbers, MuonState, muon, scale_by_muon
+from functrain.contrib.normalize import NormalizeState, normalize
+from functrain.contrib.parameter_free import (DAdaptAdamWState, DoGState, DoWGState,
+                                              ProdigyState, dadapt_adamw, dog, dowg, prodigy)
 from functrain.contrib.privacy import (DifferentiallyPrivateAggregateState,
                                        differentially_private_aggregate, dpsgd)
 from functrain.contrib.reduce_on_plateau import ReduceLROnPlateauState, reduce_on_plateau
 from functrain.contrib.sam import SAMState, sam
+from functrain.contrib.schedule_free import (ScheduleFreeState, schedule_free,
+                                             schedule_free_adamw, schedule_free_eval_params,
+                                             schedule_free_sgd)
 from functrain.contrib.sophia import (HutchinsonState, SophiaState,
                                       hutchinson_estimator_diag_hessian, sophia)
-# [end area: extra-args]
-# [area: issue 15: mars, came]
+
+# Beyond optax (one optimizer per module):
 from functrain.contrib.came import CameState, came, scale_by_came
-from functrain.contrib.mars import MarsState, mars, scale_by_mars
-# [end area: issue 15: mars, came]
-# [area: issue 15: shampoo]
-from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
-# [end area: issue 15: shampoo]
-# [area: issue 15: kron]
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
-# [end area: issue 15: kron]
-# [area: issue 15: soap]
+from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
+from functrain.contrib.mars import MarsState, mars, scale_by_mars
+from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap
-# [end area: issue 15: soap]

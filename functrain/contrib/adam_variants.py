@@ -24,13 +24,12 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_momentum, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.transforms.adam import ScaleByAdamState, ScaleByBeliefState
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_betas, check_momentum,
-                                       check_nonnegative, safe_increment, validate_hyperparams,
-                                       zero_count)
+                                       ScalarOrSchedule, safe_increment, zero_count)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -54,7 +53,7 @@ def _fourth_root(count: Array) -> Array:
     return count ** 0.25
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number")
 def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
                    mu_dtype: Optional[Any] = None, *, nesterov: bool = False,
                    use_clipping: bool = True,
@@ -127,7 +126,7 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
         init_global=zero_count, prepare=prepare, real_only=use_clipping))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def adopt(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9999,
           eps: float = 1e-6, mu_dtype: Optional[Any] = None, *, nesterov: bool = False,
           use_clipping: bool = True, clip_value_fn: Callable[[Array], Array] = _fourth_root
@@ -197,7 +196,7 @@ class MadgradState(NamedTuple):
     x0: Any
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", momentum="number", eps="number")
 def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
                      eps: float = 1e-6) -> GradientTransformation:
     """MADGRAD's dual-averaged step (Defazio & Jelassi, 2021), as an update.
@@ -247,7 +246,8 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
         init_global=zero_count, prepare=prepare, needs_params=True, real_only=True))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", momentum="number", weight_decay="number",
+                 eps="number")
 def madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, weight_decay: float = 0.0,
             eps: float = 1e-6) -> GradientTransformation:
     """MADGRAD (Defazio & Jelassi, 2021): momentumized, adaptive dual averaging.
@@ -288,7 +288,7 @@ def madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, weight_decay
 # ACProp
 # --------------------------------------------------------------------------
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
 def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
                     eps_root: float = 1e-16) -> GradientTransformation:
     """Rescale by ACProp (Zhuang et al., 2021): AdaBelief with an asynchronous denominator.
@@ -339,7 +339,8 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
         init_global=zero_count, prepare=prepare))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", weight_decay="schedule")
 def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-16, eps_root: float = 1e-16, weight_decay: ScalarOrSchedule = 0.0,
            mask: Optional[MaskOrFn] = None) -> GradientTransformation:

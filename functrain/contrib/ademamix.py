@@ -19,11 +19,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, bias_correction_factor, ema_update
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_betas, check_nonnegative,
-                                       safe_increment, validate_hyperparams)
+                                       ScalarOrSchedule, safe_increment)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -73,7 +73,8 @@ class _AdemamixContext(NamedTuple):
     nu: Any       # 1 - b2**t
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", b3="schedule", alpha="schedule", eps="number",
+                 eps_root="number")
 def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule = 0.9999,
                       alpha: ScalarOrSchedule = 6.0, eps: float = 1e-8, eps_root: float = 0.0,
                       mu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -132,7 +133,8 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
         prepare=prepare))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="schedule",
+                 alpha="schedule", eps="number", eps_root="number", weight_decay="schedule")
 def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
              b3: ScalarOrSchedule = 0.9999, alpha: ScalarOrSchedule = 5.0, eps: float = 1e-8,
              eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
@@ -199,7 +201,7 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
     n: Any
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", alpha="schedule", eps="number", eps_root="number")
 def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
                                  alpha: ScalarOrSchedule = 0.0, eps: float = 1e-8,
                                  eps_root: float = 0.0) -> GradientTransformation:
@@ -249,7 +251,8 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
         init_global=lambda: {"t": jnp.zeros([], jnp.int32)}, prepare=prepare))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", alpha="schedule",
+                 eps="number", eps_root="number", weight_decay="schedule")
 def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: float = 0.95,
                         alpha: ScalarOrSchedule = 0.0, eps: float = 1e-8, eps_root: float = 0.0,
                         weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None

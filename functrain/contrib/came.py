@@ -31,12 +31,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_betas, check_nonnegative,
-                                       check_range, count_only, validate_hyperparams,
-                                       zero_count)
+                                       ScalarOrSchedule, count_only, zero_count)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -93,7 +92,8 @@ def _zeros_without_axis(p: Array, axis: int) -> Array:
     return ft.zeros_like(jnp.take(p, 0, axis=axis))
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", b3="number", eps1="number", eps2="number",
+                 clip_threshold="number or None")
 def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
                   eps1: float = 1e-30, eps2: float = 1e-16,
                   clip_threshold: Optional[float] = 1.0) -> GradientTransformation:
@@ -178,7 +178,9 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
         init_global=zero_count, prepare=count_only, shaped_fields=("mu",)))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number",
+                 eps1="number", eps2="number", clip_threshold="number or None",
+                 weight_decay="schedule")
 def came(learning_rate: ScalarOrSchedule = 2e-4, b1: float = 0.9, b2: float = 0.999,
          b3: float = 0.9999, eps1: float = 1e-30, eps2: float = 1e-16,
          clip_threshold: Optional[float] = 1.0, weight_decay: ScalarOrSchedule = 0.0,

@@ -15,10 +15,10 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_nonnegative, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_nonnegative, check_range,
-                                       validate_hyperparams)
+                                       ScalarOrSchedule)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -47,7 +47,7 @@ class COCOBState(NamedTuple):
     reward: Any
 
 
-@validate_hyperparams
+@hyperparameters(alpha="number", eps="number")
 def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> GradientTransformation:
     """COCOB-Backprop's bet (Orabona & Tommasi, 2017), entry by entry.
 
@@ -97,7 +97,7 @@ def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> GradientTransform
         real_only=True))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", alpha="number", eps="number", weight_decay="number")
 def cocob(learning_rate: ScalarOrSchedule = 1.0, alpha: float = 100.0, eps: float = 1e-8,
           weight_decay: float = 0.0, mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """COCOB-Backprop (Orabona & Tommasi, 2017): stochastic gradient descent by coin betting.

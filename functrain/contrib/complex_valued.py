@@ -19,8 +19,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.transforms.base import (GradientTransformation, Params, Updates,
-                                       call_update, check_state_type, check_transformation)
+from functrain.arg_checks import check_state_type, check_transformation
+from functrain.transforms.base import GradientTransformation, Params, Updates, call_update
 
 Array = jax.Array
 

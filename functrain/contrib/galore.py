@@ -26,12 +26,12 @@ from typing import Any, NamedTuple, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_range, check_state_type, check_transformation,
+                                  hyperparameters)
 from functrain import tree as ft
 from functrain.transforms.adam import scale_by_adam
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, OptState, Params,
-                                       ScalarOrSchedule, Updates, call_update, check_range,
-                                       check_state_type, check_transformation, safe_increment,
-                                       validate_hyperparams)
+                                       ScalarOrSchedule, Updates, call_update, safe_increment)
 from functrain.transforms.engine import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -176,7 +176,7 @@ def _resolve_dims(spec: Any, tree: PyTree, paths: list, leaves: list, treedef: A
     return dims
 
 
-@validate_hyperparams
+@hyperparameters(rank="number", update_proj_gap="number", scale="number")
 def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 1.0,
                     base_optimizer: Optional[GradientTransformation] = None,
                     weight_dimension_numbers: Optional[Any] = None
@@ -303,7 +303,8 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
     return GradientTransformation(init_fn, update_fn)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", rank="number", update_proj_gap="number",
+                 scale="number", weight_decay="schedule")
 def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: int = 200,
            scale: float = 1.0, base_optimizer: Optional[GradientTransformation] = None,
            weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,

@@ -42,10 +42,10 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+                                  check_state_type, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
-                                       ScalarOrSchedule, Updates, check_betas,
-                                       check_nonnegative, check_range, check_state_type,
-                                       safe_increment, validate_hyperparams)
+                                       ScalarOrSchedule, Updates, safe_increment)
 from functrain.transforms.engine import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -283,7 +283,11 @@ def _check_options(owner: str, max_size_triangular: Any, min_ndim_triangular: An
                          f"got {memory_save_mode!r}.")
 
 
-@validate_hyperparams
+@hyperparameters(
+    b1="number", preconditioner_update_probability="schedule or None",
+    max_size_triangular="number", max_skew_triangular="bound or None",
+    min_ndim_triangular="number", precond_lr="number", precond_init_scale="number",
+    update_clip_rms="number or None", seed="number")
 def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                   preconditioner_update_probability: Optional[ScalarOrSchedule] = None,
                   max_size_triangular: int = 8192, max_skew_triangular: Optional[float] = None,
@@ -481,7 +485,11 @@ def _fits(treedef: Any, tree: Any) -> bool:
     return True
 
 
-@validate_hyperparams
+@hyperparameters(
+    learning_rate="schedule", b1="number", weight_decay="schedule",
+    preconditioner_update_probability="schedule or None", max_size_triangular="number",
+    max_skew_triangular="bound or None", min_ndim_triangular="number", precond_lr="number",
+    precond_init_scale="number", update_clip_rms="number or None", seed="number")
 def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,
          normalize_grads: bool = False,

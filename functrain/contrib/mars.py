@@ -29,12 +29,12 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, ema_update
 from functrain.transforms.adam import BiasCorrections, corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_betas, check_nonnegative,
-                                       check_range, validate_hyperparams, zero_count)
+                                       ScalarOrSchedule, zero_count)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -64,7 +64,8 @@ class MarsState(NamedTuple):
     prev_grad: Any
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", gamma="number",
+                 max_norm="bound or None")
 def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
                   gamma: float = 0.025, max_norm: Optional[float] = 1.0,
                   mu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -132,7 +133,8 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
         init_global=zero_count, prepare=corrections(b1, b2)))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 gamma="number", weight_decay="schedule", max_norm="bound or None")
 def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.99,
          eps: float = 1e-8, gamma: float = 0.025, weight_decay: ScalarOrSchedule = 0.0,
          max_norm: Optional[float] = 1.0, mu_dtype: Optional[Any] = None,

@@ -16,12 +16,12 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_nonnegative, check_range, check_state_type,
+                                  check_transformation, hyperparameters)
 from functrain import tree as ft
 from functrain.numerics import safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       OptState, Params, Updates, as_array, call_update,
-                                       check_nonnegative, check_range, check_state_type,
-                                       check_transformation, validate_hyperparams)
+                                       OptState, Params, Updates, as_array, call_update)
 from functrain.transforms.engine import leaf_compute_dtype
 
 Array = jax.Array
@@ -54,7 +54,7 @@ class MechanicState(NamedTuple):
     x0: Any
 
 
-@validate_hyperparams
+@hyperparameters(weight_decay="number", eps="number", s_init="number", num_betas="number")
 def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2,
               eps: float = 1e-8, s_init: float = 1e-6, num_betas: int = 6
               ) -> GradientTransformationExtraArgs:

@@ -20,12 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import (check_betas, check_nonnegative, check_state_type,
+                                  hyperparameters)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
-                                       ScalarOrSchedule, Updates, check_betas,
-                                       check_nonnegative, check_state_type, safe_increment,
-                                       validate_hyperparams)
+                                       ScalarOrSchedule, Updates, safe_increment)
 
 Array = jax.Array
 
@@ -182,7 +182,8 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", beta="number", lower_bound="number",
+                 weight_decay="number")
 def momo(learning_rate: ScalarOrSchedule = 1.0, beta: float = 0.9, lower_bound: float = 0.0,
          weight_decay: float = 0.0, adapt_lower_bound: bool = False
          ) -> GradientTransformationExtraArgs:
@@ -228,7 +229,8 @@ def momo(learning_rate: ScalarOrSchedule = 1.0, beta: float = 0.9, lower_bound: 
                  adapt_lower_bound)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 lower_bound="number", weight_decay="number")
 def momo_adam(learning_rate: ScalarOrSchedule = 1e-2, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-8, lower_bound: float = 0.0, weight_decay: float = 0.0,
               adapt_lower_bound: bool = False) -> GradientTransformationExtraArgs:

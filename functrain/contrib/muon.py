@@ -25,14 +25,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+                                  check_state_type, hyperparameters)
 from functrain import tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.optimizers.adam_family import adamw
 from functrain.transforms.adam import corrections
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       Params, ScalarOrSchedule, Updates, check_betas,
-                                       check_nonnegative, check_range, check_state_type,
-                                       validate_hyperparams)
+from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, Params,
+                                       ScalarOrSchedule, Updates)
 from functrain.transforms.engine import chain, in_compute_dtype, run_block, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import PartitionState, masked
@@ -392,7 +392,7 @@ def _check_options(owner: str, ns_steps: Any, preconditioning: str) -> None:
                          f"got {preconditioning!r}.")
 
 
-@validate_hyperparams
+@hyperparameters(ns_steps="number", beta="number", eps="number")
 def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                   beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = True, adaptive: bool = False,
@@ -547,7 +547,10 @@ def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
     return GradientTransformation(init_fn, update_fn)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", eps="number",
+                 weight_decay="schedule", adam_b1="number", adam_b2="number",
+                 adam_eps_root="number", adam_weight_decay="schedule",
+                 adam_learning_rate="schedule or None", consistent_rms="number or None")
 def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS,
          ns_steps: int = 5, beta: float = 0.95, eps: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,

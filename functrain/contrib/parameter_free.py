@@ -20,12 +20,12 @@ from typing import Any, Literal, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonnegative,
+                                  check_range, check_state_type, hyperparameters)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
-                                       check_betas, check_hyperparameter, check_nonnegative,
-                                       check_range, check_state_type, validate_hyperparams)
+                                       MaskOrFn, Params, ScalarOrSchedule, Updates, as_array)
 from functrain.transforms.engine import chain, identity, leaf_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -110,7 +110,8 @@ class ProdigyState(NamedTuple):
     count: Any
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", beta3="number or None", eps="number",
+                 estim_lr0="number", estim_lr_coef="number", weight_decay="number")
 def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = (0.9, 0.999),
             beta3: Optional[float] = None, eps: float = 1e-8, estim_lr0: float = 1e-6,
             estim_lr_coef: float = 1.0, weight_decay: float = 0.0,
@@ -232,7 +233,8 @@ class DAdaptAdamWState(NamedTuple):
     count: Any
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", eps="number", estim_lr0="number",
+                 weight_decay="number")
 def dadapt_adamw(learning_rate: ScalarOrSchedule = 1.0,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  estim_lr0: float = 1e-6, weight_decay: float = 0.0
@@ -368,7 +370,7 @@ def _scaled(treedef: Any, gs: list, rate: Array) -> Updates:
     return treedef.unflatten([(rate * g).astype(g.dtype) for g in gs])
 
 
-@validate_hyperparams
+@hyperparameters(eps="number")
 def scale_by_dog(init_step: InitStep, eps: float = 1e-8) -> GradientTransformation:
     """Scale by Distance over Gradients (Ivgi et al., 2023): ``max_k ||x_k - x_0|| / sqrt(sum ||g_k||^2)``.
 
@@ -430,7 +432,7 @@ def _decay_stage(weight_decay: Optional[Any], mask: Optional[MaskOrFn]) -> Gradi
     return identity() if weight_decay is None else add_decayed_weights(weight_decay, mask)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", eps="number", weight_decay="number or None")
 def dog(learning_rate: ScalarOrSchedule = 1.0, init_step: InitStep = ("heuristic", 1e-6),
         eps: float = 1e-8, weight_decay: Optional[float] = None,
         mask: Optional[MaskOrFn] = None) -> GradientTransformationExtraArgs:
@@ -489,7 +491,7 @@ class DoWGState(NamedTuple):
     estim_sq_dist: Any
 
 
-@validate_hyperparams
+@hyperparameters(init_estim_sq_dist="number or None", eps="number")
 def scale_by_dowg(init_estim_sq_dist: Optional[float] = None, eps: float = 1e-4
                   ) -> GradientTransformation:
     """Scale by Distance over Weighted Gradients (Khaled et al., 2023).
@@ -541,7 +543,8 @@ def scale_by_dowg(init_estim_sq_dist: Optional[float] = None, eps: float = 1e-4
     return GradientTransformation(init_fn, update_fn)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", init_estim_sq_dist="number or None", eps="number",
+                 weight_decay="number or None")
 def dowg(learning_rate: ScalarOrSchedule = 1.0, init_estim_sq_dist: Optional[float] = None,
          eps: float = 1e-4, weight_decay: Optional[float] = None,
          mask: Optional[MaskOrFn] = None) -> GradientTransformationExtraArgs:

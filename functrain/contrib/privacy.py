@@ -19,10 +19,9 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_momentum, check_range, check_state_type, hyperparameters
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, Params, ScalarOrSchedule,
-                                       Updates, check_momentum, check_range,
-                                       check_state_type, validate_hyperparams)
+from functrain.transforms.base import GradientTransformation, Params, ScalarOrSchedule, Updates
 from functrain.transforms.clipping import per_example_global_norm_clip
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.momentum import trace
@@ -64,7 +63,7 @@ def _canonical_key(key: Any) -> Array:
                         f"an int seed, got {type(key).__name__} {key!r:.40}.") from err
 
 
-@validate_hyperparams
+@hyperparameters(l2_norm_clip="number", noise_multiplier="number", seed="number or None")
 def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: float,
                                      key: Any = None, *, seed: Optional[int] = None
                                      ) -> GradientTransformation:
@@ -140,7 +139,8 @@ def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: floa
     return GradientTransformation(init_fn, update_fn)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", l2_norm_clip="number", noise_multiplier="number",
+                 seed="number", momentum="number or None")
 def dpsgd(learning_rate: ScalarOrSchedule, l2_norm_clip: float, noise_multiplier: float,
           seed: int, momentum: Optional[float] = None, nesterov: bool = False
           ) -> GradientTransformation:

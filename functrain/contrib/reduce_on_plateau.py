@@ -19,10 +19,10 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformationExtraArgs, LeafStage, OptState,
-                                       Params, check_range, safe_increment,
-                                       validate_hyperparams)
+                                       Params, safe_increment)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -58,7 +58,8 @@ class ReduceLROnPlateauState(NamedTuple):
 _GLOBALS = ReduceLROnPlateauState._fields
 
 
-@validate_hyperparams
+@hyperparameters(factor="number", patience="number", rtol="number", atol="number",
+                 cooldown="number", accumulation_size="number", min_scale="number")
 def reduce_on_plateau(factor: float = 0.1, patience: int = 10, rtol: float = 1e-4,
                       atol: float = 0.0, cooldown: int = 0, accumulation_size: int = 1,
                       min_scale: float = 0.0) -> GradientTransformationExtraArgs:

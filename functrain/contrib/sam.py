@@ -26,13 +26,12 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_range, check_state_type, check_transformation,
+                                  hyperparameters)
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation,
-                                       GradientTransformationExtraArgs, OptState,
-                                       Params, Updates, call_update, check_range,
-                                       check_state_type, check_transformation,
-                                       validate_hyperparams)
-from functrain.transforms.engine import apply_updates
+from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+                                       OptState, Params, Updates, call_update)
+from functrain.param_updates import apply_updates
 
 Array = jax.Array
 
@@ -72,7 +71,7 @@ def _negated(tree: Updates) -> Updates:
     return jax.tree_util.tree_map(lambda x: -x, tree)
 
 
-@validate_hyperparams
+@hyperparameters(sync_period="number")
 def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation,
         sync_period: int = 2, reset_state: bool = True, opaque_mode: bool = False,
         batch_axis_name: Optional[str] = None) -> GradientTransformationExtraArgs:

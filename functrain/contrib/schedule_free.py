@@ -18,14 +18,13 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+                                  check_state_type, check_transformation, hyperparameters)
 from functrain import tree as ft
 from functrain.schedules import linear_schedule
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        LeafStage, OptState, Params, ScalarOrSchedule, Updates,
-                                       call_update, check_betas, check_nonnegative,
-                                       check_range, check_state_type,
-                                       check_transformation, safe_increment,
-                                       validate_hyperparams)
+                                       call_update, safe_increment)
 from functrain.transforms.engine import chain, run_block
 from functrain.transforms.rms import scale_by_rms
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
@@ -111,7 +110,7 @@ def _averaging_weight(weight: Array, total: Array) -> Array:
     return jnp.where(jnp.isnan(weight) | jnp.isnan(total), jnp.nan, ratio)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", weight_lr_power="number")
 def schedule_free(base_optimizer: GradientTransformation, learning_rate: ScalarOrSchedule,
                   b1: float = 0.9, weight_lr_power: float = 2.0,
                   state_dtype: Optional[Any] = None) -> GradientTransformationExtraArgs:
@@ -220,7 +219,8 @@ def _warmup(learning_rate: Any, warmup_steps: Optional[int], owner: str) -> Any:
     return linear_schedule(0.0, learning_rate, warmup_steps)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
+                 weight_decay="number or None", weight_lr_power="number")
 def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = None,
                       b1: float = 0.9, weight_decay: Optional[float] = None,
                       weight_lr_power: float = 2.0, state_dtype: Optional[Any] = None
@@ -261,7 +261,8 @@ def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = 
                          weight_lr_power=weight_lr_power, state_dtype=state_dtype)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
+                 b2="number", eps="number", weight_decay="number", weight_lr_power="number")
 def schedule_free_adamw(learning_rate: float = 0.0025, warmup_steps: Optional[int] = None,
                         b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                         weight_decay: float = 0.0, weight_lr_power: float = 2.0,

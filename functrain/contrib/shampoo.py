@@ -26,9 +26,9 @@ from functrain import tree as ft
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.transforms.adam import corrections
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, as_array, check_betas,
-                                       check_nonnegative, check_range, validate_hyperparams)
+                                       ScalarOrSchedule, as_array)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, run_block,
                                          state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
@@ -171,7 +171,10 @@ def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout]) -> None:
                 f"max_precond_dim?")
 
 
-@validate_hyperparams
+@hyperparameters(
+    b1="number", b2="number", eps="number", matrix_eps="number", block_size="number or None",
+    max_precond_dim="number", precondition_frequency="number",
+    start_preconditioning_step="number")
 def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                      matrix_eps: float = 1e-6, *, block_size: Optional[int] = 128,
                      max_precond_dim: int = 4096, precondition_frequency: int = 1,
@@ -411,7 +414,10 @@ def _check_int(owner: str, name: str, value: Any, low: int) -> None:
                          f"shapes, so it cannot be traced), got {value!r}.")
 
 
-@validate_hyperparams
+@hyperparameters(
+    learning_rate="schedule", b1="number", b2="number", eps="number", matrix_eps="number",
+    weight_decay="schedule", block_size="number or None", max_precond_dim="number",
+    precondition_frequency="number", start_preconditioning_step="number")
 def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-10, matrix_eps: float = 1e-6,
             weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None, *,

@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+                                  check_state_type, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
-                                       ScalarOrSchedule, Updates, check_betas,
-                                       check_nonnegative, check_range, check_state_type,
-                                       safe_increment, validate_hyperparams)
+                                       ScalarOrSchedule, Updates, safe_increment)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -242,7 +242,9 @@ def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
                              f"state made by this transformation's init for these params?")
 
 
-@validate_hyperparams
+@hyperparameters(
+    b1="number", b2="number", shampoo_beta="number or None", eps="number",
+    precondition_frequency="number", max_precond_dim="number")
 def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[float] = None,
                   eps: float = 1e-8, precondition_frequency: int = 10,
                   max_precond_dim: int = 10000, merge_dims: bool = False,
@@ -396,7 +398,10 @@ scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and
     "precondition_frequency", "max_precond_dim")
 
 
-@validate_hyperparams
+@hyperparameters(
+    learning_rate="schedule", b1="number", b2="number", shampoo_beta="number or None",
+    eps="number", weight_decay="schedule", precondition_frequency="number",
+    max_precond_dim="number")
 def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.95,
          shampoo_beta: Optional[float] = None, eps: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.01, precondition_frequency: int = 10,

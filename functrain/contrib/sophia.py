@@ -20,14 +20,13 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+                                  check_state_type, check_transformation, hyperparameters)
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
-from functrain.transforms.base import (GradientTransformation,
-                                       GradientTransformationExtraArgs, MaskOrFn, OptState,
-                                       Params, ScalarOrSchedule, Updates, check_betas,
-                                       check_nonnegative, check_range, check_state_type,
-                                       check_transformation, safe_increment,
-                                       validate_hyperparams, with_extra_args_support)
+from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+                                       MaskOrFn, Params, ScalarOrSchedule, Updates,
+                                       safe_increment, with_extra_args_support)
 from functrain.transforms.engine import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -203,7 +202,9 @@ def _scale_by_sophia(b1: Any, b2: Any, eps: Any, gamma: Any, clip_threshold: Opt
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 weight_decay="number", gamma="number", clip_threshold="number or None",
+                 update_interval="number", print_win_rate_every_n_steps="number")
 def sophia(learning_rate: ScalarOrSchedule, b1: float = 0.965, b2: float = 0.99,
            eps: float = 1e-8, weight_decay: float = 1e-4,
            weight_decay_mask: Optional[MaskOrFn] = None, gamma: float = 0.01,

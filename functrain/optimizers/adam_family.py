@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from functrain.arg_checks import hyperparameters
 from functrain.transforms.adam import (scale_by_adam, scale_by_adamax, scale_by_amsgrad,
                                        scale_by_belief, scale_by_radam, scale_by_yogi)
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
-                                       validate_hyperparams)
+from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.engine import chain
 from functrain.transforms.layerwise import scale_by_trust_ratio
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
                                           weight_decay_stage)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number")
 def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
          nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -77,7 +78,8 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", weight_decay="schedule")
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
           weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
@@ -132,7 +134,8 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number")
 def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
           nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -173,7 +176,8 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                 nu_dtype=nu_dtype)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", weight_decay="schedule")
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
            weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
@@ -219,7 +223,8 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  nesterov=nesterov, nu_dtype=nu_dtype)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number")
 def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
             bias_correction_mu: bool = True, bias_correction_nu: bool = True
@@ -263,7 +268,7 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8) -> GradientTransformation:
     """AdaMax: Adam with the infinity norm in place of the second moment.
@@ -296,7 +301,8 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_adamax(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 weight_decay="schedule")
 def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, weight_decay: ScalarOrSchedule = 1e-4,
             mask: Optional[MaskOrFn] = None) -> GradientTransformation:
@@ -337,7 +343,8 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", threshold="bound")
 def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, threshold: float = 5.0, *,
           nesterov: bool = False) -> GradientTransformation:
@@ -380,7 +387,7 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-3) -> GradientTransformation:
     """Yogi (Zaheer et al., 2018).
@@ -416,7 +423,8 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number")
 def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-16, eps_root: float = 1e-16, *,
               nesterov: bool = False) -> GradientTransformation:
@@ -455,7 +463,8 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", weight_decay="schedule", max_trust_ratio="bound or None")
 def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-6, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 0.0,
          mask: Optional[MaskOrFn] = None, *, trust_ratio_mask: MaskOrFn = True,

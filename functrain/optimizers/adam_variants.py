@@ -14,15 +14,16 @@ from __future__ import annotations
 import warnings
 from typing import Any, Optional
 
+from functrain.arg_checks import hyperparameters
 from functrain.transforms.adam import scale_by_adam, scale_by_adan
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
-                                       validate_hyperparams)
+from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.engine import chain
 from functrain.transforms.momentum import scale_by_optimistic_gradient
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number", eps="number",
+                 eps_root="number", weight_decay="schedule")
 def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
          b3: float = 0.99, eps: float = 1e-8, eps_root: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None
@@ -75,7 +76,8 @@ def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="number", optimism="number or None", b1="number", b2="number",
+                 eps="number", eps_root="number")
 def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: float = 0.9,
                     b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
                     mu_dtype: Optional[Any] = None, *, nesterov: bool = True
@@ -125,7 +127,8 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
         scale_by_learning_rate(1.0))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", alpha="number", beta="number", b1="number",
+                 b2="number", eps="number", eps_root="number")
 def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,
                        beta: float = 1.0, b1: float = 0.9, b2: float = 0.999,
                        eps: float = 1e-8, eps_root: float = 0.0,

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Optional
 
+from functrain.arg_checks import check_transformation, hyperparameters
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       ScalarOrSchedule, check_transformation,
-                                       validate_hyperparams)
+                                       ScalarOrSchedule)
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.lbfgs import scale_by_lbfgs
 from functrain.transforms.linesearch import scale_by_zoom_linesearch
 from functrain.transforms.scaling import scale, scale_by_learning_rate
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule or None", memory_size="number")
 def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 10,
           scale_init_precond: bool = True,
           linesearch: Optional[GradientTransformation] = scale_by_zoom_linesearch(

@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
-                                       check_momentum, validate_hyperparams)
+from functrain.arg_checks import check_momentum, hyperparameters
+from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.clipping import clip_by_block_rms
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.factored import scale_by_factored_rms
@@ -26,7 +26,8 @@ from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_l
                                           weight_decay_stage)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", decay="number", eps="number",
+                 initial_scale="number", momentum="number or None")
 def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-8,
             initial_scale: float = 0.0, eps_in_sqrt: bool = True, centered: bool = False,
             momentum: Optional[float] = None, nesterov: bool = False,
@@ -83,7 +84,7 @@ def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e
         trace(decay=momentum, nesterov=nesterov) if momentum is not None else identity())
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", initial_accumulator_value="number", eps="number")
 def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 0.1,
             eps: float = 1e-7) -> GradientTransformation:
     """Adagrad (Duchi et al., 2011).
@@ -117,7 +118,8 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule or None", rho="number", eps="number",
+                 weight_decay="schedule")
 def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
              eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
              weight_decay_mask: Optional[MaskOrFn] = None) -> GradientTransformation:
@@ -164,7 +166,7 @@ def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
                  scale_by_adadelta(rho, eps), learning_rate_stage(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="number", momentum="number")
 def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     """SM3 (Anil et al., 2019) with a constant learning rate.
 
@@ -198,7 +200,10 @@ def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     return chain(scale_by_sm3(momentum), scale(-learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule or None", min_dim_size_to_factor="number",
+                 decay_rate="number", decay_offset="number",
+                 clipping_threshold="bound or None", momentum="number or None",
+                 weight_decay_rate="schedule or None", eps="number")
 def adafactor(learning_rate: Optional[ScalarOrSchedule] = None,
               min_dim_size_to_factor: int = 128, decay_rate: float = 0.8,
               decay_offset: int = 0, multiply_by_parameter_scale: bool = True,

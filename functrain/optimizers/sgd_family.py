@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, ScalarOrSchedule,
-                                       check_momentum, validate_hyperparams)
+from functrain.arg_checks import check_momentum, hyperparameters
+from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.layerwise import scale_by_novograd, scale_by_trust_ratio
 from functrain.transforms.momentum import ema, scale_by_optimistic_gradient, trace
@@ -24,7 +24,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale, scale_by_l
 from functrain.transforms.sign import scale_by_lion, scale_by_rprop, scale_by_sign
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", momentum="number or None")
 def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         nesterov: bool = False, accumulator_dtype: Optional[Any] = None
         ) -> GradientTransformation:
@@ -67,7 +67,8 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", weight_decay="schedule", trust_coefficient="number",
+                 eps="number", momentum="number")
 def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
          weight_decay_mask: MaskOrFn = True, trust_coefficient: float = 0.001,
          eps: float = 0.0, trust_ratio_mask: MaskOrFn = True, momentum: float = 0.9,
@@ -123,7 +124,7 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
         trace(decay=momentum, nesterov=nesterov))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="number or None")
 def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
               key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
     """SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).
@@ -166,7 +167,7 @@ def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float =
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(max_learning_rate="bound", scaling="schedule", f_min="bound", eps="number")
 def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
                f_min: float = 0.0, eps: float = 0.0, variant: str = "sps"
                ) -> GradientTransformation:
@@ -211,7 +212,7 @@ def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
                  scale_by_polyak(f_min, max_learning_rate, eps, variant))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", alpha="number", beta="number")
 def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
                                 beta: float = 1.0) -> GradientTransformation:
     """Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.
@@ -248,7 +249,7 @@ def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule")
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     """signSGD (Bernstein et al., 2018): step by the sign of the gradient.
 
@@ -274,7 +275,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", beta="number")
 def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
            accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """Signum (Bernstein et al., 2018): the sign of a (non-debiased) momentum.
@@ -306,7 +307,7 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
                  scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
          mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
          mask: Optional[MaskOrFn] = None) -> GradientTransformation:
@@ -350,7 +351,7 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                  scale_by_learning_rate(learning_rate))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", min_norm="number")
 def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
             ) -> GradientTransformation:
     """Fromage (Bernstein et al., 2020): per-leaf trust ratio with a norm-preserving shrink.
@@ -392,7 +393,8 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
                  weight_decay_stage(mult - 1, signed=True))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="number", eta_minus="number", eta_plus="number",
+                 min_step_size="number", max_step_size="bound")
 def rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
           min_step_size: float = 1e-6, max_step_size: float = 50.0
           ) -> GradientTransformation:
@@ -434,7 +436,8 @@ def rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
                                 max_step_size), scale(-1.0))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", weight_decay="number")
 def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,
              eps: float = 1e-6, eps_root: float = 0.0, weight_decay: float = 0.0
              ) -> GradientTransformation:

@@ -14,11 +14,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import (abs_sq, adam_direction, bias_correction_factor, ema_update,
                                 nesterov_mu_hat)
-from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas,
-                                       check_nonnegative, safe_increment, validate_hyperparams,
+from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
                                        zero_count)
 from functrain.transforms.engine import stage_transform
 
@@ -136,7 +136,7 @@ def _first_moment_hat(g: Array, mu: Array, b1: Any, ctx: BiasCorrections,
 # Adam
 # --------------------------------------------------------------------------
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                   eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = False, nu_dtype: Optional[Any] = None
@@ -199,7 +199,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # AMSGrad
 # --------------------------------------------------------------------------
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
 def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                      eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
                      bias_correction_mu: bool = True, bias_correction_nu: bool = True
@@ -252,7 +252,7 @@ def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # AdaMax
 # --------------------------------------------------------------------------
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number")
 def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
                     ) -> GradientTransformation:
     """Rescale by AdaMax's infinity-norm moment (Kingma & Ba, 2014, sec. 7.1).
@@ -310,7 +310,7 @@ class RAdamContext(NamedTuple):
     rectify: Any
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number", threshold="bound")
 def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                    eps_root: float = 0.0, threshold: float = 5.0, *,
                    nesterov: bool = False) -> GradientTransformation:
@@ -374,7 +374,8 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # Yogi
 # --------------------------------------------------------------------------
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number",
+                 initial_accumulator_value="number")
 def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
                   eps_root: float = 0.0, initial_accumulator_value: float = 1e-6
                   ) -> GradientTransformation:
@@ -422,7 +423,7 @@ def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
 # AdaBelief
 # --------------------------------------------------------------------------
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
 def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
                     eps_root: float = 1e-16, *, nesterov: bool = False
                     ) -> GradientTransformation:
@@ -514,7 +515,7 @@ class AdanContext(NamedTuple):
     n: Any
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", b3="number", eps="number", eps_root="number")
 def scale_by_adan(b1: float = 0.98, b2: float = 0.92, b3: float = 0.99, eps: float = 1e-8,
                   eps_root: float = 0.0) -> GradientTransformation:
     """Rescale by Adan's Nesterov-momentum estimates (Xie et al., 2022).

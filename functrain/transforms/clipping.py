@@ -15,10 +15,10 @@ from typing import Any, Optional, Union
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, check_range,
-                                       validate_hyperparams)
+from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -91,7 +91,7 @@ def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
 ClipByBlockRmsState = EmptyState
 
 
-@validate_hyperparams
+@hyperparameters(threshold="bound")
 def clip_by_block_rms(threshold: float) -> GradientTransformation:
     """Scale each leaf down so its RMS is at most ``threshold``.
 
@@ -211,7 +211,7 @@ def unitwise_clip(g_norm: Any, max_norm: Any, grad: Any, div_eps: float = 1e-6) 
     return jnp.where(g_norm < max_norm, grad, clipped)
 
 
-@validate_hyperparams
+@hyperparameters(clipping="number", eps="number")
 def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis: Axis = None
                        ) -> GradientTransformation:
     """Clip each unit of the updates to at most ``clipping`` times its parameters' norm.

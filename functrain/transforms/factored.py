@@ -20,16 +20,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
-                                       safe_increment, validate_hyperparams, zero_count)
+from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
+                                       zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
 
 
-@validate_hyperparams
+@hyperparameters(exponent="number")
 def decay_rate_pow(i: Array, exponent: float = 0.8) -> Array:
     """Adafactor's second-moment decay ``1 - (i + 1) ** -exponent`` at step ``i``.
 
@@ -92,7 +93,8 @@ class FactoredState(NamedTuple):
     v: Any
 
 
-@validate_hyperparams
+@hyperparameters(decay_rate="number", step_offset="number", min_dim_size_to_factor="number",
+                 epsilon="number")
 def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
                           step_offset: int = 0, min_dim_size_to_factor: int = 128,
                           epsilon: float = 1e-30,

@@ -14,12 +14,12 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
 from functrain import numerics
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       check_betas, check_nonnegative, check_range, safe_increment,
-                                       validate_hyperparams, zero_count)
+                                       safe_increment, zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -48,7 +48,8 @@ class ScaleByNovogradState(NamedTuple):
     nu: Any
 
 
-@validate_hyperparams
+@hyperparameters(min_norm="number", trust_coefficient="number", eps="number",
+                 max_trust_ratio="bound or None")
 def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
                          eps: float = 0.0, *, max_trust_ratio: Optional[float] = None,
                          mask: Optional[MaskOrFn] = None) -> GradientTransformation:
@@ -101,7 +102,8 @@ def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
                                      mask=mask, norm_of_input=True))
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number", eps_root="number",
+                 weight_decay="number")
 def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
                       eps_root: float = 0.0, weight_decay: float = 0.0,
                       mu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -163,7 +165,7 @@ def _safe_rms(x: Array, min_rms: Any) -> Array:
     return jnp.where(rms <= min_rms, min_rms, rms)
 
 
-@validate_hyperparams
+@hyperparameters(min_scale="number")
 def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
     """Multiply each leaf's update by its parameter's RMS (at least ``min_scale``).
 
@@ -191,7 +193,7 @@ def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
         needs_params=True))
 
 
-@validate_hyperparams
+@hyperparameters(min_scale="number")
 def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation:
     """Multiply each leaf's update by its parameter's L2 norm (at least ``min_scale``).
 
@@ -242,7 +244,7 @@ class ScaleByDistanceOverGradientsState(NamedTuple):
     init_params: Any
 
 
-@validate_hyperparams
+@hyperparameters(reps_rel="number", eps="number", global_scale="number")
 def scale_by_distance_over_gradients(reps_rel: float = 1e-6, eps: float = 1e-8,
                                      param_dtype: Optional[Any] = jnp.float32,
                                      global_scale: float = 1.0) -> GradientTransformation:

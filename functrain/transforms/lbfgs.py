@@ -16,10 +16,10 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       OptState, Params, Updates, as_array, check_range,
-                                       check_state_type, safe_increment, validate_hyperparams)
+                                       OptState, Params, Updates, as_array, safe_increment)
 
 Array = jax.Array
 
@@ -88,7 +88,7 @@ def _two_loop(q: list, dws: list, dus: list, rhos: Array, gamma: Array, newest: 
     return q
 
 
-@validate_hyperparams
+@hyperparameters(memory_size="number")
 def scale_by_lbfgs(memory_size: int = 10,
                    scale_init_precond: bool = True) -> GradientTransformationExtraArgs:
     r"""Multiply the gradient by the L-BFGS approximation of the inverse Hessian.

@@ -19,10 +19,10 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
-                                       Updates, as_array, check_range, check_state_type,
-                                       safe_increment, validate_hyperparams)
+                                       Updates, as_array, safe_increment)
 
 Array = jax.Array
 
@@ -185,8 +185,9 @@ def _init_common(params: Params) -> tuple:
     return dtype, jnp.asarray(1.0, dtype), jnp.asarray(jnp.inf, dtype)
 
 
-
-@validate_hyperparams
+@hyperparameters(max_backtracking_steps="number", slope_rtol="number",
+                 decrease_factor="number", increase_factor="bound", max_learning_rate="bound",
+                 atol="number", rtol="number")
 def scale_by_backtracking_linesearch(
         max_backtracking_steps: int, slope_rtol: float = 1e-4, decrease_factor: float = 0.8,
         increase_factor: float = 1.5, max_learning_rate: float = 1.0, atol: float = 0.0,
@@ -379,7 +380,9 @@ def _pick(condition: Array, if_true: tuple, if_false: tuple) -> tuple:
     return tuple(jnp.where(condition, a, b) for a, b in zip(if_true, if_false))
 
 
-@validate_hyperparams
+@hyperparameters(max_linesearch_steps="number", max_learning_rate="bound or None",
+                 tol="number", increase_factor="bound", slope_rtol="number", curv_rtol="bound",
+                 approx_dec_rtol="number or None", stepsize_precision="number")
 def scale_by_zoom_linesearch(
         max_linesearch_steps: int, max_learning_rate: Optional[float] = None,
         tol: float = 0.0, increase_factor: float = 2.0, slope_rtol: float = 1e-4,

@@ -11,10 +11,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
-from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
-                                       safe_increment, validate_hyperparams, zero_count)
+from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
+                                       zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -67,7 +68,7 @@ class ScaleByOptimisticGradientState(NamedTuple):
     previous_gradient: Any
 
 
-@validate_hyperparams
+@hyperparameters(decay="number")
 def trace(decay: float, nesterov: bool = False,
           accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """Momentum: ``t = g + decay t``; the update is ``t`` (or ``g + decay t``, Nesterov).
@@ -105,7 +106,7 @@ def trace(decay: float, nesterov: bool = False,
         init_leaf=lambda p: (ft.zeros_like(p, accumulator_dtype),)))
 
 
-@validate_hyperparams
+@hyperparameters(decay="number")
 def ema(decay: float, debias: bool = True,
         accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """Exponential moving average of the updates: ``m = decay m + (1 - decay) u``.
@@ -144,7 +145,7 @@ def ema(decay: float, debias: bool = True,
         init_global=zero_count, prepare=prepare))
 
 
-@validate_hyperparams
+@hyperparameters(alpha="number", beta="number")
 def scale_by_optimistic_gradient(alpha: float = 1.0, beta: float = 1.0
                                  ) -> GradientTransformation:
     """Optimistic update ``(alpha + beta) g_t - beta g_{t-1}`` (``g_0`` stands in for ``g_{-1}``).

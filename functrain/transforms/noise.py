@@ -12,9 +12,9 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, Params, Updates, check_range,
-                                       check_state_type, safe_increment, validate_hyperparams)
+from functrain.transforms.base import GradientTransformation, Params, Updates, safe_increment
 
 Array = jax.Array
 
@@ -42,7 +42,7 @@ def _as_key(key: Any) -> Array:
     return jax.random.key(key)
 
 
-@validate_hyperparams
+@hyperparameters(eta="number", gamma="number", seed="number or None")
 def add_noise(eta: float, gamma: float, key: Any = None, *,
               seed: Optional[int] = None) -> GradientTransformation:
     """Add Gaussian noise of variance ``eta / t**gamma`` at step ``t`` (Neelakantan et al.).

@@ -13,10 +13,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, concrete_real, hyperparameters
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, LeafStage, check_range,
-                                       concrete_real,
-                                       validate_hyperparams)
+from functrain.transforms.base import GradientTransformation, LeafStage
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -47,7 +46,7 @@ def centralize() -> GradientTransformation:
     return stage_transform(LeafStage(name="centralize", update_leaf=leaf))
 
 
-@validate_hyperparams
+@hyperparameters(scale_factor="number", eps="number")
 def normalize_by_update_norm(scale_factor: float = 1.0, eps: float = 1e-6
                              ) -> GradientTransformation:
     """Divide all updates by their global L2 norm (plus ``eps``), times ``scale_factor``.

@@ -17,10 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
-from functrain.transforms.base import (GradientTransformation, LeafStage, check_betas, check_range,
-                                       safe_increment, validate_hyperparams, zero_count)
+from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
+                                       zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -168,7 +169,7 @@ def _rms_correction(decay: Any, enabled: bool) -> Any:
     return prepare
 
 
-@validate_hyperparams
+@hyperparameters(decay="number", eps="number", initial_scale="number")
 def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0,
                  eps_in_sqrt: bool = True, bias_correction: bool = False
                  ) -> GradientTransformation:
@@ -223,7 +224,7 @@ def _rms_scale(g: Array, second: Array, eps: Any, eps_in_sqrt: bool) -> Array:
     return g / (jnp.sqrt(second) + eps)
 
 
-@validate_hyperparams
+@hyperparameters(decay="number", eps="number", initial_scale="number")
 def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0,
                     eps_in_sqrt: bool = True, bias_correction: bool = False
                     ) -> GradientTransformation:
@@ -271,7 +272,7 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
         init_global=zero_count if bias_correction else dict, prepare=prepare))
 
 
-@validate_hyperparams
+@hyperparameters(initial_accumulator_value="number", eps="number")
 def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
                  ) -> GradientTransformation:
     """Rescale updates by the root of the running sum of squares (Adagrad).
@@ -309,7 +310,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
         init_leaf=lambda p: (ft.full_like(p, initial_accumulator_value),)))
 
 
-@validate_hyperparams
+@hyperparameters(rho="number", eps="number")
 def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransformation:
     """Rescale with Adadelta (Zeiler, 2012): ``g sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps)``.
 
@@ -345,7 +346,7 @@ def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransforma
         init_leaf=lambda p: (ft.zeros_like(p), ft.zeros_like(p))))
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", eps="number")
 def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
                  ) -> GradientTransformation:
     """Rescale with SM3 (Anil et al., 2019): memory-efficient Adagrad with cover sets.

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, check_range, safe_increment,
-                                       validate_hyperparams, zero_count)
+                                       ScalarOrSchedule, safe_increment, zero_count)
 from functrain.transforms.engine import identity, stage_transform
 
 Array = jax.Array
@@ -111,7 +111,7 @@ def scale_by_schedule(step_size_fn: Callable[[Array], Array]) -> GradientTransfo
         leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule or None")
 def scale_by_learning_rate(learning_rate: Optional[ScalarOrSchedule] = None, *,
                            flip_sign: bool = True) -> GradientTransformation:
     """Scale by ``-learning_rate`` (or ``+`` with ``flip_sign=False``); accepts schedules.
@@ -147,7 +147,7 @@ def scale_by_learning_rate(learning_rate: Optional[ScalarOrSchedule] = None, *,
     return scale(sign * learning_rate)
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="schedule or None")
 def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTransformation:
     """``scale_by_learning_rate``, or ``identity()`` for ``None`` (as optax does).
 
@@ -167,7 +167,7 @@ def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTr
     return identity() if learning_rate is None else scale_by_learning_rate(learning_rate)
 
 
-@validate_hyperparams
+@hyperparameters(weight_decay="schedule")
 def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
                         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """Add ``weight_decay * params`` to the updates, where ``mask`` is True.
@@ -203,7 +203,7 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
     return decayed_weights_stage(weight_decay, mask)
 
 
-@validate_hyperparams
+@hyperparameters(weight_decay="schedule")
 def decayed_weights_stage(weight_decay: ScalarOrSchedule,
                           mask: Optional[MaskOrFn] = None) -> GradientTransformation:
     """:func:`add_decayed_weights` without the sign check (Fromage shrinks with ``< 0``).
@@ -244,7 +244,7 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
         needs_params=True, mask=mask))
 
 
-@validate_hyperparams
+@hyperparameters(weight_decay="schedule")
 def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] = None, *,
                        signed: bool = False) -> GradientTransformation:
     """``updates + weight_decay * params`` where ``mask`` is True; the decay may be a schedule.
@@ -282,7 +282,7 @@ def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] 
     return decayed_weights_stage(weight_decay, mask)
 
 
-@validate_hyperparams
+@hyperparameters(f_min="bound", max_learning_rate="bound", eps="number")
 def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: float = 0.0,
                     variant: str = "sps") -> GradientTransformation:
     """Scale updates by the Polyak step ``min((f - f_min) / (||u||^2 + eps), max_lr)``.

@@ -10,10 +10,11 @@ from typing import Any, Literal, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import ema_update
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, check_betas,
-                                       check_range, count_only, validate_hyperparams, zero_count)
+from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
+                                       count_only, zero_count)
 from functrain.transforms.engine import stage_transform
 
 Array = jax.Array
@@ -77,7 +78,7 @@ class ScaleByRpropState(NamedTuple):
     prev_updates: Any
 
 
-@validate_hyperparams
+@hyperparameters(b1="number", b2="number", smooth_beta="number")
 def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = None, *,
                   mode: Literal["hard", "smooth", "refined"] = "hard",
                   smooth_beta: float = 1.0) -> GradientTransformation:
@@ -130,7 +131,8 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
         prepare=count_only))
 
 
-@validate_hyperparams
+@hyperparameters(learning_rate="number", eta_minus="number", eta_plus="number",
+                 min_step_size="number", max_step_size="bound")
 def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
                    min_step_size: float = 1e-6, max_step_size: float = 50.0
                    ) -> GradientTransformation:

@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import (check_range, check_state_type, check_transformation,
+                                  hyperparameters)
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, OptState, Params, Updates,
-                                       call_update, check_range, check_state_type,
-                                       check_transformation, safe_increment,
-                                       validate_hyperparams)
+                                       call_update, safe_increment)
 
 Array = jax.Array
 PyTree = Any
@@ -51,7 +51,7 @@ class ApplyEvery(NamedTuple):
     grad_acc: Updates
 
 
-@validate_hyperparams
+@hyperparameters(k="number")
 def apply_every(k: int = 1) -> GradientTransformation:
     """Accumulate the updates and emit their sum every ``k`` steps (zeros in between).
 

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple, Optional, Protocol
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, check_state_type, check_transformation
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
-                                       check_range, check_state_type, check_transformation,
                                        safe_increment)
 
 Array = jax.Array

@@ -18,9 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import check_state_type
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
-                                       check_state_type, safe_increment, sorted_labels)
+                                       safe_increment, sorted_labels)
 
 Array = jax.Array
 PyTree = Any

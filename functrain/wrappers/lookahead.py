@@ -15,10 +15,11 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import (check_range, check_state_type, check_transformation,
+                                  hyperparameters)
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, OptState, Params, Updates,
-                                       call_update, check_range, check_state_type,
-                                       check_transformation, validate_hyperparams)
+                                       call_update)
 
 Array = jax.Array
 PyTree = Any
@@ -78,7 +79,7 @@ class LookaheadState(NamedTuple):
     steps_since_sync: Array
 
 
-@validate_hyperparams
+@hyperparameters(sync_period="number", slow_step_size="number")
 def lookahead(fast_optimizer: GradientTransformation, sync_period: int, slow_step_size: float,
               reset_state: bool = False) -> GradientTransformation:
     """Lookahead (Zhang et al., 2019): a slow copy of the weights pulled towards the fast one.

@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.arg_checks import check_state_type, check_transformation
 from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       OptState, Params, Updates, call_update, check_state_type,
-                                       check_transformation, sorted_labels)
+                                       OptState, Params, Updates, call_update, sorted_labels)
 from functrain.transforms.engine import chain, fusion_plan, stage_transform
 
 Array = jax.Array

@@ -16,10 +16,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain.numerics import bias_correction_factor, ema_update
 from functrain.transforms.base import (EmptyState, GradientTransformation, OptState, Params,
-                                       Updates, call_update, check_range, check_state_type,
-                                       safe_increment, validate_hyperparams)
+                                       Updates, call_update, safe_increment)
 from functrain.transforms.engine import chain
 
 Array = jax.Array
@@ -190,7 +190,7 @@ class MeasureEmaState(NamedTuple):
     ema: PyTree
 
 
-@validate_hyperparams
+@hyperparameters(decay="number")
 def measure_with_ema(measure: Callable[[Updates], PyTree], decay: float, debias: bool = True,
                      accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """A measure for :func:`monitor`: the moving average of ``measure(updates)``.

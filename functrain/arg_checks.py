@@ -1,0 +1,330 @@
+"""Checks of what a user passes to a builder or an ``update``: hyperparameters, inner
+transformations, states; and the error sentences they share.
+
+Every optimizer, stage, wrapper and whole-tree transformation calls these before any array
+math, so a bad argument gets one clear message naming the function and the argument
+everywhere. Builders declare their numeric arguments with :func:`hyperparameters` (a table
+of argument -> kind); ranges are checked by explicit calls (:func:`check_range`,
+:func:`check_betas`, :func:`check_nonnegative`, :func:`check_momentum`). Key-path checks of
+trees (structures, shapes, dtypes, masks) are in :mod:`functrain.tree_checks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
+           "check_nonnegative", "check_hyperparameter", "hyperparameters", "KINDS",
+           "check_transformation", "check_state_type", "needs_params_error",
+           "state_mismatch_error"]
+
+
+# --------------------------------------------------------------------------
+# Hyperparameters (concrete values only; traced values pass)
+# --------------------------------------------------------------------------
+
+def concrete_real(value: Any) -> Optional[float]:
+    """``value`` as a float if it is a concrete real scalar (a number or a 0-d real array).
+
+    ``None`` for anything else: traced values, schedules, strings, bools,
+    complex numbers, arrays of other shapes.
+
+    Args:
+      value: anything a hyperparameter may be.
+
+    Returns:
+      A Python float, or ``None``.
+
+    >>> import jax.numpy as jnp
+    >>> concrete_real(0.5), concrete_real(True), concrete_real(jnp.asarray(2, jnp.bfloat16))
+    (0.5, None, 2.0)
+    """
+    if isinstance(value, jax.core.Tracer) or callable(value):
+        return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (np.ndarray, jax.Array, np.generic)) and np.ndim(value) == 0:
+        dtype = np.asarray(value).dtype  # jnp.issubdtype knows bfloat16 and float8
+        if jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer):
+            return float(value)
+    return None
+
+
+def check_range(name: str, value: Any, low: float, high: Optional[float] = None, *,
+                high_inclusive: bool = False, owner: str = "") -> None:
+    """Raise ``ValueError`` naming ``name`` if a concrete ``value`` is out of range.
+
+    The range is ``[low, high)`` (or ``[low, high]`` with ``high_inclusive``);
+    NaN is always out of range; traced values and schedules are not checked.
+
+    Args:
+      name: the argument's name, for the message.
+      value: the value to check.
+      low: the smallest allowed value.
+      high: the bound above, or ``None`` for none.
+      high_inclusive: whether ``high`` itself is allowed.
+      owner: the function that received it, for the message.
+
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
+    >>> check_range('b1', 1.5, 0.0, 1.0, owner='adam')
+    Traceback (most recent call last):
+    ...
+    ValueError: adam: b1 must be in [0.0, 1.0), got 1.5.
+    """
+    v = concrete_real(value)
+    if v is None:
+        return
+    bad = v != v or v < low or (high is not None and (v > high if high_inclusive else v >= high))
+    if bad:
+        where = f"{owner}: " if owner else ""
+        if high is None:
+            raise ValueError(f"{where}{name} must be >= {low}, got {value}.")
+        close = "]" if high_inclusive else ")"
+        raise ValueError(f"{where}{name} must be in [{low}, {high}{close}, got {value}.")
+
+
+#: The kinds of hyperparameter :func:`hyperparameters` knows: ``(schedule allowed, may be
+#: infinite)``; a kind ending in ``" or None"`` also accepts ``None``.
+KINDS = {"number": (False, False), "schedule": (True, False), "bound": (False, True)}
+
+
+def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number") -> None:
+    """Raise if a concrete hyperparameter is not what its kind allows.
+
+    ``"number"``: a finite real number (a Python number or a 0-d real array of
+    any dtype, bfloat16 included); ``"schedule"``: that or a schedule (a
+    function of the step count); ``"bound"``: a real number that may be
+    infinite (a limit that disables itself, such as ``max_norm``). A kind
+    ending in ``" or None"`` also accepts ``None``. Traced values pass
+    unchecked.
+
+    Args:
+      owner: the optimizer or transformation, for the message.
+      name: the argument's name, for the message.
+      value: the value given.
+      kind: one of :data:`KINDS`, optionally followed by ``" or None"``.
+
+    Returns:
+      ``None``; raises ``TypeError`` for a wrong type or shape, ``ValueError``
+      for NaN or (except for bounds) an infinity.
+
+    >>> check_hyperparameter('adam', 'learning_rate', '0.1', 'schedule')
+    Traceback (most recent call last):
+    ...
+    TypeError: adam: learning_rate must be a real number or a schedule (a function of the step count), got str '0.1'.
+    """
+    base, optional = kind.removesuffix(" or None"), kind.endswith(" or None")
+    schedule_ok, may_be_infinite = KINDS[base]
+    if value is None and optional:
+        return
+    if isinstance(value, jax.core.Tracer) or (schedule_ok and callable(value)):
+        return
+    what = "a real number" + (" or a schedule (a function of the step count)"
+                              if schedule_ok else "")
+    v = concrete_real(value)
+    if v is None:
+        shape = f" of shape {np.shape(value)}" if hasattr(value, "shape") else ""
+        raise TypeError(f"{owner}: {name} must be {what}, got {type(value).__name__}"
+                        f"{shape} {value!r:.40}.")
+    if v != v or (v in (float("inf"), float("-inf")) and not may_be_infinite):
+        raise ValueError(f"{owner}: {name} must be finite, got {value}.")
+
+
+def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
+    """Decorator: check a builder's numeric arguments, as declared, before it runs.
+
+    Each keyword names an argument of the decorated function and its kind (see
+    :func:`check_hyperparameter`): ``"number"``, ``"schedule"``, ``"bound"``,
+    each optionally ``" or None"``. Errors name the argument and the function.
+    Ranges are each builder's business (:func:`check_range`, :func:`check_betas`).
+
+    Args:
+      **kinds: argument name -> kind.
+
+    Returns:
+      A decorator returning the function with the checks in front (same name,
+      docstring and signature). Declaring a name the function does not take,
+      or an unknown kind, raises ``TypeError`` at decoration time.
+
+    >>> @hyperparameters(learning_rate="schedule", momentum="number or None")
+    ... def sgd_like(learning_rate, momentum=None):
+    ...     return learning_rate
+    >>> sgd_like(float('nan'))
+    Traceback (most recent call last):
+    ...
+    ValueError: sgd_like: learning_rate must be finite, got nan.
+    """
+    for kind in kinds.values():
+        if kind.removesuffix(" or None") not in KINDS:
+            raise TypeError(f"hyperparameters: unknown kind {kind!r}; use one of "
+                            f"{sorted(KINDS)}, optionally followed by ' or None'.")
+
+    def decorate(fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+        unknown = sorted(set(kinds) - set(signature.parameters))
+        if unknown:
+            raise TypeError(f"hyperparameters: {fn.__name__} takes no argument(s) {unknown}.")
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            for name, value in bound.arguments.items():
+                if name in kinds:
+                    check_hyperparameter(fn.__name__, name, value, kinds[name])
+            return fn(*args, **kwargs)
+
+        checked.hyperparameter_kinds = dict(kinds)  # type: ignore[attr-defined]
+        return checked
+
+    return decorate
+def check_betas(owner: str, **betas: Any) -> None:
+    """:func:`check_range` in ``[0, 1)`` for each keyword (decay rates such as ``b1``).
+
+    Args:
+      owner: the function that received them, for the message.
+      **betas: name -> value.
+
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
+    >>> check_betas('adam', b1=0.9, b2=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: adam: b2 must be in [0.0, 1.0), got 1.0.
+    """
+    for name, value in betas.items():
+        check_range(name, value, 0.0, 1.0, owner=owner)
+
+
+def check_momentum(owner: str, momentum: Any) -> None:
+    """:func:`check_range` in ``[0, 1)`` for an optional ``momentum`` (``None`` passes).
+
+    Args:
+      owner: the optimizer that received it, for the message.
+      momentum: the momentum, or ``None`` for none.
+
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
+    >>> check_momentum('sgd', 1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: sgd: momentum must be in [0.0, 1.0), got 1.5.
+    """
+    if momentum is not None:
+        check_range("momentum", momentum, 0.0, 1.0, owner=owner)
+
+
+def check_nonnegative(owner: str, **values: Any) -> None:
+    """:func:`check_range` in ``[0, inf)`` for each keyword (``eps``, decays, ...).
+
+    Args:
+      owner: the function that received them, for the message.
+      **values: name -> value.
+
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
+    >>> check_nonnegative('adam', eps=-1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: adam: eps must be >= 0.0, got -1.0.
+    """
+    for name, value in values.items():
+        check_range(name, value, 0.0, owner=owner)
+
+
+# --------------------------------------------------------------------------
+# Inner transformations and states
+# --------------------------------------------------------------------------
+
+def check_transformation(tx: Any, owner: str, what: str = "inner") -> None:
+    """Raise ``TypeError`` unless ``tx`` has callable ``init`` and ``update``.
+
+    Args:
+      tx: the object to check.
+      owner: the function that received it, for the message.
+      what: how to call the argument in the message.
+
+    Returns:
+      ``None``; raises ``TypeError`` when the check fails.
+
+    >>> check_transformation(3, 'masked')
+    Traceback (most recent call last):
+    ...
+    TypeError: masked: inner is a int, not a GradientTransformation (an object with init and update).
+    """
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise TypeError(f"{owner}: {what} is a {type(tx).__name__}, not a "
+                        f"GradientTransformation (an object with init and update).")
+
+
+def check_state_type(state: Any, cls: type, owner: str) -> None:
+    """Raise ``TypeError`` unless ``state`` is a ``cls`` (a state made by ``owner``'s init).
+
+    Args:
+      state: the state passed to ``update``.
+      cls: the expected state class.
+      owner: the transformation's name, for the message.
+
+    Returns:
+      ``None``; raises ``TypeError`` when the check fails.
+
+    >>> check_state_type((), dict, 'scale')
+    Traceback (most recent call last):
+    ...
+    TypeError: scale expected its state as dict, got tuple: was the state made by this transformation's init?
+    """
+    if not isinstance(state, cls):
+        raise TypeError(f"{owner} expected its state as {cls.__name__}, got "
+                        f"{type(state).__name__}: was the state made by this "
+                        f"transformation's init?")
+
+
+# --------------------------------------------------------------------------
+# The error sentences every transformation needs
+# --------------------------------------------------------------------------
+
+def needs_params_error(owner: str) -> ValueError:
+    """The error for an ``update`` called without the ``params`` it needs.
+
+    Args:
+      owner: the transformation's name.
+
+    Returns:
+      A ``ValueError`` to raise.
+
+    >>> needs_params_error('lamb')
+    ValueError('lamb needs the current parameters: call update(updates, state, params) with params, a tree like the updates.')
+    """
+    return ValueError(f"{owner} needs the current parameters: call update(updates, state, "
+                      f"params) with params, a tree like the updates.")
+
+
+def state_mismatch_error(owner: str, problem: str, made_by: str = "this transformation",
+                         error: type = ValueError) -> Exception:
+    """The error for a state that does not fit: ``"<owner>: <problem>: was the state made by
+    <made_by>'s init?"``.
+
+    Args:
+      owner: the transformation's name.
+      problem: what does not fit (shapes, structure, types).
+      made_by: whose ``init`` should have made it.
+      error: the exception class.
+
+    Returns:
+      The exception to raise.
+
+    >>> state_mismatch_error('kron', 'the state has 2 factors for a 3-d leaf')
+    ValueError("kron: the state has 2 factors for a 3-d leaf: was the state made by this transformation's init?")
+    """
+    return error(f"{owner}: {problem}: was the state made by {made_by}'s init?")
