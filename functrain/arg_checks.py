@@ -294,11 +294,12 @@ def check_state_type(state: Any, cls: type, owner: str) -> None:
 # The error sentences every transformation needs
 # --------------------------------------------------------------------------
 
-def needs_params_error(owner: str) -> ValueError:
+def needs_params_error(owner: str, call: str = "update(updates, state, params)") -> ValueError:
     """The error for an ``update`` called without the ``params`` it needs.
 
     Args:
       owner: the transformation's name.
+      call: how to call ``update`` instead (with any keywords it also needs).
 
     Returns:
       A ``ValueError`` to raise.
@@ -306,8 +307,8 @@ def needs_params_error(owner: str) -> ValueError:
     >>> needs_params_error('lamb')
     ValueError('lamb needs the current parameters: call update(updates, state, params) with params, a tree like the updates.')
     """
-    return ValueError(f"{owner} needs the current parameters: call update(updates, state, "
-                      f"params) with params, a tree like the updates.")
+    return ValueError(f"{owner} needs the current parameters: call {call} with params, a "
+                      f"tree like the updates.")
 
 
 def state_mismatch_error(owner: str, problem: str, made_by: str = "this transformation",

@@ -179,6 +179,27 @@ def test_guide_code_runs(page):
         exec(compile(block, f"docs/{page}", "exec"), namespace)
 
 
+SOURCED = re.compile(r"^<!-- from (\S+) -->\n```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def test_design_guide_code_is_the_packages_and_runs():
+    """docs/design.md's worked example: each block marked ``<!-- from PATH -->`` must appear
+    verbatim in PATH (so the guide cannot drift from the code), and the other blocks run."""
+    text = (DOCS / "design.md").read_text()
+    sourced = SOURCED.findall(text)
+    assert len(sourced) >= 3, "design.md's worked example lost its sourced blocks"
+    root = DOCS.parent
+    for path, block in sourced:
+        assert block in (root / path).read_text(), (
+            f"docs/design.md quotes {path}, but this block is no longer in it:\n{block}")
+    quoted = {block for _, block in sourced}
+    runnable = [b for b in code_blocks(DOCS / "design.md") if b not in quoted]
+    assert runnable, "design.md has no runnable block"
+    namespace: dict = {}
+    for block in runnable:
+        exec(compile(block, "docs/design.md", "exec"), namespace)
+
+
 # --- the two build extensions -------------------------------------------------------------
 
 def test_repo_links_rewrite_links_that_leave_docs():

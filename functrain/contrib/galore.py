@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters)
+                                  hyperparameters, state_mismatch_error)
 from functrain import tree as ft
 from functrain.transforms.adam import scale_by_adam
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, OptState, Params,
@@ -278,10 +278,10 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
                                 f"split_real_and_imaginary.")
             expected = _shapes(lay)[0]
             if tuple(old.shape) != expected:
-                raise ValueError(f"scale_by_galore: updates leaf {where} needs a projector "
-                                 f"of shape {expected}, but the state's has shape "
-                                 f"{tuple(old.shape)}: was the state made by this "
-                                 f"transformation's init for these params?")
+                raise state_mismatch_error(
+                    "scale_by_galore", f"updates leaf {where} needs a projector of shape "
+                    f"{expected}, but the state's has shape {tuple(old.shape)}",
+                    "this transformation for these params")
             g2 = _as_matrix(g, lay)
             projector = jax.lax.cond(refresh, lambda: _new_projector(g2, lay, g.dtype),
                                      lambda: old.astype(g.dtype))

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_nonnegative, check_range, check_state_type,
-                                  check_transformation, hyperparameters)
+                                  check_transformation, hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
@@ -121,8 +121,7 @@ def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2
                   **extra_args: Any) -> tuple[Updates, MechanicState]:
         check_state_type(state, MechanicState, "mechanize")
         if params is None:
-            raise ValueError("mechanize needs the current parameters: call update(updates, "
-                             "state, params) with params (they are required).")
+            raise needs_params_error("mechanize")
         paths, gs, treedef = ft.flatten_with_paths(updates)
         ft.check_structure(updates, params, "params", "updates")
         gs = [as_array(g) for g in gs]

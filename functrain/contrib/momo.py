@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain.arg_checks import (check_betas, check_nonnegative, check_state_type,
-                                  hyperparameters)
+                                  hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
@@ -104,8 +104,7 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
         del extra_args
         check_state_type(state, state_cls, owner)
         if params is None:
-            raise ValueError(f"{owner} needs the current parameters: call update(updates, "
-                             f"state, params, value=loss).")
+            raise needs_params_error(owner, "update(updates, state, params, value=loss)")
         if value is None:
             raise ValueError(f"{owner} needs the loss at params: call update(updates, state, "
                              f"params, value=loss), e.g. with jax.value_and_grad.")

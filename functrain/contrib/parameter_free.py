@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonnegative,
-                                  check_range, check_state_type, hyperparameters)
+                                  check_range, check_state_type, hyperparameters,
+                                  needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
@@ -30,10 +31,6 @@ from functrain.transforms.engine import chain, identity, leaf_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
-NO_PARAMS = ("{} needs the current parameters: call update(updates, state, params) with "
-             "params (they are required).")
-
-
 def _copy(tree: Params) -> Params:
     """A copy of every leaf (distinct buffers; traced fine by ``jax.eval_shape``)."""
     return jax.tree_util.tree_map(lambda p: jnp.array(p, copy=True), tree)
@@ -55,7 +52,7 @@ def _checked_leaves(owner: str, updates: Updates, params: Optional[Params], fiel
     (or the missing params) when the trees, shapes or dtypes do not fit.
     """
     if params is None:
-        raise ValueError(NO_PARAMS.format(owner))
+        raise needs_params_error(owner)
     paths, gs, treedef = ft.flatten_with_paths(updates)
     ft.check_structure(updates, params, "params", "updates")
     gs = [as_array(g) for g in gs]

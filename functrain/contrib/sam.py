@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters)
+                                  hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, call_update)
@@ -139,8 +139,7 @@ def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation
     def check_inputs(updates: Updates, state: Any, params: Any) -> None:
         check_state_type(state, SAMState, "sam")
         if params is None:
-            raise ValueError("sam needs the current parameters: call update(updates, state, "
-                             "params).")
+            raise needs_params_error("sam")
         ft.check_structure(updates, params, "params", "updates")
         paths, gs, treedef = ft.flatten_with_paths(updates)
         ft.check_shapes(paths, treedef.flatten_up_to(params), gs, "updates", "params")

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
-                                  check_state_type, check_transformation, hyperparameters)
+                                  check_state_type, check_transformation, hyperparameters,
+                                  needs_params_error)
 from functrain import tree as ft
 from functrain.schedules import linear_schedule
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
@@ -191,8 +192,7 @@ def schedule_free(base_optimizer: GradientTransformation, learning_rate: ScalarO
                   **extra_args: Any) -> tuple[Updates, ScheduleFreeState]:
         check_state_type(state, ScheduleFreeState, "schedule_free")
         if params is None:
-            raise ValueError("schedule_free needs the current parameters: call "
-                             "update(updates, state, params) with params (they are required).")
+            raise needs_params_error("schedule_free")
         lr = learning_rate
         if callable(learning_rate):
             lr = jnp.asarray(learning_rate(state.step_count), state.max_lr.dtype)

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
-                                  check_state_type, check_transformation, hyperparameters)
+                                  check_state_type, check_transformation, hyperparameters,
+                                  needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
@@ -89,8 +90,8 @@ def hutchinson_estimator_diag_hessian(random_seed: Optional[Array] = None
         del updates, extra_args
         check_state_type(state, HutchinsonState, owner)
         if params is None:
-            raise ValueError(f"{owner} needs the current parameters: call update(updates, "
-                             f"state, params, obj_fn=loss_of_params).")
+            raise needs_params_error(owner, "update(updates, state, params, "
+                                            "obj_fn=loss_of_params)")
         if obj_fn is None:
             raise ValueError(f"{owner} needs the objective: call update(updates, state, "
                              f"params, obj_fn=f) with f(params) -> scalar loss.")
@@ -158,8 +159,8 @@ def _scale_by_sophia(b1: Any, b2: Any, eps: Any, gamma: Any, clip_threshold: Opt
                   **hess_fn_kwargs: Any) -> tuple[Updates, SophiaState]:
         check_state_type(state, SophiaState, owner)
         if params is None:
-            raise ValueError(f"{owner} needs the current parameters: call update(updates, "
-                             f"state, params, obj_fn=loss_of_params).")
+            raise needs_params_error(owner, "update(updates, state, params, "
+                                            "obj_fn=loss_of_params)")
         paths, gs, treedef = ft.flatten_with_paths(updates)
         ft.check_structure(updates, params, "params", "updates")
         ft.check_shapes(paths, treedef.flatten_up_to(params), gs, "updates", "params")

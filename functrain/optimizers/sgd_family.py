@@ -383,7 +383,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
     [Array([ 2.1213202, -0.7071067], dtype=float32)]
     """
     if callable(learning_rate):
-        def shrink(count: Array) -> Array:
+        def shrink(count: Any) -> Any:
             return 1 / (1 + learning_rate(count) ** 2) ** 0.5
         return chain(scale_by_trust_ratio(min_norm),
                      scale_by_learning_rate(lambda c: shrink(c) * learning_rate(c)),

@@ -24,12 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_range, check_transformation
+from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
+                                  state_mismatch_error)
 from functrain import tree as ft
 from functrain.transforms import recompute
-from functrain.transforms.base import (EmptyState, GradientTransformation,
-                                       GradientTransformationExtraArgs, LeafStage, OptState,
-                                       Params, Updates, as_array, call_update, sorted_labels)
+from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+                                       LeafStage, OptState, Params, Updates, as_array,
+                                       call_update, sorted_labels)
 
 
 
@@ -102,18 +103,14 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     else:
         needing = [s.name for s in stages if s.needs_params]
         if needing:
-            raise ValueError(
-                f"{needing[0]} needs the current parameters: call "
-                f"update(updates, state, params) with params (they are required).")
+            raise needs_params_error(needing[0])
         ps = [None] * len(gs)
     mask_source = params if params is not None else updates
 
     plans = []  # per stage: (active flags, per-field leaf lists, ctx, global fields)
     for stage, state in zip(stages, states):
-        if stage.state_cls is not None and not isinstance(state, stage.state_cls):
-            raise TypeError(f"{stage.name} expected its state as {stage.state_cls.__name__}, "
-                            f"got {type(state).__name__}: was the state made by this "
-                            f"optimizer's init?")
+        if stage.state_cls is not None:
+            check_state_type(state, stage.state_cls, stage.name)
         active = ft.resolve_leaf_mask(stage.mask, mask_source, stage.name)
         if not stage.any_dtype:
             ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
@@ -370,10 +367,10 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:
         if not isinstance(state, tuple) or len(state) != len(transforms):
-            raise ValueError(f"chain of {len(transforms)} transformations got a state of "
-                             f"type {type(state).__name__} with "
-                             f"{len(state) if isinstance(state, tuple) else '?'} entries: "
-                             f"was it made by this chain's init?")
+            raise state_mismatch_error(
+                f"chain of {len(transforms)} transformations",
+                f"got a state of type {type(state).__name__} with "
+                f"{len(state) if isinstance(state, tuple) else '?'} entries", "this chain")
         i = 0
         while i < len(plan):
             path, item = plan[i]
@@ -437,8 +434,8 @@ def named_chain(*transforms: tuple[str, GradientTransformation]
                   **extra_args: Any) -> tuple[Updates, dict]:
         if not isinstance(state, Mapping) or set(state) != set(names):
             got = sorted_labels(state) if isinstance(state, Mapping) else type(state).__name__
-            raise ValueError(f"named_chain expected a state dict with keys {names}, got "
-                             f"{got}: was it made by this named_chain's init?")
+            raise state_mismatch_error("named_chain", f"expected a state dict with keys "
+                                       f"{names}, got {got}", "this named_chain")
         new_updates, new = inner.update(updates, tuple(state[n] for n in names), params,
                                         **extra_args)
         return new_updates, dict(zip(names, new))

@@ -16,10 +16,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, check_state_type, hyperparameters
+from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
+                                  needs_params_error)
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       OptState, Params, Updates, as_array, safe_increment)
+from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
+                                       Updates, as_array, safe_increment)
 
 Array = jax.Array
 
@@ -152,9 +153,7 @@ def scale_by_lbfgs(memory_size: int = 10,
         del extra_args
         check_state_type(state, ScaleByLBFGSState, "scale_by_lbfgs")
         if params is None:
-            raise ValueError("scale_by_lbfgs needs the current parameters: call "
-                             "update(updates, state, params) with params (they are "
-                             "required).")
+            raise needs_params_error("scale_by_lbfgs")
         paths, gs, treedef = ft.flatten_with_paths(updates)
         gs = [as_array(g) for g in gs]
         ft.check_structure(updates, params, "params", "updates")

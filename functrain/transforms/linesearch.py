@@ -19,7 +19,8 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, check_state_type, hyperparameters
+from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
+                                  needs_params_error)
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
                                        Updates, as_array, safe_increment)
@@ -164,8 +165,7 @@ def _checked_inputs(owner: str, updates: Updates, params: Optional[Params], valu
         raise TypeError(f"{owner}: value_fn must be the objective, a function of the "
                         f"params, got {type(value_fn).__name__}.")
     if params is None:
-        raise ValueError(f"{owner} needs the current parameters: call update(updates, "
-                         f"state, params, ...) with params (they are required).")
+        raise needs_params_error(owner, "update(updates, state, params, ...)")
     paths, us, treedef = ft.flatten_with_paths(updates)
     us = [as_array(u) for u in us]
     ft.check_structure(updates, params, "params", "updates")

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_range, check_state_type, check_transformation
+from functrain.arg_checks import check_state_type, check_transformation
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
                                        safe_increment)

@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type, check_transformation
+from functrain.arg_checks import check_state_type, check_transformation, state_mismatch_error
 from functrain import tree as ft
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       OptState, Params, Updates, call_update, sorted_labels)
+from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, OptState,
+                                       Params, Updates, call_update, sorted_labels)
 from functrain.transforms.engine import chain, fusion_plan, stage_transform
 
 Array = jax.Array
@@ -350,9 +350,10 @@ def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
         check_state_type(state, PartitionState, "multi_transform")
         labels_of(params if params is not None else updates)
         if set(state.inner_states) != set(groups):
-            raise ValueError(f"multi_transform: the state holds labels "
-                             f"{sorted_labels(state.inner_states)} but the transforms are "
-                             f"{sorted_labels(groups)}: was it made by this wrapper's init?")
+            raise state_mismatch_error("multi_transform", f"the state holds labels "
+                                       f"{sorted_labels(state.inner_states)} but the "
+                                       f"transforms are {sorted_labels(groups)}",
+                                       "this wrapper")
         new_states = {}
         for label, tx in groups.items():
             updates, new_states[label] = tx.update(updates, state.inner_states[label], params,

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, check_state_type, hyperparameters
+from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
+                                  state_mismatch_error)
 from functrain.numerics import bias_correction_factor, ema_update
 from functrain.transforms.base import (EmptyState, GradientTransformation, OptState, Params,
                                        Updates, call_update, safe_increment)
@@ -164,9 +165,9 @@ def monitor(measures: Mapping[str, Any]) -> GradientTransformation:
                   **extra_args: Any) -> tuple[Updates, MonitorState]:
         check_state_type(state, MonitorState, "monitor")
         if len(state.measure_states) != len(txs):
-            raise ValueError(f"monitor: the state holds {len(state.measure_states)} measure "
-                             f"states for {len(txs)} measures: was it made by this "
-                             f"monitor's init?")
+            raise state_mismatch_error("monitor", f"the state holds "
+                                       f"{len(state.measure_states)} measure states for "
+                                       f"{len(txs)} measures", "this monitor")
         measurements, states = measure_all(updates, state.measure_states, params, extra_args)
         return updates, MonitorState(measurements, states)
 
