@@ -29,7 +29,7 @@ from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.transforms.adam import ScaleByAdamState, ScaleByBeliefState
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, safe_increment, zero_count)
+                                       ScalarOrSchedule, safe_increment, value_at, zero_count)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -37,11 +37,6 @@ Array = jax.Array
 
 __all__ = ["scale_by_adopt", "adopt", "MadgradState", "scale_by_madgrad", "madgrad",
            "scale_by_acprop", "acprop"]
-
-
-def _value_at(x: Any, count: Array) -> Any:
-    """``x(count)`` for a schedule, else ``x`` itself."""
-    return x(count) if callable(x) else x
 
 
 # --------------------------------------------------------------------------
@@ -229,7 +224,7 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
 
     def prepare(glob: dict, _: Any) -> tuple:
         count = glob["count"]
-        lam = (_value_at(learning_rate, count) + eps) * jnp.sqrt(count + 1)
+        lam = (value_at(learning_rate, count) + eps) * jnp.sqrt(count + 1)
         return lam, {"count": safe_increment(count)}
 
     def leaf(g: Array, s: Any, p: Array, lam: Array) -> tuple:

@@ -23,7 +23,7 @@ from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, bias_correction_factor, ema_update
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, safe_increment)
+                                       ScalarOrSchedule, safe_increment, value_at)
 from functrain.transforms.engine import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -32,11 +32,6 @@ Array = jax.Array
 __all__ = ["ScaleByAdemamixState", "scale_by_ademamix", "ademamix",
            "ScaleBySimplifiedAdEMAMixState", "scale_by_simplified_ademamix",
            "simplified_ademamix"]
-
-
-def _value_at(x: Any, count: Array) -> Any:
-    """``x(count)`` for a schedule, else ``x`` itself."""
-    return x(count) if callable(x) else x
 
 
 # --------------------------------------------------------------------------
@@ -112,8 +107,8 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
 
     def prepare(glob: dict, _: Any) -> tuple:
         count = safe_increment(glob["count"])
-        ctx = _AdemamixContext(_value_at(b3, glob["count_m2"]),
-                               _value_at(alpha, glob["count_m2"]),
+        ctx = _AdemamixContext(value_at(b3, glob["count_m2"]),
+                               value_at(alpha, glob["count_m2"]),
                                bias_correction_factor(b1, count),
                                bias_correction_factor(b2, count))
         return ctx, {"count": count, "count_m2": safe_increment(glob["count_m2"])}
@@ -236,7 +231,7 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
 
     def prepare(glob: dict, _: Any) -> tuple:
         t = safe_increment(glob["t"])
-        return (_value_at(alpha, glob["t"]), bias_correction_factor(b2, t)), {"t": t}
+        return (value_at(alpha, glob["t"]), bias_correction_factor(b2, t)), {"t": t}
 
     def leaf(g: Array, s: Any, p: Any, ctx: tuple) -> tuple:
         alpha_now, n_correction = ctx

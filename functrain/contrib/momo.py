@@ -25,7 +25,8 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_state_ty
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
-                                       ScalarOrSchedule, Updates, safe_increment)
+                                       ScalarOrSchedule, Updates, safe_increment,
+                                       value_at)
 
 Array = jax.Array
 
@@ -124,7 +125,7 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
         count_inc = safe_increment(count)
         sdtype = jnp.promote_types(ft.compute_dtype(state.barf.dtype), jnp.float32)
         # Python-number hyperparameters stay Python numbers (optax's rounding).
-        alpha = learning_rate(count) if callable(learning_rate) else learning_rate
+        alpha = value_at(learning_rate, count)
         wd, b1_, b2_, eps_, lbound = weight_decay, b1, b2, eps, lower_bound
         if adam:
             bt = b1_

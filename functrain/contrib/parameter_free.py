@@ -26,7 +26,8 @@ from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonne
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       MaskOrFn, Params, ScalarOrSchedule, Updates, as_array)
+                                       MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
+                                       value_at)
 from functrain.transforms.engine import chain, identity, leaf_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -179,7 +180,7 @@ def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = 
                                          state.exp_avg_sq, "grad_sum": state.grad_sum,
                                          "params0": state.params0}, real_only=True)
         count = safe_int32_increment(state.count)
-        sched = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        sched = value_at(learning_rate, state.count)
         d = state.estim_lr
         dlr = jnp.asarray(d * sched * (1 - beta2 ** count) ** 0.5 / (1 - beta1 ** count),
                           d.dtype)
@@ -296,7 +297,7 @@ def dadapt_adamw(learning_rate: ScalarOrSchedule = 1.0,
                                               state.exp_avg_sq, "grad_sum": state.grad_sum},
             real_only=True)
         count = safe_int32_increment(state.count)
-        sched = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        sched = value_at(learning_rate, state.count)
         nw = state.numerator_weighted
         dlr = (state.estim_lr * sched * (1 - beta2 ** count) ** 0.5
                / (1 - beta1 ** count)).astype(nw.dtype)

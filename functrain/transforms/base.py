@@ -250,6 +250,22 @@ def zero_count() -> dict:
     return {"count": jnp.zeros([], jnp.int32)}
 
 
+def value_at(x: ScalarOrSchedule, count: Any) -> Any:
+    """The value of a hyperparameter that may be a schedule: ``x(count)`` or ``x`` itself.
+
+    Args:
+      x: a number, an array, or a schedule (a callable of the step count).
+      count: the step count to evaluate a schedule at.
+
+    Returns:
+      ``x(count)`` if ``x`` is callable, else ``x``.
+
+    >>> value_at(lambda t: 0.1 * t, 3), value_at(0.5, 3)
+    (0.30000000000000004, 0.5)
+    """
+    return x(count) if callable(x) else x
+
+
 def count_only(glob: dict, updates: Any) -> tuple[None, dict]:
     """A ``prepare`` that only advances the step count (no context).
 
