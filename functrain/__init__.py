@@ -114,10 +114,8 @@ from functrain.tree import (MaskedNode, bias_correction, update_infinity_moment,
                             update_moment_per_elem_norm)
 
 # --- Ivy's gradient functions and one-shot updates (the seed documents) ---
-# `functrain.grad` is the module functrain/grad.py, which is callable as the
-# gradient function: functrain.grad(f)(x).  See functrain/grad.py.
-from functrain import grad
-from functrain.grad import execute_with_gradients, jac, stop_gradient, value_and_grad
+# `functrain.grad` is the function, imported over the submodule's name.
+from functrain.grad import execute_with_gradients, grad, jac, stop_gradient, value_and_grad
 from functrain.seed_updates import (adam_step, adam_update, gradient_descent_update,
                                     lamb_update, lars_update, optimizer_update)
 

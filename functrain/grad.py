@@ -8,34 +8,18 @@ on JAX arrays and any pytree.  They are thin layers over :func:`jax.grad`,
 :func:`jax.lax.stop_gradient`, so they compose with ``jax.jit``, ``jax.vmap``
 and each other.
 
-A note on the name: ``functrain.grad`` is this module, and the module is
-callable as the gradient function.  The name always means the module, and
-every import form works without ambiguity::
+``functrain.grad`` is the function :func:`grad` (``functrain/__init__.py`` imports it
+over the submodule's name, as ``jax.grad`` is a function); the module's other functions
+are at the top level too (``functrain.value_and_grad``), or import them from here:
+``from functrain.grad import value_and_grad``.
 
-    import functrain
-    functrain.grad(f)(x)                      # the module, called: grad(f)(x)
-    import functrain.grad                     # the same module object
-    from functrain import grad                # the same module object
-    from functrain.grad import value_and_grad # the functions in it
-    from functrain.grad import grad           # the plain function, if wanted
-
-(A callable module rather than a function named ``grad`` shadowing the
-module: with the shadowing, ``import functrain.grad as g`` would give the
-function while ``sys.modules['functrain.grad']`` is the module, and
-``from functrain.grad import value_and_grad`` would read from an object that
-``functrain.grad`` no longer names.)
-
->>> import jax.numpy as jnp
->>> import functrain.grad
+>>> import jax.numpy as jnp, functrain
 >>> print(functrain.grad(lambda x: jnp.sum(x ** 2))(jnp.array([1., 2.])))
 [2. 4.]
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
-import types
 from collections.abc import Hashable, Mapping
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
@@ -380,24 +364,3 @@ def execute_with_gradients(
         func_ret = stop_gradient(func_ret)
         grads = stop_gradient(grads)
     return func_ret, grads
-
-
-# --------------------------------------------------------------------------
-# The module itself is callable as `grad`, so `functrain.grad(f)` works while
-# `functrain.grad` stays this module (see the module docstring).
-# --------------------------------------------------------------------------
-
-
-class _CallableModule(types.ModuleType):
-    """A module that, when called, acts as :func:`grad`."""
-
-    def __call__(
-        self, func: Callable[..., Any], argnums: Union[int, Sequence[int]] = 0
-    ) -> Callable[..., Any]:
-        return grad(func, argnums=argnums)
-
-
-# `inspect.signature(functrain.grad)` reports grad's signature.
-__signature__ = inspect.signature(grad)
-
-sys.modules[__name__].__class__ = _CallableModule
