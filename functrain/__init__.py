@@ -116,7 +116,7 @@ from functrain.tree import (MaskedNode, bias_correction, update_infinity_moment,
 # --- Ivy's gradient functions and one-shot updates (the seed documents) ---
 # `functrain.grad` is the function, imported over the submodule's name.
 from functrain.grad import execute_with_gradients, grad, jac, stop_gradient, value_and_grad
-from functrain.seed_updates import (adam_step, adam_update, gradient_descent_update,
+from functrain.ivy_updates import (adam_step, adam_update, gradient_descent_update,
                                     lamb_update, lars_update, optimizer_update)
 
 __version__ = "0.1.0"

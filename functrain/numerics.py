@@ -3,7 +3,7 @@
 One copy of each piece of optimizer math that more than one place needs: the
 moving average of a moment, the bias-correction factor, Adam's direction and
 the trust ratio of LARS/LAMB. The stages in :mod:`functrain.transforms` and
-the Ivy-style functions in :mod:`functrain.seed_updates` both call these;
+the Ivy-style functions in :mod:`functrain.ivy_updates` both call these;
 where Ivy's documented numbers need another form (its epsilon placement, its
 trust ratio without the zero test), that form is a parameter here, not a
 second copy.

@@ -12,7 +12,7 @@
                                             state helpers)
   tree.py                                   tree_checks, tree_ops, tree_state (L0)
   numerics.py                               tree
-  grad, seed_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
+  grad, ivy_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
   projections, microbatching, linalg,
   param_updates
   transforms/base.py                        tree, numerics
@@ -92,7 +92,7 @@ def allowed_imports(module: str) -> Optional[object]:
         return {"functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state"}
     if module == "functrain.numerics":
         return TREE
-    if module in {"functrain.grad", "functrain.seed_updates", "functrain.sharding",
+    if module in {"functrain.grad", "functrain.ivy_updates", "functrain.sharding",
                   "functrain.schedules", "functrain.projections", "functrain.microbatching",
                   "functrain.linalg", "functrain.param_updates"}:
         return TREE | NUMERICS
@@ -296,7 +296,7 @@ def test_imports_point_only_down(layer):
         and MODULES[m].name != "__init__.py",
         "optimizers": lambda m: m.startswith("functrain.optimizers.")
         and MODULES[m].name != "__init__.py",
-        "beside": lambda m: m in {"functrain.grad", "functrain.seed_updates",
+        "beside": lambda m: m in {"functrain.grad", "functrain.ivy_updates",
                                   "functrain.sharding", "functrain.schedules"},
         "packages": lambda m: MODULES[m].name == "__init__.py",
     }[layer]

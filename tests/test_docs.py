@@ -42,7 +42,7 @@ from helpers import TYPE_ALIASES  # noqa: E402
 NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
               "functrain.numerics", "functrain.linalg", "functrain.projections",
               "functrain.microbatching", "functrain.sharding", "functrain.grad",
-              "functrain.seed_updates"]
+              "functrain.ivy_updates"]
 DIRECTIVE = re.compile(r"^\s*\.\. (?:auto(?:function|class|data)|py:(?:function|class|data))"
                        r"::\s+([\w.]+)", re.MULTILINE)
 

@@ -72,10 +72,10 @@ def test_grad_composes_with_jit_and_itself():
 def test_top_level_exports():
     for name in ("value_and_grad", "jac", "execute_with_gradients", "stop_gradient"):
         assert getattr(functrain, name) is getattr(sys.modules["functrain.grad"], name)
-    from functrain import seed_updates
+    from functrain import ivy_updates
 
-    for name in seed_updates.__all__:
-        assert getattr(functrain, name) is getattr(seed_updates, name)
+    for name in ivy_updates.__all__:
+        assert getattr(functrain, name) is getattr(ivy_updates, name)
 
 
 # --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests of functrain.seed_updates: Ivy's one-shot update functions.
+"""Tests of functrain.ivy_updates: Ivy's one-shot update functions.
 
 Every example of seed 001 (Ivy's gradients API) for adam_step, adam_update,
 gradient_descent_update, lamb_update, lars_update and optimizer_update is
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import functrain
-from functrain import seed_updates
-from functrain.seed_updates import (
+from functrain import ivy_updates
+from functrain.ivy_updates import (
     adam_step,
     adam_update,
     gradient_descent_update,
@@ -567,7 +567,7 @@ def test_empty_tree():
 
 
 def test_module_exports():
-    assert set(seed_updates.__all__) == {
+    assert set(ivy_updates.__all__) == {
         "adam_step", "optimizer_update", "gradient_descent_update",
         "adam_update", "lamb_update", "lars_update",
     }

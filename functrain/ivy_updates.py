@@ -145,8 +145,8 @@ def adam_step(
     Example:
 
     >>> import jax.numpy as jnp
-    >>> from functrain import seed_updates
-    >>> delta, mw, vw = seed_updates.adam_step(
+    >>> from functrain import ivy_updates
+    >>> delta, mw, vw = ivy_updates.adam_step(
     ...     jnp.array([1, 2, 3]), jnp.ones(3), jnp.ones(1), jnp.array(3))
     >>> print(delta)
     [0.20201 0.22188 0.24145]
@@ -189,9 +189,9 @@ def optimizer_update(
     Example:
 
     >>> import jax.numpy as jnp
-    >>> from functrain import seed_updates
+    >>> from functrain import ivy_updates
     >>> w = {'a': jnp.array([[1., 2.], [4., 5.]]), 'b': jnp.array([1., 1.])}
-    >>> new = seed_updates.optimizer_update(
+    >>> new = ivy_updates.optimizer_update(
     ...     w, jnp.array([1., 10.]), jnp.array([0.1, 0.01]))
     >>> print(new['a'])
     [[0.9 1.9]
@@ -230,9 +230,9 @@ def gradient_descent_update(
     Example:
 
     >>> import jax.numpy as jnp
-    >>> from functrain import seed_updates
+    >>> from functrain import ivy_updates
     >>> w = [jnp.array([1., 2., 3.]), (jnp.array(4.),)]
-    >>> new = seed_updates.gradient_descent_update(w, jnp.array(1.), 0.5)
+    >>> new = ivy_updates.gradient_descent_update(w, jnp.array(1.), 0.5)
     >>> print(new[0], new[1][0])
     [0.5 1.5 2.5] 3.5
     """
@@ -277,8 +277,8 @@ def adam_update(
     Example:
 
     >>> import jax.numpy as jnp
-    >>> from functrain import seed_updates
-    >>> w_new, mw, vw = seed_updates.adam_update(
+    >>> from functrain import ivy_updates
+    >>> w_new, mw, vw = ivy_updates.adam_update(
     ...     jnp.array([1., 2., 3.]), jnp.array([0.5, 0.2, 0.1]), 0.1,
     ...     jnp.zeros(3), jnp.zeros(1), 1)
     >>> print(w_new)
@@ -343,13 +343,13 @@ def lamb_update(
     Example:
 
     >>> import jax.numpy as jnp
-    >>> from functrain import seed_updates
-    >>> w_new, mw, vw = seed_updates.lamb_update(
+    >>> from functrain import ivy_updates
+    >>> w_new, mw, vw = ivy_updates.lamb_update(
     ...     jnp.array([1., 2., 3.]), jnp.array([0.5, 0.2, 0.1]), 0.1,
     ...     jnp.zeros(3), jnp.zeros(1), 1)
     >>> print(w_new)
     [0.784 1.784 2.784]
-    >>> w_new, _, _ = seed_updates.lamb_update(
+    >>> w_new, _, _ = ivy_updates.lamb_update(
     ...     jnp.array([3., 4.]), jnp.array([1., 1.]), 0.1,
     ...     jnp.zeros(2), jnp.zeros(2), 1, decay_lambda=0.5)
     >>> print(w_new)
@@ -401,9 +401,9 @@ def lars_update(
     Example:
 
     >>> import jax.numpy as jnp
-    >>> from functrain import seed_updates
+    >>> from functrain import ivy_updates
     >>> w = {'a': jnp.array([3., 4.]), 'b': jnp.array([0., 1.])}
-    >>> new = seed_updates.lars_update(w, {'a': jnp.array([0., 2.]),
+    >>> new = ivy_updates.lars_update(w, {'a': jnp.array([0., 2.]),
     ...                                    'b': jnp.array([1., 0.])}, 0.1)
     >>> print(new['a'])
     [3.  3.5]
