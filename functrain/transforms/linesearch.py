@@ -104,7 +104,6 @@ class ScaleByZoomLinesearchState(NamedTuple):
     info: ZoomLinesearchInfo
 
 
-
 def _scalar_dtype(leaves: list) -> Any:
     """The real dtype of the search's scalars: that of the leaves' math (16-bit as float32)."""
     if not leaves:
@@ -146,9 +145,9 @@ def _fn_kwargs(owner: str, value_fn: Callable, extra: dict) -> dict:
         return dict(extra)
     unused = sorted(k for k in extra if k not in parameters)
     if unused:
-        raise TypeError(f"{owner}: update got keyword arguments {unused} that value_fn "
-                        f"does not take: extra keywords of update are value_fn's inputs "
-                        f"(value_fn accepts {list(parameters)}).")
+        raise TypeError(f"{owner}: Unexpected keyword arguments {unused} in update: value_fn "
+                        f"does not take them (extra keywords of update are value_fn's inputs; "
+                        f"value_fn accepts {list(parameters)}).")
     return dict(extra)
 
 
@@ -257,14 +256,14 @@ def scale_by_backtracking_linesearch(
         check_state_type(state, ScaleByBacktrackingLinesearchState, owner)
         _, us, ws, gs, treedef = _checked_inputs(owner, updates, params, value, grad, value_fn)
         objective = functools.partial(value_fn, **_fn_kwargs(owner, value_fn, extra_args))
-        dtype = state.learning_rate.dtype
+        dtype = _scalar_dtype(ws)  # as init's, whatever the state holds
         value = jnp.asarray(value).astype(dtype)
         # The slope of eta -> f(w + eta u) at 0 (optax's Re<u, conj(grad)>).
         slope = _re_vdot(us, [jnp.conj(g) for g in gs]).astype(dtype)
 
         def decrease_error(eta: Array, new_value: Array) -> Array:
             err = new_value - (1.0 + rtol) * value - eta * slope_rtol * slope
-            return jnp.maximum(jnp.where(jnp.isnan(err), jnp.inf, err), 0.0)
+            return jnp.maximum(jnp.where(jnp.isnan(err), jnp.inf, err), 0.0).astype(dtype)
 
         def at(eta: Array) -> Any:
             return treedef.unflatten(_moved(ws, eta, us))
@@ -294,15 +293,14 @@ def scale_by_backtracking_linesearch(
                                     gradient, lambda: new_grad)
             return eta, new_value, new_grad, err, k + 1
 
-        start = jnp.minimum(increase_factor * state.learning_rate,
-                            max_learning_rate).astype(dtype)
+        start = jnp.minimum(increase_factor * state.learning_rate, max_learning_rate).astype(dtype)
         eta, new_value, new_grad, err, steps = jax.lax.while_loop(
             keep_going, trial, (start, value, [jnp.zeros_like(w) for w in ws],
                                 jnp.asarray(jnp.inf, dtype), jnp.zeros([], jnp.int32)))
         if verbose:
-            _report(err > atol, f"{owner}: no step size met sufficient decrease; "
-                    "decrease error {err}, step size {eta} (0 if the objective was not "
-                    "finite there).", err=err, eta=eta)
+            _report(err > atol, f"{owner}: no step size met sufficient decrease; decrease "
+                    "error {err}, step size {eta} (0 if the objective was not finite there).",
+                    err=err, eta=eta)
         eta = jnp.where(jnp.isinf(err), jnp.zeros_like(eta), eta)
         new_state = ScaleByBacktrackingLinesearchState(
             learning_rate=eta, value=new_value,
@@ -316,7 +314,6 @@ def scale_by_backtracking_linesearch(
 def _report(condition: Array, message: str, **values: Any) -> None:
     jax.lax.cond(condition, lambda: jax.debug.print(message, ordered=True, **values),
                  lambda: None)
-
 
 
 class _Search(NamedTuple):
@@ -468,7 +465,7 @@ def scale_by_zoom_linesearch(
         ft.check_shapes(paths, olds, us, "updates", f"{owner} state .grad")
         value_and_grad = jax.value_and_grad(
             functools.partial(value_fn, **_fn_kwargs(owner, value_fn, extra_args)))
-        dtype = state.learning_rate.dtype
+        dtype = _scalar_dtype(ws)  # as init's, whatever the state holds
         f0 = jnp.asarray(value).astype(dtype)
         g0 = [g.astype(w.dtype) for g, w in zip(gs, ws)]
         slope0 = _re_vdot(us, g0).astype(dtype)
@@ -547,10 +544,9 @@ def scale_by_zoom_linesearch(
                         zero, f0, slope0, zero, f0, slope0, zero, f0, zero, f0, g0)
         out = jax.lax.while_loop(lambda s: ~(s.done | s.failed), step, start)
         if verbose:
-            _report(out.failed, f"{owner}: no step size met both conditions in "
-                    "{n} trials (decrease error {d}, curvature error {c}); using step size "
-                    "{eta}.", n=out.count, d=out.decrease_error, c=out.curvature_error,
-                    eta=out.stepsize)
+            _report(out.failed, f"{owner}: no step size met both conditions in {{n}} trials "
+                    "(decrease error {d}, curvature error {c}); using step size {eta}.",
+                    n=out.count, d=out.decrease_error, c=out.curvature_error, eta=out.stepsize)
         new_state = ScaleByZoomLinesearchState(
             learning_rate=out.stepsize, value=out.value,
             grad=treedef.unflatten([x.astype(o.dtype) for x, o in zip(out.grad, olds)]),
@@ -558,7 +554,6 @@ def scale_by_zoom_linesearch(
         return treedef.unflatten(_scaled(out.stepsize, us)), new_state
 
     return GradientTransformationExtraArgs(init_fn, update_fn)
-
 
 
 def _find_fields(tree: Any, name: str, path: str = "state") -> list:
@@ -580,6 +575,10 @@ def _find_fields(tree: Any, name: str, path: str = "state") -> list:
     return found
 
 
+class _SeveralFound(KeyError, ValueError):  # optax raises KeyError there; a ValueError too
+    __str__ = BaseException.__str__  # the message, not KeyError's repr of it
+
+
 def value_and_grad_from_state(value_fn: Callable[..., Array]) -> Callable[..., tuple]:
     """``jax.value_and_grad(value_fn)``, but reusing the value and gradient in the state.
 
@@ -597,7 +596,8 @@ def value_and_grad_from_state(value_fn: Callable[..., Array]) -> Callable[..., t
     Returns:
       A function ``(params, *args, state, **kwargs) -> (value, grad)``. It
       raises ``ValueError`` unless ``state`` holds exactly one ``value`` and one
-      ``grad`` field (e.g. a backtracking search built without ``store_grad``).
+      ``grad`` field (e.g. a backtracking search without ``store_grad``); for
+      several (a chain of two searches) the error is also a ``KeyError``, as optax's.
 
     >>> import jax.numpy as jnp, functrain
     >>> f = lambda w: jnp.sum(w ** 2)
@@ -624,7 +624,7 @@ def value_and_grad_from_state(value_fn: Callable[..., Array]) -> Callable[..., t
             found = _find_fields(state, name)
             if len(found) != 1 or found[0][1] is None:
                 where = ", ".join(p for p, _ in found) or "nowhere"
-                raise ValueError(
+                raise (_SeveralFound if len(found) > 1 else ValueError)(
                     f"value_and_grad_from_state: the state must hold exactly one {name!r} "
                     f"(a line search's state, with store_grad=True for backtracking); "
                     f"found it {where}" + (" set to None" if found and found[0][1] is None
@@ -635,7 +635,7 @@ def value_and_grad_from_state(value_fn: Callable[..., Array]) -> Callable[..., t
 
         def compute(p: Params, args: tuple, kwargs: dict) -> tuple:
             v, g = jax.value_and_grad(value_fn)(p, *args, **kwargs)
-            return (jnp.asarray(v).astype(value.dtype),
+            return (jnp.asarray(v).astype(jnp.asarray(value).dtype),
                     ft.map(lambda a, b: a.astype(b.dtype), g, grad))
 
         return jax.lax.cond(jnp.isfinite(value), lambda p, a, k: (value, grad), compute,

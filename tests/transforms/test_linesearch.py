@@ -183,6 +183,52 @@ def test_jitted_step_compiles_once():
         assert len({int(i.num_linesearch_steps) for i in infos}) > 1  # varied trial counts
 
 
+SEARCHES = {
+    "backtracking": lambda m, kw: m.scale_by_backtracking_linesearch(5, **{k: kw for k in (
+        "slope_rtol", "decrease_factor", "increase_factor", "max_learning_rate", "atol",
+        "rtol")}),
+    "zoom": lambda m, kw: m.scale_by_zoom_linesearch(5, **{k: kw for k in (
+        "tol", "increase_factor", "slope_rtol", "curv_rtol", "approx_dec_rtol",
+        "stepsize_precision")}),
+}
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("search", sorted(SEARCHES))
+def test_state_dtypes_are_stable_under_x64_with_float64_inputs(search, dtype):
+    # optax's test_dtype_stability: float64 hyperparameters and objective, a Python
+    # float value; the loop carry and the new state keep init's dtypes (a lax.cond
+    # between the new state and the old one needs them equal).
+    with jax.enable_x64(True):
+        for m in (optax, ft):
+            opt = SEARCHES[search](m, jnp.array(1e-5, jnp.float64))
+            x = jnp.array([1.0, 2.0], dtype)
+            state = opt.init(x)
+            f = lambda x: jnp.sum(x ** 2).astype(jnp.float64)  # noqa: E731
+            new = opt.update(x, state, x, value=1.0, grad=x, value_fn=f)[1]
+            assert (jax.tree.map(lambda a: a.dtype, new)
+                    == jax.tree.map(lambda a: a.dtype, state)), m.__name__
+            jax.lax.cond(jnp.asarray(True), lambda: new, lambda: state)
+
+
+@pytest.mark.parametrize("guess", [0.25, 4.0])
+def test_zoom_takes_a_python_float_learning_rate_in_its_state(guess):
+    # optax's tests set the first guess with optax.tree.set(state, learning_rate=float).
+    f = lambda w: jnp.sum((w - 1.0) ** 2) + jnp.sum(w ** 4)  # noqa: E731
+    w = jnp.array([0.5, -2.0, 3.0])
+    out = {}
+    for m in (optax, ft):
+        opt = m.scale_by_zoom_linesearch(10)
+        state = opt.init(w)._replace(learning_rate=guess)
+        value, grad = jax.value_and_grad(f)(w)
+        u, new = opt.update(-grad, state, w, value=value, grad=grad, value_fn=f)
+        out[m] = (u, new.learning_rate, new.info.num_linesearch_steps)
+        assert new.learning_rate.dtype == jnp.float32
+    np.testing.assert_allclose(out[ft][0], out[optax][0], rtol=1e-6)
+    np.testing.assert_allclose(out[ft][1], out[optax][1], rtol=1e-6)
+    assert int(out[ft][2]) == int(out[optax][2])
+
+
 # --------------------------------------------------------------------------
 # value_and_grad_from_state
 # --------------------------------------------------------------------------
@@ -214,6 +260,15 @@ def test_value_and_grad_from_state_errors():
         ft.value_and_grad_from_state(f)(w, state=two)
 
 
+@pytest.mark.parametrize("m", [optax, ft], ids=["optax", "functrain"])
+def test_two_searches_in_a_chain_raise_key_error_as_optax(m):
+    # optax documents an error when several values are found, and raises KeyError.
+    opt = m.chain(m.scale_by_backtracking_linesearch(15), m.scale_by_backtracking_linesearch(15))
+    w = jnp.array([1.0, 2.0, 3.0])
+    with pytest.raises(KeyError):
+        jax.jit(m.value_and_grad_from_state(lambda x: jnp.sum(x ** 2)))(w, state=opt.init(w))
+
+
 # --------------------------------------------------------------------------
 # Errors: before any math, naming the argument or the leaf
 # --------------------------------------------------------------------------
@@ -228,7 +283,8 @@ def test_update_errors_name_the_argument():
             tx.update(w, s, w, value=1.0, grad=w)
         with pytest.raises(ValueError, match=f"{name} needs the current parameters"):
             tx.update(w, s, value=1.0, grad=w, value_fn=f)
-        with pytest.raises(TypeError, match=r"\['batch'\] that value_fn does not take"):
+        with pytest.raises(TypeError, match=r"Unexpected keyword arguments \['batch'\] in "
+                           r"update: value_fn does not take them"):
             tx.update(w, s, w, value=1.0, grad=w, value_fn=f, batch=3)
         with pytest.raises(ValueError, match=r"grad leaf \['a'\] has shape \(3,\)"):
             tx.update(w, s, w, value=1.0, grad={"a": jnp.ones(3)}, value_fn=f)
