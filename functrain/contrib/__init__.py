@@ -17,16 +17,17 @@ not another contrib module.
 """
 
 # Re-exports only. optax.contrib's optimizers, one family per module:
-from functrain.contrib.adam_variants import (MadgradState, acprop, adopt, madgrad,
-                                             scale_by_acprop, scale_by_adopt, scale_by_madgrad)
+from functrain.contrib.acprop import acprop, scale_by_acprop
 from functrain.contrib.ademamix import (ScaleByAdemamixState, ScaleBySimplifiedAdEMAMixState,
                                         ademamix, scale_by_ademamix,
                                         scale_by_simplified_ademamix, simplified_ademamix)
 from functrain.contrib.coin_betting import COCOBState, cocob, scale_by_cocob
 from functrain.contrib.complex_valued import (SplitRealAndImaginaryState,
                                               split_real_and_imaginary)
+from functrain.contrib.adopt import adopt, scale_by_adopt
 from functrain.contrib.galore import (GaLoreDimensionNumbers, GaLoreState, galore,
                                       scale_by_galore)
+from functrain.contrib.madgrad import MadgradState, madgrad, scale_by_madgrad
 from functrain.contrib.mechanic import MechanicState, mechanize
 from functrain.contrib.momo import MomoAdamState, MomoState, momo, momo_adam
 from functrain.contrib.muon import MuonDimensionNumbers, MuonState, muon, scale_by_muon

@@ -1,4 +1,4 @@
-"""functrain.contrib's Adam variants of adam_variants.py: adopt, madgrad, acprop.
+"""functrain.contrib.adopt, madgrad and acprop: ADOPT, MADGRAD and ACProp.
 
 Compared against optax.contrib 0.2.8 step by step (30 jitted steps on a tree of
 matrices, vectors, a scalar and a zero leaf; settings beyond the common registry's:
