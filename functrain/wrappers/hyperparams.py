@@ -195,7 +195,9 @@ def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
     adafactor's ``min_dim_size_to_factor``). Floats are stored in
     ``hyperparam_dtype``, by default the widest floating dtype of the params
     and at least float32 (optax uses the params' dtype, so bfloat16 params
-    would round the learning rate).
+    would round the learning rate). An argument given as a
+    :class:`StatefulSchedule` (as optax allows) makes this
+    :func:`inject_stateful_hyperparams`, whose state keeps the schedule's.
 
     Args:
       inner_factory: a function building a ``GradientTransformation`` from
@@ -235,6 +237,9 @@ def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
         for name, value in arguments.items():
             if _is_static(name, value, static, declared):
                 other[name] = value
+            elif isinstance(value, StatefulSchedule):  # its state needs the stateful wrapper
+                return inject_stateful_hyperparams(inner_factory, static, hyperparam_dtype)(
+                    *args, **kwargs)
             elif callable(value):
                 schedules[name] = value
             elif isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):

@@ -195,3 +195,60 @@ def test_inject_stateful_hyperparams_compiles_once():
         _, state = step(params, state, {"w": jnp.ones(3, jnp.bfloat16)})
     assert step._cache_size() == 1
     assert state.hyperparams["learning_rate"].dtype == jnp.float32
+
+
+class RunningTotal:
+    """optax's test schedule: its state is a NamedTuple-like dict summed from an extra arg."""
+
+    def init(self):
+        return {"total": jnp.zeros([], jnp.float32)}
+
+    def update(self, state, addendum=None, **extra):
+        return {"total": state["total"] + addendum}
+
+    def __call__(self, state, **extra):
+        return state["total"]
+
+
+def test_inject_hyperparams_takes_a_stateful_schedule_as_optax():
+    # optax 0.2.8's inject_hyperparams keeps a StatefulSchedule's state (it used to
+    # be called with the step count: "DynamicJaxprTracer has no attribute total").
+    params = (jnp.ones(3), jnp.ones(2))
+    out = {}
+    for m in (optax, ft):
+        tx = m.inject_hyperparams(m.scale)(step_size=RunningTotal())
+        state = jax.jit(tx.init)(params)
+        step = jax.jit(lambda g, s: tx.update(g, s, params, addendum=jnp.asarray(0.3)))
+        us = []
+        for _ in range(3):
+            u, state = step(params, state)
+            us.append(u)
+        out[m] = us, state
+    (us1, s1), (us2, s2) = out[ft], out[optax]
+    assert type(s1).__name__ == type(s2).__name__ == "InjectStatefulHyperparamsState"
+    for a, b in zip(jax.tree_util.tree_leaves(us1), jax.tree_util.tree_leaves(us2)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(us1[1][0], 0.3 * np.ones(3), rtol=1e-6)  # step 2 uses total 0.3
+    np.testing.assert_allclose(s1.hyperparams["step_size"], s2.hyperparams["step_size"])
+    np.testing.assert_allclose(s1.hyperparams_states["step_size"]["total"], 0.9, rtol=1e-6)
+
+
+@pytest.mark.parametrize("inject", ["inject_hyperparams", "inject_stateful_hyperparams"])
+@pytest.mark.parametrize("hyperparam_dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("param_dtype", [jnp.float32, jnp.bfloat16])
+def test_hyperparam_dtype_gives_that_dtype_as_optax(inject, hyperparam_dtype, param_dtype):
+    # A number, a schedule returning a Python float and one returning a weakly typed
+    # array are all stored in hyperparam_dtype, after init and after update.
+    params = [jnp.ones((1, 2), param_dtype), jnp.ones(2, param_dtype)]
+    dtypes = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for m in (optax, ft):
+            opt = getattr(m, inject)(m.scale_by_adam, hyperparam_dtype=hyperparam_dtype)(
+                b1=0.9, b2=lambda count: 0.95, eps=lambda count: jnp.asarray(1e-3))
+            state = jax.jit(opt.init)(params)
+            new = jax.jit(opt.update)([p.astype(jnp.float32) for p in params], state)[1]
+            dtypes[m] = [{k: v.dtype for k, v in s.hyperparams.items()} for s in (state, new)]
+    assert dtypes[ft] == dtypes[optax]
+    assert dtypes[ft][1] == {k: jnp.dtype(hyperparam_dtype) for k in
+                             ("b1", "b2", "eps", "eps_root")}
