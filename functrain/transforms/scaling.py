@@ -12,11 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_range, hyperparameters
+from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       ScalarOrSchedule, safe_increment, zero_count)
-from functrain.transforms.engine import identity, stage_transform
+                                       OptState, Params, ScalarOrSchedule, Updates,
+                                       safe_increment, zero_count)
+from functrain.transforms.engine import PlannedUpdate, identity, stage_transform
 
 Array = jax.Array
 
@@ -230,18 +231,35 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
     [Array([-2.], dtype=float32)]
     """
     if not callable(weight_decay):
-        return stage_transform(LeafStage(
+        return _none_updates_pass(stage_transform(LeafStage(
             name="add_decayed_weights", update_leaf=lambda g, s, p, c: (g + weight_decay * p, ()),
-            needs_params=True, mask=mask))
+            needs_params=True, mask=mask)), scheduled=False)
 
     def prepare(glob: dict, _: Any) -> tuple:
         return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
 
-    return stage_transform(LeafStage(
+    return _none_updates_pass(stage_transform(LeafStage(
         name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()),
         state_cls=WeightDecayScheduleState,
         leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare,
-        needs_params=True, mask=mask))
+        needs_params=True, mask=mask)), scheduled=True)
+
+
+def _none_updates_pass(tx: GradientTransformation, scheduled: bool) -> GradientTransformation:
+    """``update(None, state, params)`` gives ``None`` updates (and counts the step), as optax.
+
+    The plan is kept, so ``chain`` still fuses the stage (a chain's updates are never None).
+    """
+    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        if updates is not None:
+            return tx.update(updates, state, params, **extra_args)
+        if not scheduled:  # optax returns the (empty) state as given
+            return None, state
+        check_state_type(state, WeightDecayScheduleState, "add_decayed_weights")
+        return None, WeightDecayScheduleState(count=safe_increment(state.count))
+
+    return GradientTransformation(tx.init, PlannedUpdate(update_fn, tx.update.plan))
 
 
 @hyperparameters(weight_decay="schedule")

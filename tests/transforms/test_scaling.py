@@ -2,6 +2,7 @@
 
 import inspect
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -90,3 +91,23 @@ def test_scale_by_learning_rate_default_none_is_identity_as_optax():
         theirs = optax.scale_by_learning_rate(None, flip_sign=flip_sign)
         u, _ = theirs.update(jnp.asarray(FORMULA_GRADS[0]), theirs.init(jnp.ones(4)))
         np.testing.assert_allclose(u, FORMULA_GRADS[0], rtol=1e-7)
+
+
+@pytest.mark.parametrize("weight_decay", [0.1, lambda count: 0.1 * (count + 1)],
+                         ids=["number", "schedule"])
+def test_add_decayed_weights_of_none_updates_is_none_as_optax(weight_decay):
+    # optax's test_none_argument: None updates give None (and a schedule still counts).
+    params = (jnp.ones(2), {"a": jnp.ones(2), "b": jnp.ones(2)})
+    ours, theirs = ft.add_decayed_weights(weight_decay), optax.add_decayed_weights(weight_decay)
+    u1, s1 = ours.update(None, ours.init(params), params)
+    u2, s2 = theirs.update(None, theirs.init(params), params)
+    assert u1 is None and u2 is None
+    assert [int(x) for x in jax.tree.leaves(s1)] == [int(x) for x in jax.tree.leaves(s2)]
+    assert ft.add_decayed_weights(0.1).update(None, 0, params) == (None, 0)  # optax's call
+    # Still a stage: a chain fuses it, and ordinary updates are unchanged.
+    tx = ft.chain(ours, ft.scale(-1.0))
+    u, _ = tx.update(params, tx.init(params), params)
+    expected = jax.tree.map(lambda p: -(1.0 + 0.1) * p, params)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.allclose(a, b)), u, expected))
+    plan = ft.transforms.engine.fusion_plan(tx)
+    assert [type(stage).__name__ for _, stage in plan] == ["LeafStage", "LeafStage"]
