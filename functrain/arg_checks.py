@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
-           "check_nonnegative", "check_hyperparameter", "hyperparameters", "KINDS",
+           "check_nonnegative", "check_positive", "check_hyperparameter", "hyperparameters",
+           "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
            "state_mismatch_error"]
 
@@ -241,6 +242,28 @@ def check_nonnegative(owner: str, **values: Any) -> None:
     """
     for name, value in values.items():
         check_range(name, value, 0.0, owner=owner)
+
+
+def check_positive(owner: str, **values: Any) -> None:
+    """Raise ``ValueError`` unless each concrete keyword value is a number ``> 0`` (norms,
+    periods); traced values and schedules pass.
+
+    Args:
+      owner: the function that received them, for the message.
+      **values: name -> value.
+
+    Returns:
+      ``None``; raises ``ValueError`` when the check fails.
+
+    >>> check_positive('scale_by_mars', max_norm=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: scale_by_mars: max_norm must be > 0, got 0.0.
+    """
+    for name, value in values.items():
+        v = concrete_real(value)
+        if v is not None and not v > 0:
+            raise ValueError(f"{owner}: {name} must be > 0, got {value}.")
 
 
 # --------------------------------------------------------------------------

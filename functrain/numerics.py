@@ -28,7 +28,7 @@ Array = jax.Array
 
 __all__ = ["abs_sq", "ema_update", "bias_correction_factor", "adam_direction", "nesterov_mu_hat",
            "trust_ratio", "safe_norm", "safe_root_mean_squares", "safe_int32_increment",
-           "sum_of_products"]
+           "sum_of_products", "mars_corrected_gradient"]
 
 
 def sum_of_products(xs: list, ys: list) -> Array:
@@ -257,3 +257,28 @@ def safe_int32_increment(count: Array) -> Array:
                          "subdtypes of \"jnp.integer\" or \"jnp.floating\".")
     top = jnp.asarray(top, dt)
     return jnp.where(count < top, count + jnp.asarray(1, dt), top)
+
+
+def mars_corrected_gradient(g: Array, prev_grad: Array, weight: Any,
+                            max_norm: Optional[Any]) -> Array:
+    """MARS's ``c = g + weight (g - prev_grad)``, scaled down to norm ``max_norm`` if longer.
+
+    Args:
+      g: this step's gradient (one array).
+      prev_grad: the previous step's gradient.
+      weight: ``gamma b1 / (1 - b1)``.
+      max_norm: the norm ``c`` is clipped to (per array), or ``None`` for no clip.
+
+    Returns:
+      ``c``, shaped like ``g``.
+
+    >>> import jax.numpy as jnp
+    >>> mars_corrected_gradient(jnp.array([3., 0.]), jnp.array([1., 0.]), 0.5, 1.0)
+    Array([1., 0.], dtype=float32)
+    """
+    c = g + weight * (g - prev_grad)
+    if max_norm is None:
+        return c
+    norm = jnp.sqrt(sum_of_squares(c))
+    over = norm > max_norm
+    return jnp.where(over, c * (max_norm / jnp.where(over, norm, 1.0)), c)

@@ -1,5 +1,6 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
-matrix and adaptive optimizers optax does not have (Shampoo, SOAP, Kron, CAME, MARS, LaProp).
+matrix and adaptive optimizers optax does not have (Shampoo, SOAP, Kron, CAME, MARS, LaProp)
+and modifiers for any optimizer (cautious updates, the MARS correction).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -49,5 +50,7 @@ from functrain.contrib.came import CameState, came, scale_by_came
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
+from functrain.contrib.modifiers import (MarsCorrectionState, cautious, cautious_adamw,
+                                         cautious_lion, mars_correction)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap

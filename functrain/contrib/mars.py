@@ -27,11 +27,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 import jax
-import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative, check_positive, hyperparameters
 from functrain import tree as ft
-from functrain.numerics import abs_sq, adam_direction, ema_update
+from functrain.numerics import abs_sq, adam_direction, ema_update, mars_corrected_gradient
 from functrain.transforms.adam import BiasCorrections, corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, zero_count)
@@ -111,18 +110,11 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
     check_betas("scale_by_mars", b1=b1, b2=b2)
     check_nonnegative("scale_by_mars", eps=eps, gamma=gamma)
     if max_norm is not None:
-        check_range("max_norm", max_norm, 0.0, owner="scale_by_mars")
-        if not isinstance(max_norm, jax.core.Tracer) and max_norm == 0:
-            raise ValueError("scale_by_mars: max_norm must be > 0 (None turns the clipping "
-                             "off), got 0.")
+        check_positive("scale_by_mars", max_norm=max_norm)
     weight = gamma * b1 / (1 - b1)
 
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        c = g + weight * (g - s.prev_grad)
-        if max_norm is not None:
-            norm = jnp.sqrt(ft.sum_of_squares(c))
-            over = norm > max_norm
-            c = jnp.where(over, c * (max_norm / jnp.where(over, norm, 1.0)), c)
+        c = mars_corrected_gradient(g, s.prev_grad, weight, max_norm)
         mu, nu = ema_update(c, s.mu, b1), ema_update(abs_sq(c), s.nu, b2)
         return adam_direction(mu / ctx.mu, nu, None, ctx.nu, eps, 0.0), (mu, nu, g)
 

@@ -1,0 +1,222 @@
+"""Modifiers for any optimizer: cautious updates (Liang et al., 2024) and the MARS
+variance-reduced gradient (Yuan et al., 2024), as HeavyBall offers them for every optimizer.
+
+``cautious(optimizer)`` wraps a whole optimizer (its state is the optimizer's own, so
+checkpoints keep their layout); ``mars_correction()`` is a stage to put in front of any
+optimizer with ``chain``. ``cautious_adamw`` and ``cautious_lion`` apply the caution to the
+step direction only, as the paper's Algorithm 2 does, so weight decay is never masked.
+optax has none of these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from functrain import tree as ft
+from functrain.arg_checks import (check_betas, check_nonnegative, check_positive,
+                                  check_transformation, hyperparameters)
+from functrain.numerics import mars_corrected_gradient
+from functrain.transforms.adam import scale_by_adam
+from functrain.transforms.base import (GradientTransformation,
+                                       GradientTransformationExtraArgs, LeafStage, MaskOrFn,
+                                       OptState, Params, ScalarOrSchedule, Updates, call_update)
+from functrain.transforms.engine import chain, stage_transform
+from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.transforms.sign import scale_by_lion
+
+Array = jax.Array
+
+__all__ = ["cautious", "cautious_adamw", "cautious_lion", "MarsCorrectionState",
+           "mars_correction"]
+
+
+# --------------------------------------------------------------------------
+# Cautious updates
+# --------------------------------------------------------------------------
+
+def _caution(u: Any, g: Any, descent_sign: float) -> Any:
+    """Keep the components of ``u`` that agree with the descent direction of ``g``, scaled
+    by ``size / (kept + 1)`` (per array, as the authors' code)."""
+    if u is None or g is None:
+        return u
+    agree = jnp.real(u * jnp.conj(g)) * descent_sign > 0
+    scale = agree.size / (jnp.sum(agree) + 1.0)
+    return jnp.where(agree, u * scale.astype(jnp.result_type(u)), jnp.zeros_like(u))
+
+
+def _cautious(inner: GradientTransformation, descent_sign: float,
+              owner: str) -> GradientTransformationExtraArgs:
+    check_transformation(inner, owner, "optimizer")
+
+    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, OptState]:
+        new_updates, new_state = call_update(inner, updates, state, params, extra_args)
+        ft.check_structure(new_updates, updates, "updates", f"{owner}: the inner updates")
+        masked = jax.tree.map(lambda u, g: _caution(u, g, descent_sign), new_updates, updates,
+                              is_leaf=lambda x: x is None)
+        return masked, new_state
+
+    return GradientTransformationExtraArgs(inner.init, update_fn)
+
+
+def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraArgs:
+    """Cautious updates (Liang et al., 2024) for any optimizer.
+
+    With ``u`` the optimizer's update (added to the params, as in optax) and ``g`` the
+    gradient, each array keeps the components where ``u`` descends (``u * g < 0``; for
+    complex leaves ``Re(u conj(g)) < 0``) and scales them by ``size / (kept + 1)``, so the
+    update keeps its overall size; the others are zero. The state is the optimizer's own.
+    Everything the optimizer adds, weight decay included, is masked; ``cautious_adamw`` and
+    ``cautious_lion`` mask the step direction only, as the paper does. Reference: Liang,
+    Chen, Liu & Liu, 2024, "Cautious Optimizers: Improving Training with One Line of Code".
+
+    Args:
+      optimizer: any ``GradientTransformation`` (functrain's, optax's or your own).
+
+    Returns:
+      A ``GradientTransformationExtraArgs`` with the optimizer's ``init`` and state.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.contrib.cautious(functrain.sgd(1.0, momentum=0.9))
+    >>> state = opt.init(jnp.zeros(2))
+    >>> u, state = opt.update(jnp.array([1., 1.]), state)
+    >>> u, state = opt.update(jnp.array([1., -0.5]), state)  # momentum: -1.9, -0.4
+    >>> u  # the second component would climb: zero; 2 / (1 + 1) keeps the scale
+    Array([-1.9,  0. ], dtype=float32)
+    """
+    return _cautious(optimizer, -1.0, "cautious")
+
+
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+                 eps_root="number", weight_decay="schedule")
+def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
+                   weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None
+                   ) -> GradientTransformation:
+    """C-AdamW (Liang et al., 2024, Algorithm 2): AdamW whose Adam direction is cautious.
+
+    ``d = mu_hat / (sqrt(nu_hat + eps_root) + eps)`` as in ``adamw``; ``phi = (d g > 0)``;
+    the update is ``-learning_rate (d phi size / (sum(phi) + 1) + weight_decay p)``. Weight
+    decay is not masked. Arguments and defaults are ``functrain.adamw``'s.
+
+    Args:
+      learning_rate: a number or a schedule of the step count.
+      b1: decay rate of the first moment, in ``[0, 1)``.
+      b2: decay rate of the second moment, in ``[0, 1)``.
+      eps: added to the denominator's square root.
+      eps_root: added inside the square root.
+      mu_dtype: storage dtype of the first moment.
+      weight_decay: decoupled weight decay (a number or a schedule).
+      mask: which leaves get weight decay.
+
+    Returns:
+      A ``GradientTransformation`` whose state is ``adamw``'s.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.contrib.cautious_adamw(0.1, weight_decay=0.0)
+    >>> params = jnp.zeros(2)
+    >>> u, _ = opt.update(jnp.array([1., -2.]), opt.init(params), params)
+    >>> print(u.round(4))  # both agree: Adam's first step +-0.1, times 2 / (2 + 1)
+    [-0.0667  0.0667]
+    """
+    return chain(_cautious(scale_by_adam(b1, b2, eps, eps_root, mu_dtype), 1.0,
+                           "cautious_adamw"),
+                 add_decayed_weights(weight_decay, mask),
+                 scale_by_learning_rate(learning_rate))
+
+
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
+def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
+                  mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
+                  mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+    """C-Lion (Liang et al., 2024): Lion whose sign step is cautious.
+
+    ``d = sign(b1 mu + (1 - b1) g)`` as in ``lion``; ``phi = (d g > 0)``; the update is
+    ``-learning_rate (d phi size / (sum(phi) + 1) + weight_decay p)``. Arguments and
+    defaults are ``functrain.lion``'s.
+
+    Args:
+      learning_rate: a number or a schedule of the step count.
+      b1: the interpolation rate of the sign step, in ``[0, 1)``.
+      b2: decay rate of the momentum, in ``[0, 1)``.
+      mu_dtype: storage dtype of the momentum.
+      weight_decay: decoupled weight decay (a number or a schedule).
+      mask: which leaves get weight decay.
+
+    Returns:
+      A ``GradientTransformation`` whose state is ``lion``'s.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.contrib.cautious_lion(0.1, weight_decay=0.0)
+    >>> params = jnp.zeros(3)
+    >>> u, _ = opt.update(jnp.array([1., -2., 0.]), opt.init(params), params)
+    >>> u
+    Array([-0.1,  0.1,  0. ], dtype=float32)
+    """
+    return chain(_cautious(scale_by_lion(b1, b2, mu_dtype), 1.0, "cautious_lion"),
+                 add_decayed_weights(weight_decay, mask),
+                 scale_by_learning_rate(learning_rate))
+
+
+# --------------------------------------------------------------------------
+# The MARS correction
+# --------------------------------------------------------------------------
+
+class MarsCorrectionState(NamedTuple):
+    """State of :func:`mars_correction`.
+
+    Attributes:
+      prev_grad: the gradient of the previous step (zeros before the first).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> functrain.contrib.mars_correction().init({'w': jnp.ones(2)}).prev_grad
+    {'w': Array([0., 0.], dtype=float32)}
+    """
+
+    prev_grad: Any
+
+
+@hyperparameters(gamma="number", b1="number", max_norm="bound or None")
+def mars_correction(gamma: float = 0.025, b1: float = 0.95,
+                    max_norm: Optional[float] = 1.0) -> GradientTransformation:
+    """The MARS variance-reduced gradient (Yuan et al., 2024) in front of any optimizer.
+
+    ``c_t = g_t + gamma b1 / (1 - b1) (g_t - g_{t-1})``, clipped per array to norm
+    ``max_norm`` (the approximate variant of the paper's Algorithm 1, one gradient per step,
+    ``g_0 = 0``); put it first in a chain: ``chain(mars_correction(), functrain.lion(1e-4))``.
+    ``functrain.contrib.mars`` is MARS-AdamW with the same correction in one stage.
+
+    Args:
+      gamma: the strength of the correction, ``>= 0`` (0 with no clip: the gradient itself).
+      b1: the momentum of the optimizer it feeds (the paper ties the weight to it), in
+        ``[0, 1)``.
+      max_norm: the per-array norm ``c`` is clipped to, ``> 0``, or ``None`` for no clip.
+
+    Returns:
+      A ``GradientTransformation`` whose state is :class:`MarsCorrectionState`.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.chain(functrain.contrib.mars_correction(gamma=0.5, b1=0.5,
+    ...                                                         max_norm=None),
+    ...                       functrain.sgd(1.0))
+    >>> state = opt.init(jnp.zeros(1))
+    >>> u, state = opt.update(jnp.array([1.]), state)
+    >>> u, state = opt.update(jnp.array([3.]), state)   # 3 + 0.5 (3 - 1)
+    >>> u
+    Array([-4.], dtype=float32)
+    """
+    check_nonnegative("mars_correction", gamma=gamma)
+    check_betas("mars_correction", b1=b1)
+    if max_norm is not None:
+        check_positive("mars_correction", max_norm=max_norm)
+    weight = gamma * b1 / (1 - b1)
+
+    def leaf(g: Array, s: Any, p: Any, ctx: Any) -> tuple:
+        return mars_corrected_gradient(g, s.prev_grad, weight, max_norm), (g,)
+
+    return stage_transform(LeafStage(
+        name="mars_correction", update_leaf=leaf, state_cls=MarsCorrectionState,
+        leaf_fields=("prev_grad",), init_leaf=lambda p: (ft.zeros_like(p),)))

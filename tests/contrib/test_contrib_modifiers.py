@@ -1,0 +1,179 @@
+"""functrain.contrib's modifiers for any optimizer: cautious, cautious_adamw, cautious_lion,
+mars_correction (no optax counterpart).
+
+Compared with: the papers' pseudo-code in numpy float64 (C-AdamW and C-Lion: Liang et al.,
+2024, Algorithm 2, with the authors' scale ``size / (kept + 1)`` per array; the MARS
+correction: Yuan et al., 2024, Algorithm 1, approximate variant, feeding Lion), and, for
+``cautious(optimizer)`` on adam, adamw, lion, sgd, soap and muon, the caution written in
+numpy applied to the updates of the same optimizer run alone on the same gradients (the
+caution does not touch the state, so the two runs see the same inner trajectory).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import functrain
+from functrain.contrib import (MarsCorrectionState, cautious, cautious_adamw, cautious_lion,
+                               mars_correction)
+
+STEPS = 12
+
+
+def np_caution(u, g, descent_sign):
+    agree = (u * g * descent_sign) > 0
+    return np.where(agree, u * agree.size / (agree.sum() + 1.0), 0.0)
+
+
+def _problem(seed=0, shapes=(("w", (6, 4)), ("b", (4,)))):
+    rng = np.random.default_rng(seed)
+    params = {k: rng.standard_normal(s) for k, s in shapes}
+    grads = [{k: rng.standard_normal(s) * 10.0 ** rng.uniform(-1, 1) for k, s in shapes}
+             for _ in range(STEPS)]
+    return params, grads
+
+
+def _run(opt, params, grads):
+    @jax.jit
+    def step(p, s, g):
+        u, s = opt.update(g, s, p)
+        return functrain.apply_updates(p, u), s, u
+
+    state, p, us = opt.init(params), params, []
+    for g in grads:
+        p, state, u = step(p, state, g)
+        us.append(jax.tree.map(np.asarray, u))
+    return p, state, us
+
+
+def ref_adamw(params, grads, lr, b1, b2, eps, wd, caution):
+    p = {k: np.array(v) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(x) for k, x in p.items()}
+    for t, g in enumerate(grads, start=1):
+        for k in p:
+            m[k] = b1 * m[k] + (1 - b1) * g[k]
+            v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
+            d = (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k] / (1 - b2 ** t)) + eps)
+            if caution:
+                d = np_caution(d, g[k], 1.0)
+            p[k] = p[k] - lr * (d + wd * p[k])
+    return p
+
+
+def ref_lion(params, grads, lr, b1, b2, wd, caution, mars=None):
+    p = {k: np.array(v) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    prev = {k: np.zeros_like(v) for k, v in p.items()}
+    for g in grads:
+        for k in p:
+            c = g[k]
+            if mars is not None:
+                gamma, mb1, max_norm = mars
+                c = g[k] + gamma * mb1 / (1 - mb1) * (g[k] - prev[k])
+                norm = np.linalg.norm(c)
+                if max_norm is not None and norm > max_norm:
+                    c = c * max_norm / norm
+                prev[k] = g[k]
+            d = np.sign(b1 * m[k] + (1 - b1) * c)
+            m[k] = b2 * m[k] + (1 - b2) * c
+            if caution:
+                d = np_caution(d, c, 1.0)
+            p[k] = p[k] - lr * (d + wd * p[k])
+    return p
+
+
+def test_cautious_adamw_matches_the_papers_algorithm():
+    with jax.enable_x64(True):
+        params, grads = _problem()
+        p, state, _ = _run(cautious_adamw(1e-2, weight_decay=0.1), params, grads)
+        ref = ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.1, caution=True)
+        for k in params:
+            np.testing.assert_allclose(p[k], ref[k], rtol=1e-12, atol=1e-14)
+        plain = ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.1, caution=False)
+        assert not np.allclose(plain["w"], ref["w"])  # the caution changed something
+        # the state is adamw's, field for field
+        assert jax.tree.structure(state) == jax.tree.structure(
+            functrain.adamw(1e-2, weight_decay=0.1).init(params))
+
+
+def test_cautious_lion_matches_the_papers_algorithm():
+    with jax.enable_x64(True):
+        params, grads = _problem(1)
+        p, _, _ = _run(cautious_lion(1e-3, weight_decay=0.5), params, grads)
+        ref = ref_lion(params, grads, 1e-3, 0.9, 0.99, 0.5, caution=True)
+        for k in params:
+            np.testing.assert_allclose(p[k], ref[k], rtol=1e-12, atol=1e-14)
+
+
+def test_mars_correction_in_front_of_lion_matches_the_paper():
+    with jax.enable_x64(True):
+        params, grads = _problem(2)
+        opt = functrain.chain(mars_correction(gamma=0.05, b1=0.9, max_norm=2.0),
+                              functrain.lion(1e-3, weight_decay=0.1))
+        p, state, _ = _run(opt, params, grads)
+        ref = ref_lion(params, grads, 1e-3, 0.9, 0.99, 0.1, caution=False,
+                       mars=(0.05, 0.9, 2.0))
+        for k in params:
+            np.testing.assert_allclose(p[k], ref[k], rtol=1e-12, atol=1e-14)
+        assert isinstance(state[0], MarsCorrectionState)
+        np.testing.assert_array_equal(state[0].prev_grad["w"], grads[-1]["w"])
+
+
+def test_mars_correction_off_is_the_gradient():
+    params, grads = _problem(3)
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    ours = _run(functrain.chain(mars_correction(gamma=0.0, max_norm=None),
+                                functrain.adam(1e-2)), params, grads)[2]
+    alone = _run(functrain.adam(1e-2), params, grads)[2]
+    for a, b in zip(ours, alone):
+        np.testing.assert_allclose(a["w"], b["w"], rtol=1e-6, atol=1e-8)
+
+
+INNER = {
+    "adam": lambda: functrain.adam(1e-2),
+    "adamw": lambda: functrain.adamw(1e-2, weight_decay=0.1),
+    "lion": lambda: functrain.lion(1e-3),
+    "sgd": lambda: functrain.sgd(1e-2, momentum=0.9),
+    "soap": lambda: functrain.contrib.soap(3e-3, precondition_frequency=2),
+    "muon": lambda: functrain.contrib.muon(1e-2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INNER))
+def test_cautious_wraps_any_optimizer(name):
+    """cautious(opt)'s updates are the numpy caution of opt's own updates, step by step."""
+    with jax.enable_x64(True):
+        params, grads = _problem(4, shapes=(("w", (8, 6)), ("b", (6,))))
+        _, state, ours = _run(cautious(INNER[name]()), params, grads)
+        # the same optimizer alone, jitted, along the *cautioned* trajectory of params
+        inner = INNER[name]()
+        step = jax.jit(inner.update)
+        s, p = inner.init(params), params
+        for t, (g, u_ours) in enumerate(zip(grads, ours)):
+            u, s = step(g, s, p)
+            for k in params:
+                np.testing.assert_allclose(u_ours[k], np_caution(np.asarray(u[k]), g[k], -1.0),
+                                           rtol=1e-9, atol=1e-12, err_msg=f"{name} {k} {t}")
+            p = functrain.apply_updates(p, u_ours)
+        assert jax.tree.structure(state) == jax.tree.structure(INNER[name]().init(params))
+
+
+@pytest.mark.parametrize("name", ["adam", "lion", "sgd"])
+def test_mars_correction_composes(name):
+    params, grads = _problem(5)
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    p, _, _ = _run(functrain.chain(mars_correction(), INNER[name]()), params, grads)
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(p))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="mars_correction: max_norm must be > 0"):
+        mars_correction(max_norm=0.0)
+    with pytest.raises(ValueError, match="mars_correction: b1 must be in"):
+        mars_correction(b1=1.0)
+    with pytest.raises(TypeError, match="cautious"):
+        cautious("adam")
