@@ -152,11 +152,15 @@ def _project_back(n: Array, projector: Array, lay: _Layout) -> Array:
     return projector @ n if lay.left else n @ projector.T
 
 
+def _is_dims(x: Any) -> bool:  # ours, or optax's (a NamedTuple of the same fields)
+    return isinstance(x, tuple) and getattr(x, "_fields", None) == GaLoreDimensionNumbers._fields
+
+
 def _resolve_dims(spec: Any, tree: PyTree, paths: list, leaves: list, treedef: Any) -> list:
     """Per leaf: its ``GaLoreDimensionNumbers``, or ``None`` (not projected)."""
     if spec is None:
         return [GaLoreDimensionNumbers() if jnp.ndim(x) == 2 else None for x in leaves]
-    if isinstance(spec, GaLoreDimensionNumbers):
+    if _is_dims(spec):
         return [spec if jnp.ndim(x) >= 2 else None for x in leaves]
     if callable(spec):
         spec = spec(tree)
@@ -170,7 +174,7 @@ def _resolve_dims(spec: Any, tree: PyTree, paths: list, leaves: list, treedef: A
                          f"{jax.tree_util.tree_structure(spec)} does not fit the params' "
                          f"{treedef}.") from None
     for where, d in zip(paths, dims):
-        if d is not None and not isinstance(d, GaLoreDimensionNumbers):
+        if d is not None and not _is_dims(d):
             raise TypeError(f"scale_by_galore: weight_dimension_numbers at leaf {where} must "
                             f"be a GaLoreDimensionNumbers or None, got {type(d).__name__}.")
     return dims

@@ -136,8 +136,12 @@ def _leaf_axes(dims: MuonDimensionNumbers, shape: tuple, where: str, owner: str
     return red, out
 
 
+def _is_dims(x: Any) -> bool:  # ours, or optax's (a NamedTuple of the same fields)
+    return isinstance(x, tuple) and getattr(x, "_fields", None) == MuonDimensionNumbers._fields
+
+
 def _is_spec_leaf(x: Any) -> bool:
-    return x is None or isinstance(x, (MuonDimensionNumbers, ft.MaskedNode))
+    return x is None or isinstance(x, ft.MaskedNode) or _is_dims(x)
 
 
 def _dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
@@ -148,7 +152,7 @@ def _dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
     """
     slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
     resolved = spec(tree) if callable(spec) else spec
-    if resolved is None or isinstance(resolved, MuonDimensionNumbers):
+    if resolved is None or _is_dims(resolved):
         if resolved is not None:
             _check_dims_type(resolved, owner, name)
         return [resolved] * len(slots)
@@ -164,7 +168,7 @@ def _dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
         if not _is_spec_leaf(dims):
             raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers or None, got "
                             f"{type(dims).__name__} {dims!r:.40}.")
-        if isinstance(dims, MuonDimensionNumbers):
+        if _is_dims(dims):
             _check_dims_type(dims, owner, name)
         else:
             dims = None
@@ -327,7 +331,7 @@ def _check_leaves_prepare(dims: MuonDimensionNumbers, prepare: Callable, owner: 
 def _per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], owner: str,
               name: str) -> GradientTransformation:
     """``build``'s stage per leaf's dimension numbers: fused for one value, grouped otherwise."""
-    if spec is None or isinstance(spec, MuonDimensionNumbers):
+    if spec is None or _is_dims(spec):
         dims = _DEFAULT_DIMS if spec is None else spec
         _check_dims_type(dims, owner, name)
         stage = build(dims)

@@ -55,6 +55,21 @@ def test_matches_optax_contrib_step_by_step(name):
                            name=name)
 
 
+@pytest.mark.parametrize("how", ["tree", "function", "one"])
+def test_optax_dimension_numbers_are_taken_as_ours(how):
+    # optax.contrib.GaLoreDimensionNumbers, as code migrating from optax passes them.
+    one = optax.contrib.GaLoreDimensionNumbers(1, 0)
+    spec = {"tree": _dims(optax), "function": lambda p: _dims(optax), "one": one}[how]
+    make = lambda lib, dims: lib.contrib.galore(  # noqa: E731
+        1e-2, rank=2, update_proj_gap=4, weight_dimension_numbers=dims)
+    params = None
+    theirs = make(optax, _dims(optax))
+    if how == "one":  # one value for every leaf (optax wants a tree): matrices only
+        params = {"a": jnp.ones((4, 3)), "b": jnp.arange(10.0).reshape(5, 2)}
+        theirs = make(optax, {"a": one, "b": one})
+    assert_same_trajectory(make(functrain, spec), theirs, params=params, steps=STEPS, name=how)
+
+
 def test_state_layout_matches_optax_and_is_low_rank():
     params = make_params()
     ours = functrain.contrib.scale_by_galore(rank=2).init(params)

@@ -111,6 +111,22 @@ def test_scale_by_muon_matches_optax_with_dimension_numbers_function():
              params=params, name="scale_by_muon, function")
 
 
+def test_optax_dimension_numbers_are_taken_as_ours():
+    # Code migrating from optax may pass optax.contrib.MuonDimensionNumbers (a tree, one
+    # value, a function): the same numbers as optax, not a foreign tree.
+    params = _dims_params()
+    for spec in (_dims_tree(optax.contrib), lambda p: _dims_tree(optax.contrib)):
+        _compare(muon(1e-2, muon_weight_dimension_numbers=spec),
+                 optax.contrib.muon(1e-2, muon_weight_dimension_numbers=_dims_tree(optax.contrib)),
+                 params=params, name="optax's dimension numbers")
+    one = {"w": params["w"], "u": params["stack"][0]}
+    dims = optax.contrib.MuonDimensionNumbers(1, 0)  # one value for every leaf (optax: a tree)
+    _compare(functrain.chain(scale_by_muon(weight_dimension_numbers=dims), functrain.scale(-0.1)),
+             optax.chain(optax.contrib.scale_by_muon(weight_dimension_numbers={"w": dims,
+                                                                               "u": dims}),
+                         optax.scale(-0.1)), params=one, name="one optax MuonDimensionNumbers")
+
+
 def test_only_matrices_or_no_matrices_match_optax():
     # Either group of optax's partition may be empty.
     full = _tree()
