@@ -105,8 +105,8 @@ def lookahead(fast_optimizer: GradientTransformation, sync_period: int, slow_ste
     Returns:
       A ``GradientTransformation`` whose ``update(grads, state, params)``
       takes the gradients at ``params.fast`` and ``params`` as
-      :class:`LookaheadParams` (required), returns ``LookaheadParams`` of
-      updates, and whose state is :class:`LookaheadState`.
+      :class:`LookaheadParams` (required; optax's are taken too), returns
+      updates of the same class, and whose state is :class:`LookaheadState`.
 
     >>> import jax, jax.numpy as jnp, functrain
     >>> opt = functrain.lookahead(functrain.sgd(0.1), sync_period=2, slow_step_size=0.5)
@@ -122,7 +122,7 @@ def lookahead(fast_optimizer: GradientTransformation, sync_period: int, slow_ste
     check_range("sync_period", sync_period, 1.0, owner="lookahead")
 
     def init_fn(params: Params) -> LookaheadState:
-        if isinstance(params, LookaheadParams):
+        if _same_fields(params, LookaheadParams):
             fast = params.fast
         else:
             logging.warning("lookahead: params are not LookaheadParams; taking them as the "
@@ -133,8 +133,10 @@ def lookahead(fast_optimizer: GradientTransformation, sync_period: int, slow_ste
 
     def update_fn(updates: Updates, state: LookaheadState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[LookaheadParams, LookaheadState]:
+        if _same_fields(state, LookaheadState):  # ours, or optax's
+            state = LookaheadState(*state)
         check_state_type(state, LookaheadState, "lookahead")
-        if not isinstance(params, LookaheadParams):
+        if not _same_fields(params, LookaheadParams):
             raise TypeError(f"lookahead: update needs params as LookaheadParams(fast, slow) "
                             f"(e.g. LookaheadParams.init_synced(params)), got "
                             f"{type(params).__name__}.")
@@ -156,7 +158,13 @@ def lookahead(fast_optimizer: GradientTransformation, sync_period: int, slow_ste
             fast_state = jax.tree_util.tree_map(
                 lambda now, new: jnp.where(sync, new, now).astype(jnp.asarray(now).dtype),
                 fast_state, fresh)
-        return (LookaheadParams(fast=fast_out, slow=slow_out),
+        # In the params' own class (optax's LookaheadParams stays optax's for apply_updates).
+        return (type(params)(fast=fast_out, slow=slow_out),
                 LookaheadState(fast_state, (state.steps_since_sync + 1) % sync_period))
 
     return GradientTransformation(init_fn, update_fn)
+
+
+def _same_fields(x: Any, cls: type) -> bool:
+    """Whether ``x`` is a NamedTuple with ``cls``'s fields (``cls``, or optax's of that name)."""
+    return isinstance(x, tuple) and getattr(x, "_fields", None) == cls._fields

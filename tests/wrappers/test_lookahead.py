@@ -68,6 +68,29 @@ def test_lookahead_matches_optax(case):
         np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["sgd_sync5", "adam_sync3_reset"])
+def test_optax_lookahead_params_are_taken_and_kept(case):
+    # Migrating code may keep optax.LookaheadParams (and optax.apply_updates): the
+    # updates come back in that class, and the numbers are optax's.
+    ours, _ = run(optax, CASES[case](ft))
+    theirs, _ = run(optax, CASES[case](optax))
+    for a, b in zip(ours, theirs):
+        assert type(a) is type(b) is optax.LookaheadParams
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+            np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6)
+
+
+def test_optax_lookahead_state_is_taken():
+    params = optax.LookaheadParams.init_synced(make_params())
+    state = optax.lookahead(optax.sgd(0.1), 2, 0.5).init(params)  # optax's LookaheadState
+    grads = jax.tree_util.tree_map(jnp.cos, params.fast)
+    ours = ft.lookahead(ft.sgd(0.1), 2, 0.5).update(grads, state, params)
+    theirs = optax.lookahead(optax.sgd(0.1), 2, 0.5).update(grads, state, params)
+    assert type(ours[1]).__name__ == "LookaheadState"
+    for x, y in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+        np.testing.assert_allclose(x, y, rtol=1e-6)
+
+
 def test_lookahead_sync_by_hand():
     # sgd(1) on grads 1: fast 1 -> 0 -> -1; at the 2nd step slow moves half way: 0.
     opt = ft.lookahead(ft.sgd(1.0), sync_period=2, slow_step_size=0.5)
