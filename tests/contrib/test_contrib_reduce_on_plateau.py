@@ -38,6 +38,23 @@ def test_state_matches_optax_at_every_step(kwargs):
     assert len(scales) > 1  # the scale was reduced at least once
 
 
+def test_optax_state_is_taken():
+    # optax's tests (and migrating code) build optax.contrib.ReduceLROnPlateauState by hand:
+    # one step on the edge of patience reduces the scale as optax does.
+    state = optax.contrib.ReduceLROnPlateauState(
+        scale=jnp.asarray(1.0), best_value=jnp.asarray(1.0), plateau_count=jnp.asarray(1),
+        cooldown_count=jnp.asarray(0), count=jnp.asarray(0), avg_value=jnp.asarray(0.0))
+    params = {"w": jnp.ones(3)}
+    ours = jax.jit(lambda s: reduce_on_plateau(patience=2, factor=0.5).update(
+        params, s, params, value=jnp.asarray(2.0)))(state)
+    theirs = optax.contrib.reduce_on_plateau(patience=2, factor=0.5).update(
+        params, state, params, value=jnp.asarray(2.0))
+    assert type(ours[1]) is ReduceLROnPlateauState
+    assert float(ours[1].scale) == float(theirs[1].scale) == 0.5
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def test_chained_after_sgd_matches_optax():
     def value_grads(p):
         return jax.tree_util.tree_map(lambda x: x - 0.5, p)
