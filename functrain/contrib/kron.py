@@ -19,12 +19,13 @@ diagonal factor uses the diagonals and their largest entry). Its fixed point
 whitens the preconditioned momentum: ``E[(P h)(P h)^H] = E[V V^H] = I``
 per factor.
 
-Why a whole-tree transformation and not a ``LeafStage``: each leaf's state is
-a tuple of factors whose number and shapes depend on the leaf, and whether the
-preconditioner is updated this step is ONE coin flip shared by every leaf
-(``lax.cond`` around the whole update, so a skipped step costs nothing). The
-per-array math is in small per-leaf functions below; :func:`kron` chains the
-engine's fused weight-decay and learning-rate stages after it.
+A whole-tree transformation, not a ``LeafStage``: whether the preconditioner is
+updated is ONE coin flip for the tree (one ``lax.cond``, so a skipped step costs
+nothing), and leaves of one shape and factor structure are stacked into groups,
+so each group's factor updates, triangular solves (one matrix per LAPACK call on
+CPU, :func:`functrain.linalg.map_matrices`) and ``P m`` are batched operations;
+the state stays per leaf. :func:`kron` chains the engine's fused weight-decay
+and learning-rate stages after it.
 
 References: Xi-Lin Li, 2018, "Preconditioned Stochastic Gradient Descent" (IEEE
 TNNLS); Li, 2019, "Preconditioner on Matrix Lie Group for SGD"; the ``kron``
@@ -41,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
+from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
@@ -121,7 +123,7 @@ def precond_update_prob_schedule(max_prob: float = 1.0, min_prob: float = 0.03,
 
 
 # --------------------------------------------------------------------------
-# Per-leaf math: factor kinds, applying factors, the whitening step
+# The math, on same-shape groups: factor kinds, applying factors, the whitening step
 # --------------------------------------------------------------------------
 
 def _diagonal_axes(shape: tuple, max_size: int, max_skew: Optional[float], min_ndim: int,
@@ -145,55 +147,70 @@ def _diagonal_axes(shape: tuple, max_size: int, max_skew: Optional[float], min_n
                  for d, f in zip(shape, forced))
 
 
-def _along(m: Array, x: Array, axis: int) -> Array:
-    """The factor ``m`` (a matrix, a vector = diagonal, or a scalar) applied along ``axis``."""
-    if m.ndim == 0:
-        return m * x
-    if m.ndim == 1:
-        shape = [1] * x.ndim
-        shape[axis] = -1
-        return x * m.reshape(shape)
-    return jnp.moveaxis(jnp.tensordot(m, x, axes=((1,), (axis,))), 0, axis)
+# Each function below works on a group: ``k`` leaves of one shape and factor structure
+# stacked along a new leading axis (a leaf alone is a group of one). A factor stack is
+# ``(k, d, d)`` (triangular), ``(k, d)`` (diagonal) or ``(k,)`` (scalar leaves); axis ``i``
+# of a leaf is axis ``i + 1`` of the stack.
+
+# Test hook: False gives every leaf its own group (the per-leaf program).
+_GROUP_SAME_SHAPES = True
+# The most rows (index entries) of the gather that puts the noise in group order.
+_MAX_GATHER_ROWS = 1 << 16
 
 
-def _apply_q(qs: tuple, x: Array) -> Array:
-    """``Q x``: every factor along its axis."""
-    for i, q in enumerate(qs):
-        x = _along(q, x, i)
-    return x
+def _bcast(d: Array, x: Array, axis: int = -1) -> Array:
+    """A diagonal factor stack ``(k, n)`` shaped to scale ``axis`` of the stack ``x``; a
+    ``(k,)`` one (per-leaf values) to scale each leaf."""
+    shape = [d.shape[0]] + [1] * (x.ndim - 1)
+    if d.ndim == 2:
+        shape[axis + 1] = -1
+    return d.reshape(shape)
 
 
-def _precondition(qs: tuple, x: Array) -> Array:
-    """``P x = Q^H Q x``, factor by factor (``Q_i^H (Q_i x)`` along axis ``i``)."""
-    for i, q in enumerate(qs):
-        qh = jnp.conj(q) if q.ndim < 2 else jnp.conj(q).T
-        x = _along(qh, _along(q, x, i), i)
-    return x
+def _mode(q: Array, x: Array, axis: int, hermitian: bool = False) -> Array:
+    """``op(Q_i)`` along ``axis`` of every leaf, ``op`` the identity or ``^H``; one batched GEMM.
+
+    A diagonal (or scalar) factor multiplies elementwise. Along the last axis the GEMM
+    contracts in place (no transpose); along the first its output is in place too.
+    """
+    if q.ndim < 3:
+        return x * _bcast(jnp.conj(q) if hermitian else q, x, axis)
+    contract = 1 if hermitian else 2  # (Q^H)[a, b] = conj(Q[b, a]): contract Q's rows
+    q, batch = (jnp.conj(q) if hermitian else q), ((0,), (0,))
+    if axis + 1 == x.ndim - 1 and x.ndim > 2:
+        return jax.lax.dot_general(x, q, (((x.ndim - 1,), (contract,)), batch))
+    return jnp.moveaxis(jax.lax.dot_general(q, x, (((contract,), (axis + 1,)), batch)),
+                        1, axis + 1)
 
 
-def _solve_q_h(qs: tuple, v: Array) -> Array:
-    """``Q^{-H} v``: a triangular solve with ``Q_i^H`` along each axis."""
-    for i, q in enumerate(qs):
-        if q.ndim < 2:
-            v = v / (jnp.conj(q) if q.ndim == 0 else jnp.conj(q).reshape(
-                [-1 if j == i else 1 for j in range(v.ndim)]))
-            continue
-        rows = jnp.moveaxis(v, i, 0)
-        flat = rows.reshape(rows.shape[0], -1)
-        sol = jax.lax.linalg.triangular_solve(q, flat, left_side=True, lower=False,
-                                              transpose_a=True, conjugate_a=True)
-        v = jnp.moveaxis(sol.reshape(rows.shape), 0, i)
-    return v
+def _solve_h(q: Array, x: Array, axis: int) -> Array:
+    """``Q_i^{-H}`` along ``axis``: triangular solves, one matrix per LAPACK call on CPU.
+
+    ``map_matrices`` keeps a group's solves from being one batched LAPACK call, which can
+    deadlock XLA:CPU inside the update's ``lax.cond`` (docs/matrix_optimizers.md). Along
+    the last axis the solve is right-sided (``Y conj(Q) = X``), so nothing is transposed.
+    """
+    if q.ndim < 3:
+        return x / _bcast(jnp.conj(q), x, axis)
+    k, d = x.shape[0], x.shape[axis + 1]
+    if axis + 1 == x.ndim - 1 and x.ndim > 2:
+        sol = map_matrices(lambda a, b: jax.lax.linalg.triangular_solve(
+            a, b, left_side=False, lower=False, conjugate_a=True), q, x.reshape(k, -1, d))
+        return sol.reshape(x.shape)
+    moved = jnp.moveaxis(x, axis + 1, 1)
+    sol = map_matrices(lambda a, b: jax.lax.linalg.triangular_solve(
+        a, b, left_side=True, lower=False, transpose_a=True, conjugate_a=True),
+        q, moved.reshape(k, d, -1))
+    return jnp.moveaxis(sol.reshape(moved.shape), 1, axis + 1)
 
 
 def _gram(x: Array, axis: int, diagonal: bool) -> Array:
-    """``X_i X_i^H`` (``X`` unfolded with ``axis`` as rows), or only its diagonal."""
-    if x.ndim == 0:
-        return abs_sq(x)
+    """``X_i X_i^H`` per leaf (``X`` unfolded with ``axis`` as rows), or only its diagonal:
+    one batched GEMM contracting every other axis in place (no unfolding copy)."""
+    others = tuple(j for j in range(1, x.ndim) if j != axis + 1)
     if diagonal:
-        return jnp.sum(abs_sq(x), axis=tuple(j for j in range(x.ndim) if j != axis))
-    rows = jnp.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
-    return rows @ jnp.conj(rows).T
+        return jnp.sum(abs_sq(x), axis=others)
+    return jax.lax.dot_general(x, jnp.conj(x), ((others, others), ((0,), (0,))))
 
 
 def _tiny(x: Array) -> Array:
@@ -201,66 +218,111 @@ def _tiny(x: Array) -> Array:
 
 
 def _norm_lower_bound(s: Array) -> Array:
-    """A cheap lower bound of the spectral norm of ``s`` (within about sqrt(2) of it).
+    """A cheap lower bound of the spectral norm of each ``s`` (within about sqrt(2) of it).
 
-    Two power-iteration steps from the row of ``s`` with the largest norm
-    (``s`` scaled by its largest entry first, so nothing overflows).
+    Two power-iteration steps from the row of ``s`` with the largest norm, ``(k, d, d) ->
+    (k,)``. The scaling by the largest entry (so nothing overflows) is applied to vectors
+    and fused into reductions: ``s`` is read four times and never rewritten.
     """
-    top = jnp.max(jnp.abs(s))
-    sn = s / jnp.where(top > 0, top, 1)
-    j = jnp.argmax(jnp.sum(abs_sq(sn), axis=1))
-    x = sn @ jnp.conj(sn[j])
-    x = x / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(top.dtype).tiny)
-    return top * jnp.linalg.norm(jnp.conj(sn).T @ x)
+    top = jnp.max(jnp.abs(s), axis=(1, 2))
+    inv = (1 / jnp.where(top > 0, top, 1)).astype(s.dtype)
+    j = jnp.argmax(jnp.sum(abs_sq(s * inv[:, None, None]), axis=2), axis=1)
+    row = jnp.take_along_axis(s, j[:, None, None], axis=1)[:, 0] * inv[:, None]
+    x = jnp.einsum("kab,kb->ka", s, jnp.conj(row)) * inv[:, None]
+    x = x / jnp.maximum(jnp.linalg.norm(x, axis=1, keepdims=True), jnp.finfo(top.dtype).tiny)
+    return jnp.linalg.norm(jnp.einsum("kab,ka->kb", jnp.conj(s), x), axis=1)
 
 
-def _balance(qs: tuple) -> tuple:
-    """Rescale the factors to equal largest entries; their product (so ``P``) is unchanged."""
+def _balance(qs: list) -> list:
+    """Per factor, the ``(k,)`` scales that give each leaf's factors equal largest entries.
+
+    Their product is 1, so ``Q`` (and ``A``, ``B``, ``P``) is unchanged: they only keep
+    the factors in range. The factor step is linear in the factor, so
+    :func:`_whitening_step` applies them to its result (one pass fewer over the factors).
+    """
     if len(qs) < 2:
-        return qs
-    tops = jnp.stack([jnp.max(jnp.abs(q)) for q in qs])
-    ok = jnp.all(tops > 0)
+        return [None] * len(qs)
+    tops = jnp.stack([jnp.max(jnp.abs(q), axis=tuple(range(1, q.ndim))) for q in qs])
+    ok = jnp.all(tops > 0, axis=0)
     safe = jnp.where(ok, tops, 1)
-    gmean = jnp.exp(jnp.mean(jnp.log(safe)))
-    return tuple(q * jnp.where(ok, gmean / t, 1).astype(q.dtype) for q, t in zip(qs, safe))
+    gmean = jnp.exp(jnp.mean(jnp.log(safe), axis=0))
+    return [jnp.where(ok, gmean / t, 1) for t in safe]
 
 
-def _noise(key: Array, like: list) -> list:
-    """Standard normal draws shaped like each of ``like``, from ONE draw (one RNG kernel).
+def _noise(key: Array, like: list, groups: list) -> list:
+    """Standard normal draws shaped like each group's stack, from ONE draw (one RNG kernel).
 
-    A flat draw in the widest real dtype of ``like`` is cut in leaf order; a complex
-    leaf takes two pieces, ``(re + i im) / sqrt(2)`` (unit variance, as ``jax.random``'s).
+    A flat draw in the widest real dtype of ``like`` (the leaves, in leaf order) is cut in
+    leaf order; a complex leaf takes two pieces, ``(re + i im) / sqrt(2)`` (unit variance,
+    as ``jax.random``'s). The pieces are put in group order by one gather of rows (of the
+    sizes' greatest common divisor), so the draw's last kernel is read once, not once per
+    leaf (XLA fuses its tail into every reader); above ``_MAX_GATHER_ROWS`` rows, by
+    slices.
     """
-    if not like:
-        return []
     real = jnp.result_type(*[jnp.finfo(x.dtype).dtype for x in like])
     sizes = [x.size * (2 if jnp.iscomplexobj(x) else 1) for x in like]
-    flat = jax.random.normal(key, (sum(sizes),), real)
-    out, start = [], 0
-    for x, n in zip(like, sizes):
-        piece = flat[start:start + n]
-        start += n
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    flat = jax.random.normal(key, (int(starts[-1]),), real)
+    order = [i for members in groups for i in members]
+    width = math.gcd(*sizes) or 1
+    if order != sorted(order):
+        if flat.size // width <= _MAX_GATHER_ROWS:
+            rows = np.concatenate([np.arange(starts[i], starts[i + 1], width) // width
+                                   for i in order]).astype(np.int32)
+            flat = flat.reshape(-1, width)[rows].reshape(-1)
+        else:
+            flat = jnp.concatenate([flat[starts[i]:starts[i + 1]] for i in order])
+    out, at = [], 0
+    for members in groups:
+        x, n = like[members[0]], sizes[members[0]]
+        w = flat[at:at + n * len(members)].reshape(len(members), n)
+        at += n * len(members)
         if jnp.iscomplexobj(x):
-            piece = (piece[:x.size] + 1j * piece[x.size:]) / np.sqrt(2)
-        out.append(piece.reshape(x.shape).astype(x.dtype))
+            w = (w[:, :x.size] + 1j * w[:, x.size:]) / np.sqrt(2)
+        out.append(w.reshape((len(members),) + x.shape).astype(x.dtype))
     return out
 
 
-def _whitening_step(qs: tuple, h: Array, v: Array, lr: Any) -> tuple:
-    """One step of every factor of one leaf on PSGD's whitening criterion."""
-    qs = _balance(qs)
-    h = h + _DAMPING * jnp.mean(jnp.abs(h)) * v
-    a, b = _apply_q(qs, h), _solve_q_h(qs, v)
-    out = []
+def _whitening_step(qs: list, h: Array, v: Array, lr: Any) -> list:
+    """One step of every factor of a group on PSGD's whitening criterion (then balanced)."""
+    scales = _balance(qs)
+    h = h + _DAMPING * jnp.mean(jnp.abs(h), axis=tuple(range(1, h.ndim)), keepdims=True) * v
+    a, b = h, v
     for i, q in enumerate(qs):
-        diagonal = q.ndim < 2
+        a, b = _mode(q, a, i), _solve_h(q, b, i)
+    out = []
+    for i, (q, c) in enumerate(zip(qs, scales)):
+        diagonal = q.ndim < 3
         t1, t2 = _gram(a, i, diagonal), _gram(b, i, diagonal)
         if diagonal:
-            step = (lr / _tiny(jnp.max(jnp.abs(t1 + t2), initial=0.0))) * (t1 - t2) * q
+            top = jnp.max(jnp.abs(t1 + t2), axis=tuple(range(1, t1.ndim)), initial=0.0)
+            step = _bcast(lr / _tiny(top), q) * (t1 - t2) * q
         else:
-            step = (lr / _tiny(_norm_lower_bound(t1 + t2))) * (jnp.triu(t1 - t2) @ q)
-        out.append(q - step.astype(q.dtype))
-    return tuple(out)
+            step = _bcast(lr / _tiny(_norm_lower_bound(t1 + t2)), q) * \
+                (jnp.triu(t1 - t2) @ q)
+        new = q - step.astype(q.dtype)
+        out.append(new if c is None else new * _bcast(c.astype(q.dtype), new))
+    return out
+
+
+def _precondition(qs: list, x: Array) -> Array:
+    """``P x = Q^H Q x`` per leaf, factor by factor.
+
+    A triangular factor no longer than the rest of the leaf forms ``Q_i^H Q_i`` and
+    applies it once (``2 d^3 + 2 d^2 r`` flops against ``4 d^2 r``, and one pass over the
+    leaf); a longer one applies ``Q_i`` then ``Q_i^H``. A diagonal one multiplies by
+    ``|q|^2``.
+    """
+    size = math.prod(x.shape[1:])
+    for i, q in enumerate(qs):
+        if q.ndim < 3:
+            x = _mode(abs_sq(q).astype(q.dtype), x, i)
+        elif q.shape[-1] ** 2 <= size:
+            p = jax.lax.dot_general(jnp.conj(q), q, (((1,), (1,)), ((0,), (0,))))
+            x = _mode(p, x, i)
+        else:
+            x = _mode(q, _mode(q, x, i), i, hermitian=True)
+    return x
 
 
 # --------------------------------------------------------------------------
@@ -454,25 +516,41 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
             ms.append(m)
             hs.append(m if momentum_into_precond_update else gc)
 
-        def refresh(qs: list) -> list:
-            out = []
-            for v, h, q, cd in zip(_noise(noise_key, hs), hs, qs, cds):
-                new = _whitening_step(tuple(x.astype(cd) for x in q), h, v, precond_lr)
-                out.append(tuple(n.astype(x.dtype) for n, x in zip(new, q)))
-            return out
+        # Same-shape groups: leaves of one shape, factor structure and compute dtype.
+        groups: dict = {}
+        for i, (g, q, cd) in enumerate(zip(gs, qs, cds)):
+            gkey = (g.shape, tuple(x.ndim for x in q), jnp.dtype(cd))
+            groups.setdefault(gkey if _GROUP_SAME_SHAPES else i, []).append(i)
+        members = list(groups.values())
 
-        qs = jax.lax.cond(do_update, refresh, lambda qs: [tuple(q) for q in qs],
-                          [tuple(q) for q in qs])
-        out = []
-        for g, m, q, cd in zip(gs, ms, qs, cds):
-            u = _precondition(tuple(x.astype(cd) for x in q), m)
+        def stack(xs: list) -> Array:
+            return xs[0][None] if len(xs) == 1 else jnp.stack(xs)
+
+        stacked_q = [[stack([qs[i][f].astype(cds[i]) for i in idx])
+                      for f in range(len(qs[idx[0]]))] for idx in members]
+        stacked_m = [stack([ms[i] for i in idx]) for idx in members]
+        stacked_h = (stacked_m if momentum_into_precond_update
+                     else [stack([hs[i] for i in idx]) for idx in members])
+
+        def refresh(sq: list) -> list:
+            vs = _noise(noise_key, hs, members)
+            return [_whitening_step(q, h, v, precond_lr)
+                    for q, h, v in zip(sq, stacked_h, vs)]
+
+        stacked_q = jax.lax.cond(do_update, refresh, lambda sq: sq, stacked_q)
+        out, new_qs = [None] * len(gs), [None] * len(gs)
+        for idx, sq, m in zip(members, stacked_q, stacked_m):
+            u = _precondition(sq, m)
             if update_clip_rms is not None:
-                rms = jnp.sqrt(jnp.mean(abs_sq(u)))
+                rms = jnp.sqrt(jnp.mean(abs_sq(u), axis=tuple(range(1, u.ndim)),
+                                        keepdims=True))
                 u = u / jnp.maximum(1, rms / update_clip_rms)
-            out.append(u.astype(g.dtype))
+            for slot, i in enumerate(idx):
+                out[i] = u[slot].astype(gs[i].dtype)
+                new_qs[i] = tuple(s[slot].astype(x.dtype) for s, x in zip(sq, qs[i]))
         return treedef.unflatten(out), KronState(count=count, key=key,
                                                  mu=treedef.unflatten(new_mus),
-                                                 qs=treedef.unflatten(qs))
+                                                 qs=treedef.unflatten(new_qs))
 
     return GradientTransformation(init_fn, update_fn)
 

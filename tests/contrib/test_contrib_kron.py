@@ -8,11 +8,14 @@ Compared with:
   on matrices, a 3-D leaf, a vector, a scalar; real and complex; rtol 1e-6;
 * what it is for: an ill-conditioned least-squares problem min ||A W B - C||^2
   (cond(A) = cond(B) = 1e3, W (32, 16)), against Adam at its best learning rate;
-* the state's layout: one factor per axis, (n, n) upper triangular or (n,) diagonal.
+* the state's layout: one factor per axis, (n, n) upper triangular or (n,) diagonal;
+* same-shape grouping: the grouped program against the per-leaf one (every leaf its own
+  group) in float64, and the group count read off the traced program.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import jax
@@ -22,7 +25,7 @@ import pytest
 
 import functrain
 from functrain.contrib import KronState, kron, precond_update_prob_schedule, scale_by_kron
-from helpers import run_jitted
+from helpers import all_equations, run_jitted
 
 STEPS = 20
 DAMP = np.sqrt(np.finfo(np.float32).eps)
@@ -373,6 +376,73 @@ def test_update_probability_schedule_and_coin():
         changes += int(not np.array_equal(before, state.qs["w"][0]))
     assert 30 <= changes <= 70, changes
     assert step._cache_size() == 1
+
+
+# --------------------------------------------------------------------------
+# Same-shape groups: the batched program gives each leaf's own numbers
+# --------------------------------------------------------------------------
+
+KRON = importlib.import_module("functrain.contrib.kron")
+
+
+def _group_tree(rng, copies=3, dtype=jnp.float64):
+    """Several leaves of each of a matrix's, a 3-D leaf's, a vector's, a scalar's and a
+    (3, 9) matrix's shape (9 > max_size_triangular=8: a diagonal factor), interleaved in
+    leaf order, plus a transposed matrix and an odd shape that stand alone."""
+    shapes = {"c": (4, 6), "odd": (3, 5)}
+    for j in range(copies):
+        shapes.update({f"{j}m": (6, 4), f"{j}t": (2, 3, 2), f"{j}v": (5,), f"{j}s": (),
+                       f"{j}wide": (3, 9)})  # sorted leaf order: 0m 0s 0t 0v 0wide 1m ...
+    return {k: jnp.asarray(rng.standard_normal(v), dtype) for k, v in shapes.items()}
+
+
+def _run_grouped_or_not(monkeypatch, grouped, params, grads, **kw):
+    monkeypatch.setattr(KRON, "_GROUP_SAME_SHAPES", grouped)
+    return run_jitted(kron(**kw), params, grads)  # a new optimizer: traced afresh
+
+
+@pytest.mark.parametrize("gather_rows", [1 << 16, 0])  # 0: the noise cut by slices
+def test_groups_equal_per_leaf_float64(monkeypatch, gather_rows):
+    monkeypatch.setattr(KRON, "_MAX_GATHER_ROWS", gather_rows)
+    kw = dict(learning_rate=0.05, max_size_triangular=8, preconditioner_update_probability=1.0,
+              momentum_into_precond_update=False, seed=4)
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        params = _group_tree(rng)
+        grads = [_group_tree(rng) for _ in range(6)]  # six preconditioner updates
+        grouped, g_state = _run_grouped_or_not(monkeypatch, True, params, grads, **kw)
+        alone, a_state = _run_grouped_or_not(monkeypatch, False, params, grads, **kw)
+        for t, (a, b) in enumerate(zip(grouped, alone)):
+            for k in b:
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-10, atol=1e-12,
+                                           err_msg=f"step {t + 1}, leaf {k}")
+        for k in params:
+            for q_grouped, q_alone in zip(g_state[0].qs[k], a_state[0].qs[k]):
+                np.testing.assert_allclose(q_grouped, q_alone, rtol=1e-10, atol=1e-12)
+        # The factors moved (the comparison is not of identities), triangular stays so.
+        q = np.asarray(g_state[0].qs["1m"][0])
+        assert np.all(np.tril(q, -1) == 0) and np.any(np.triu(q, 1))
+
+
+def _count(opt, params, primitive):
+    state = opt.init(params)
+    jaxpr = jax.make_jaxpr(opt.update)(params, state, params)
+    return sum(e.primitive.name == primitive for e in all_equations(jaxpr))
+
+
+@pytest.mark.parametrize("primitive", ["dot_general", "triangular_solve"])
+def test_same_shape_leaves_share_one_batched_program(monkeypatch, primitive):
+    rng = np.random.default_rng(0)
+    two, five = (_group_tree(rng, copies=n, dtype=jnp.float32) for n in (2, 5))
+    counts = {}
+    for grouped in (True, False):
+        monkeypatch.setattr(KRON, "_GROUP_SAME_SHAPES", grouped)
+        counts[grouped] = [_count(kron(max_size_triangular=8), tree, primitive)
+                           for tree in (two, five)]
+    # Grouped: five copies of each shape trace the same operations as two copies.
+    assert counts[True][0] == counts[True][1] > 0, counts
+    # Per leaf: the program grows with the leaves (the count above is not vacuous).
+    assert counts[False][1] > counts[False][0], counts
 
 
 # --------------------------------------------------------------------------
