@@ -14,7 +14,7 @@
   numerics.py                               tree
   grad, ivy_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
   projections, microbatching, linalg,
-  param_updates
+  param_updates, tree_utils
   transforms/base.py                        tree, numerics
   transforms/recompute.py                   tree, numerics
   transforms/engine.py                      tree, numerics, base, recompute
@@ -94,7 +94,7 @@ def allowed_imports(module: str) -> Optional[object]:
         return TREE
     if module in {"functrain.grad", "functrain.ivy_updates", "functrain.sharding",
                   "functrain.schedules", "functrain.projections", "functrain.microbatching",
-                  "functrain.linalg", "functrain.param_updates"}:
+                  "functrain.linalg", "functrain.param_updates", "functrain.tree_utils"}:
         return TREE | NUMERICS
     if module == BASE:
         return TREE | NUMERICS
