@@ -117,8 +117,8 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
     >>> print(round(float(u[0][0]), 4))
     -0.1
     """
-    warnings.warn("optimistic_adam is deprecated (as in optax): use optimistic_adam_v2, "
-                  "which also takes a learning-rate schedule.", DeprecationWarning,
+    warnings.warn("optimistic_adam is deprecated (as in optax): use `optimistic_adam_v2` "
+                  "instead, which also takes a learning-rate schedule.", DeprecationWarning,
                   stacklevel=3)
     return chain(
         scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
