@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test stress test-oldest demo speedrun bench docs docs-check venv clean
+.PHONY: test stress test-oldest demo speedrun bench lightbench docs docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ bench: $(STAMP)
 
 # The documentation site, into docs/_build/html: strict (-W: warnings are errors; -n: every
 # cross-reference must resolve). The notebooks are executed and cached in docs/_build.
+# Small hard problems for every optimizer (benchmarks/lightbench.py): ~5 minutes on 2 cores.
+lightbench: $(STAMP)
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e ".[demo]"
+	$(PY) benchmarks/lightbench.py
+
 DOCS_OUT ?= docs/_build/html
 
 docs: $(STAMP)
