@@ -162,7 +162,7 @@ def test_cautious_wraps_any_optimizer(name):
         assert jax.tree.structure(state) == jax.tree.structure(INNER[name]().init(params))
 
 
-@pytest.mark.parametrize("name", ["adam", "lion", "sgd"])
+@pytest.mark.parametrize("name", ["adam", "lion", "sgd", "soap", "muon"])
 def test_mars_correction_composes(name):
     params, grads = _problem(5)
     params = {k: v.astype(np.float32) for k, v in params.items()}
