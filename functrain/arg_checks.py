@@ -95,7 +95,8 @@ def check_range(name: str, value: Any, low: float, high: Optional[float] = None,
 
 #: The kinds of hyperparameter :func:`hyperparameters` knows: ``(schedule allowed, may be
 #: infinite)``; a kind ending in ``" or None"`` also accepts ``None``.
-KINDS = {"number": (False, False), "schedule": (True, False), "bound": (False, True)}
+KINDS = {"number": (False, False), "schedule": (True, False), "bound": (False, True),
+         "decay": (False, False)}
 
 
 def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number") -> None:
@@ -104,7 +105,10 @@ def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number"
     ``"number"``: a finite real number (a Python number or a 0-d real array of
     any dtype, bfloat16 included); ``"schedule"``: that or a schedule (a
     function of the step count); ``"bound"``: a real number that may be
-    infinite (a limit that disables itself, such as ``max_norm``). A kind
+    infinite (a limit that disables itself, such as ``max_norm``); ``"decay"``: a
+    number or a decay-rate schedule, a callable of the step count ``t`` (from 1) with a
+    ``bias_correction(t)`` method giving ``1 - prod(rate(1..t))`` (e.g.
+    ``functrain.contrib.palm_beta2_schedule()``). A kind
     ending in ``" or None"`` also accepts ``None``. Traced values pass
     unchecked.
 
@@ -128,6 +132,13 @@ def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number"
     if value is None and optional:
         return
     if isinstance(value, jax.core.Tracer) or (schedule_ok and callable(value)):
+        return
+    if base == "decay" and callable(value):
+        if not callable(getattr(value, "bias_correction", None)):
+            raise TypeError(f"{owner}: {name} takes a number or a decay-rate schedule with a "
+                            f"bias_correction(t) method (e.g. functrain.contrib."
+                            f"palm_beta2_schedule()); a plain schedule gives no bias "
+                            f"correction, got {value!r:.40}.")
         return
     what = "a real number" + (" or a schedule (a function of the step count)"
                               if schedule_ok else "")

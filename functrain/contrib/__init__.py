@@ -50,7 +50,8 @@ from functrain.contrib.came import CameState, came, scale_by_came
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
-from functrain.contrib.modifiers import (MarsCorrectionState, cautious, cautious_adamw,
-                                         cautious_lion, mars_correction)
+from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cautious,
+                                         cautious_adamw, cautious_lion, mars_correction,
+                                         palm_beta2_schedule)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap

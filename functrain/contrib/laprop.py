@@ -45,7 +45,7 @@ class ScaleByLapropState(NamedTuple):
     nu: Any
 
 
-@hyperparameters(b1="number", b2="number", eps="number")
+@hyperparameters(b1="number", b2="decay", eps="number")
 def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
                     mu_dtype: Optional[Any] = None) -> GradientTransformation:
     """Rescale updates by LaProp's rule (Ziyin, Wang & Ueda, 2020, Algorithm 1).
@@ -75,7 +75,7 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
     check_nonnegative("scale_by_laprop", eps=eps)
 
     def leaf(g: Array, state: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        nu = ema_update(abs_sq(g), state.nu, b2)
+        nu = ema_update(abs_sq(g), state.nu, ctx.b2)
         mu = ema_update(adam_direction(g, nu, None, ctx.nu, eps), state.mu, b1)
         return mu / ctx.mu, (mu, nu)
 
@@ -86,7 +86,7 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
         init_global=zero_count, prepare=corrections(b1, b2)))
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  weight_decay="schedule")
 def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-15, weight_decay: ScalarOrSchedule = 0.0,

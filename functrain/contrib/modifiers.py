@@ -1,16 +1,20 @@
-"""Modifiers for any optimizer: cautious updates (Liang et al., 2024) and the MARS
-variance-reduced gradient (Yuan et al., 2024), as HeavyBall offers them for every optimizer.
+"""Modifiers for any optimizer: cautious updates (Liang et al., 2024), the MARS
+variance-reduced gradient (Yuan et al., 2024) and PaLM's ``b2`` schedule (Chowdhery et al.,
+2022), as HeavyBall offers them for every optimizer.
 
 ``cautious(optimizer)`` wraps a whole optimizer (its state is the optimizer's own, so
 checkpoints keep their layout); ``mars_correction()`` is a stage to put in front of any
 optimizer with ``chain``. ``cautious_adamw`` and ``cautious_lion`` apply the caution to the
 step direction only, as the paper's Algorithm 2 does, so weight decay is never masked.
-optax has none of these.
+``palm_beta2_schedule()`` is a decay-rate schedule: pass it as ``b2`` to adam, adamw,
+nadam(w), amsgrad, adabelief, lamb, laprop or their ``scale_by_*`` stages. optax has none of
+these.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +34,7 @@ from functrain.transforms.sign import scale_by_lion
 Array = jax.Array
 
 __all__ = ["cautious", "cautious_adamw", "cautious_lion", "MarsCorrectionState",
-           "mars_correction"]
+           "mars_correction", "DecaySchedule", "palm_beta2_schedule"]
 
 
 # --------------------------------------------------------------------------
@@ -220,3 +224,76 @@ def mars_correction(gamma: float = 0.025, b1: float = 0.95,
     return stage_transform(LeafStage(
         name="mars_correction", update_leaf=leaf, state_cls=MarsCorrectionState,
         leaf_fields=("prev_grad",), init_leaf=lambda p: (ft.zeros_like(p),)))
+
+
+# --------------------------------------------------------------------------
+# Decay-rate schedules
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DecaySchedule:
+    """A decay rate that changes with the step: ``rate(t)`` and its bias correction.
+
+    Calling it gives the rate at step ``t`` (counted from 1); ``bias_correction(t)`` gives
+    ``1 - prod(rate(1), ..., rate(t))``, what the Adam family divides its moving average by
+    (``1 - b**t`` for a constant ``b``). Stages whose ``b2`` table kind is ``"decay"`` take
+    one.
+
+    Attributes:
+      rate: ``t -> b_t``.
+      correction: ``t -> 1 - prod(b_1..b_t)``.
+
+    >>> import jax.numpy as jnp
+    >>> constant = DecaySchedule(lambda t: 0.5, lambda t: 1 - 0.5 ** t)
+    >>> constant(3), constant.bias_correction(3)
+    (0.5, 0.875)
+    """
+
+    rate: Callable[[Any], Any]
+    correction: Callable[[Any], Any]
+
+    def __call__(self, count: Any) -> Any:
+        return self.rate(count)
+
+    def bias_correction(self, count: Any) -> Any:
+        """``1 - prod(rate(1..count))``.
+
+        Args:
+          count: the step number, counted from 1.
+
+        Returns:
+          The bias correction at ``count``.
+        """
+        return self.correction(count)
+
+
+@hyperparameters(exponent="number")
+def palm_beta2_schedule(exponent: float = 0.8) -> DecaySchedule:
+    """PaLM's second-moment decay ``b2_t = 1 - t**(-exponent)`` (Chowdhery et al., 2022).
+
+    Early steps average over few gradients (``b2_1 = 0``: the first second moment is the
+    squared gradient), later ones over about ``t**exponent``. Since ``b2_1 = 0`` the product
+    of the rates is 0 and no bias correction is needed (``bias_correction`` is 1). Reference:
+    Chowdhery et al., 2022, "PaLM: Scaling Language Modeling with Pathways", section 5.
+
+    Args:
+      exponent: ``> 0``; PaLM's 0.8.
+
+    Returns:
+      A :class:`DecaySchedule` to pass as ``b2``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> b2 = functrain.contrib.palm_beta2_schedule()
+    >>> print(jnp.round(b2(jnp.array([1., 2., 1000.])), 4))
+    [0.     0.4257 0.996 ]
+    >>> opt = functrain.adam(1e-3, b2=b2)
+    """
+    check_positive("palm_beta2_schedule", exponent=exponent)
+
+    def rate(count: Any) -> Any:
+        return 1.0 - jnp.asarray(count, jnp.float32) ** (-exponent)
+
+    def correction(count: Any) -> Any:
+        return jnp.ones_like(jnp.asarray(count, jnp.float32))
+
+    return DecaySchedule(rate, correction)

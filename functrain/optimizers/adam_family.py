@@ -25,7 +25,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning
                                           weight_decay_stage)
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
@@ -78,7 +78,7 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
@@ -134,7 +134,7 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
@@ -176,7 +176,7 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                 nu_dtype=nu_dtype)
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
@@ -223,7 +223,7 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  nesterov=nesterov, nu_dtype=nu_dtype)
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
@@ -423,7 +423,7 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-16, eps_root: float = 1e-16, *,
@@ -463,7 +463,7 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
                  scale_by_learning_rate(learning_rate))
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
+@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule", max_trust_ratio="bound or None")
 def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-6, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 0.0,

@@ -89,6 +89,7 @@ class BiasCorrections(NamedTuple):
       mu: ``1 - b1**t``.
       nu: ``1 - b2**t``.
       next_mu: ``1 - b1**(t+1)`` (for Nesterov momentum), else ``None``.
+      b2: this step's ``b2`` (the number itself, or a decay-rate schedule's value at ``t``).
 
     >>> import jax.numpy as jnp
     >>> corrections(0.9, 0.999)({'count': jnp.asarray(0)}, None)[0].mu
@@ -99,6 +100,7 @@ class BiasCorrections(NamedTuple):
     mu: Any = None
     nu: Any = None
     next_mu: Any = None
+    b2: Any = None
 
 
 def corrections(b1: Any, b2: Any = None, *, nesterov: bool = False) -> Any:
@@ -106,7 +108,9 @@ def corrections(b1: Any, b2: Any = None, *, nesterov: bool = False) -> Any:
 
     Args:
       b1: the first moment's decay (``None``: no ``mu`` correction).
-      b2: the second moment's decay (``None``: no ``nu`` correction).
+      b2: the second moment's decay (``None``: no ``nu`` correction), or a decay-rate
+        schedule (a callable of ``t`` with a ``bias_correction(t)`` method, as
+        ``functrain.contrib.palm_beta2_schedule()``).
       nesterov: also compute ``1 - b1**(t+1)``.
 
     Returns:
@@ -119,11 +123,15 @@ def corrections(b1: Any, b2: Any = None, *, nesterov: bool = False) -> Any:
     """
     def prepare(glob: dict, _: Any) -> tuple:
         count = safe_increment(glob["count"])
+        if callable(b2):
+            b2_now, nu = b2(count), b2.bias_correction(count)
+        else:
+            b2_now, nu = b2, None if b2 is None else 1 - b2 ** count
         return BiasCorrections(
             count,
             None if b1 is None else 1 - b1 ** count,
-            None if b2 is None else 1 - b2 ** count,
-            1 - b1 ** safe_increment(count) if nesterov else None), {"count": count}
+            nu,
+            1 - b1 ** safe_increment(count) if nesterov else None, b2_now), {"count": count}
     return prepare
 
 
@@ -136,7 +144,7 @@ def _first_moment_hat(g: Array, mu: Array, b1: Any, ctx: BiasCorrections,
 # Adam
 # --------------------------------------------------------------------------
 
-@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
+@hyperparameters(b1="number", b2="decay", eps="number", eps_root="number")
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                   eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = False, nu_dtype: Optional[Any] = None
@@ -156,7 +164,8 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
       b1: decay rate of the first moment ``mu`` (the moving average of the
         gradients), in ``[0, 1)``.
       b2: decay rate of the second moment ``nu`` (the moving average of the squared
-        gradients), in ``[0, 1)``.
+        gradients), in ``[0, 1)``; or a decay-rate schedule such as
+        ``functrain.contrib.palm_beta2_schedule()`` (``1 - t**-0.8``).
       eps: added to the denominator outside the square root, for numerical
         stability; ``>= 0``.
       eps_root: added to ``nu_hat`` inside the square root, ``>= 0``. The default
@@ -185,7 +194,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
         return (ft.zeros_like(p, mu_dtype), ft.zeros_like(p, nu_dtype))
 
     def leaf(g: Array, state: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        mu, nu = ema_update(g, state.mu, b1), ema_update(abs_sq(g), state.nu, b2)
+        mu, nu = ema_update(g, state.mu, b1), ema_update(abs_sq(g), state.nu, ctx.b2)
         mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
         return adam_direction(mu_hat, nu, None, ctx.nu, eps, eps_root), (mu, nu)
 
@@ -199,7 +208,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 # AMSGrad
 # --------------------------------------------------------------------------
 
-@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
+@hyperparameters(b1="number", b2="decay", eps="number", eps_root="number")
 def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                      eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
                      bias_correction_mu: bool = True, bias_correction_nu: bool = True
@@ -236,7 +245,7 @@ def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
     check_nonnegative("scale_by_amsgrad", eps=eps, eps_root=eps_root)
 
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
-        mu, nu = ema_update(g, s.mu, b1), ema_update(abs_sq(g), s.nu, b2)
+        mu, nu = ema_update(g, s.mu, b1), ema_update(abs_sq(g), s.nu, ctx.b2)
         mu_hat = mu / ctx.mu if bias_correction_mu else mu
         nu_max = jnp.maximum(s.nu_max, nu / ctx.nu if bias_correction_nu else nu)
         return adam_direction(mu_hat, nu_max, None, None, eps, eps_root), (mu, nu, nu_max)
@@ -423,7 +432,7 @@ def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
 # AdaBelief
 # --------------------------------------------------------------------------
 
-@hyperparameters(b1="number", b2="number", eps="number", eps_root="number")
+@hyperparameters(b1="number", b2="decay", eps="number", eps_root="number")
 def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
                     eps_root: float = 1e-16, *, nesterov: bool = False
                     ) -> GradientTransformation:
@@ -458,7 +467,7 @@ def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
         mu = ema_update(g, s.mu, b1)
         err = g - mu
-        nu = ema_update(abs_sq(err), s.nu, b2) + eps_root
+        nu = ema_update(abs_sq(err), s.nu, ctx.b2) + eps_root
         mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
         return adam_direction(mu_hat, nu, None, ctx.nu, eps), (mu, nu)
 

@@ -1,5 +1,5 @@
 """functrain.contrib's modifiers for any optimizer: cautious, cautious_adamw, cautious_lion,
-mars_correction (no optax counterpart).
+mars_correction, palm_beta2_schedule (no optax counterpart).
 
 Compared with: the papers' pseudo-code in numpy float64 (C-AdamW and C-Lion: Liang et al.,
 2024, Algorithm 2, with the authors' scale ``size / (kept + 1)`` per array; the MARS
@@ -18,7 +18,7 @@ import pytest
 
 import functrain
 from functrain.contrib import (MarsCorrectionState, cautious, cautious_adamw, cautious_lion,
-                               mars_correction)
+                               mars_correction, palm_beta2_schedule)
 
 STEPS = 12
 
@@ -177,3 +177,49 @@ def test_bad_arguments_are_named():
         mars_correction(b1=1.0)
     with pytest.raises(TypeError, match="cautious"):
         cautious("adam")
+
+
+def ref_adam_palm(params, grads, lr, b1, exponent, eps):
+    """Adam with PaLM's b2_t = 1 - t**-exponent and no second-moment bias correction."""
+    p = {k: np.array(v) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(x) for k, x in p.items()}
+    for t, g in enumerate(grads, start=1):
+        b2 = 1.0 - t ** (-exponent)
+        for k in p:
+            m[k] = b1 * m[k] + (1 - b1) * g[k]
+            v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
+            p[k] = p[k] - lr * (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k]) + eps)
+    return p
+
+
+@pytest.mark.parametrize("build", [
+    lambda b2: functrain.adam(1e-2, b2=b2),
+    lambda b2: functrain.adamw(1e-2, b2=b2, weight_decay=0.0),
+    lambda b2: functrain.chain(functrain.scale_by_adam(b2=b2), functrain.scale(-1e-2)),
+], ids=["adam", "adamw", "scale_by_adam"])
+def test_palm_beta2_schedule_in_adam_matches_numpy(build):
+    with jax.enable_x64(True):
+        params, grads = _problem(6)
+        p, _, _ = _run(build(palm_beta2_schedule()), params, grads)
+        ref = ref_adam_palm(params, grads, 1e-2, 0.9, 0.8, 1e-8)
+        for k in params:
+            np.testing.assert_allclose(p[k], ref[k], rtol=1e-6)   # b2_t is float32
+
+
+def test_palm_beta2_schedule_reaches_the_other_adam_stages():
+    params, grads = _problem(7)
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    for build in (functrain.amsgrad, functrain.adabelief, functrain.lamb, functrain.nadam,
+                  functrain.contrib.laprop):
+        ours = _run(build(1e-2, b2=palm_beta2_schedule()), params, grads)[2]
+        const = _run(build(1e-2, b2=0.999), params, grads)[2]
+        assert np.all(np.isfinite(ours[-1]["w"]))
+        assert not np.allclose(ours[1]["w"], const[1]["w"]), build  # the schedule is used
+
+
+def test_a_plain_schedule_is_refused_as_b2():
+    with pytest.raises(TypeError, match="adam: b2 takes a number or a decay-rate schedule"):
+        functrain.adam(1e-3, b2=lambda t: 0.99)
+    with pytest.raises(ValueError, match="exponent must be > 0"):
+        palm_beta2_schedule(0.0)
