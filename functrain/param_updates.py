@@ -33,7 +33,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     >>> apply_updates({'w': jnp.array([1., 2.])}, {'w': jnp.array([0.5, -1.])})
     {'w': Array([1.5, 1. ], dtype=float32)}
     """
-    if params is None and updates is None:
+    if params is None:  # as optax: no parameters, nothing to update
         return None
     ft.check_structure(params, updates, "updates", "params")
     paths, ps, treedef = ft.flatten_with_paths(params)

@@ -299,7 +299,9 @@ def test_python_number_params_as_in_optax(name):
 
 
 def test_apply_updates_passes_none_through_as_optax():
+    import optax
     assert ft.apply_updates(None, None) is None
+    assert ft.apply_updates(None, jnp.ones(2)) is optax.apply_updates(None, jnp.ones(2)) is None
     params = {"a": None, "b": jnp.ones(1)}
     out = ft.apply_updates(params, {"a": None, "b": jnp.ones(1)})
     assert out["a"] is None
