@@ -168,11 +168,8 @@ def _bcast(d: Array, x: Array, axis: int = -1) -> Array:
 
 
 def _mode(q: Array, x: Array, axis: int, hermitian: bool = False) -> Array:
-    """``op(Q_i)`` along ``axis`` of every leaf, ``op`` the identity or ``^H``; one batched GEMM.
-
-    A diagonal (or scalar) factor multiplies elementwise. Along the last axis the GEMM
-    contracts in place (no transpose); along the first its output is in place too.
-    """
+    """``op(Q_i)`` along ``axis`` of every leaf, ``op`` the identity or ``^H``: one batched
+    GEMM (in place along the first and the last axis: no transpose), or elementwise."""
     if q.ndim < 3:
         return x * _bcast(jnp.conj(q) if hermitian else q, x, axis)
     contract = 1 if hermitian else 2  # (Q^H)[a, b] = conj(Q[b, a]): contract Q's rows
@@ -184,12 +181,9 @@ def _mode(q: Array, x: Array, axis: int, hermitian: bool = False) -> Array:
 
 
 def _solve_h(q: Array, x: Array, axis: int) -> Array:
-    """``Q_i^{-H}`` along ``axis``: triangular solves, one matrix per LAPACK call on CPU.
-
-    ``map_matrices`` keeps a group's solves from being one batched LAPACK call, which can
-    deadlock XLA:CPU inside the update's ``lax.cond`` (docs/matrix_optimizers.md). Along
-    the last axis the solve is right-sided (``Y conj(Q) = X``), so nothing is transposed.
-    """
+    """``Q_i^{-H}`` along ``axis``: triangular solves, one matrix per LAPACK call on CPU (a
+    batched one can deadlock XLA:CPU: docs/matrix_optimizers.md); right-sided along the
+    last axis (``Y conj(Q) = X``), so nothing is transposed."""
     if q.ndim < 3:
         return x / _bcast(jnp.conj(q), x, axis)
     k, d = x.shape[0], x.shape[axis + 1]
@@ -218,12 +212,9 @@ def _tiny(x: Array) -> Array:
 
 
 def _norm_lower_bound(s: Array) -> Array:
-    """A cheap lower bound of the spectral norm of each ``s`` (within about sqrt(2) of it).
-
-    Two power-iteration steps from the row of ``s`` with the largest norm, ``(k, d, d) ->
-    (k,)``. The scaling by the largest entry (so nothing overflows) is applied to vectors
-    and fused into reductions: ``s`` is read four times and never rewritten.
-    """
+    """A cheap lower bound of each ``s``'s spectral norm (within about sqrt(2) of it): two
+    power-iteration steps from its row of largest norm. The scaling by the largest entry
+    (against overflow) goes to vectors and reductions, so ``s`` is never rewritten."""
     top = jnp.max(jnp.abs(s), axis=(1, 2))
     inv = (1 / jnp.where(top > 0, top, 1)).astype(s.dtype)
     j = jnp.argmax(jnp.sum(abs_sq(s * inv[:, None, None]), axis=2), axis=1)
@@ -234,12 +225,9 @@ def _norm_lower_bound(s: Array) -> Array:
 
 
 def _balance(qs: list) -> list:
-    """Per factor, the ``(k,)`` scales that give each leaf's factors equal largest entries.
-
-    Their product is 1, so ``Q`` (and ``A``, ``B``, ``P``) is unchanged: they only keep
-    the factors in range. The factor step is linear in the factor, so
-    :func:`_whitening_step` applies them to its result (one pass fewer over the factors).
-    """
+    """Per factor, the ``(k,)`` scales giving each leaf's factors equal largest entries
+    (product 1: ``Q`` is unchanged). The factor step is linear in the factor, so they are
+    applied to its result, one pass fewer over the factors."""
     if len(qs) < 2:
         return [None] * len(qs)
     tops = jnp.stack([jnp.max(jnp.abs(q), axis=tuple(range(1, q.ndim))) for q in qs])
@@ -250,15 +238,10 @@ def _balance(qs: list) -> list:
 
 
 def _noise(key: Array, like: list, groups: list) -> list:
-    """Standard normal draws shaped like each group's stack, from ONE draw (one RNG kernel).
-
-    A flat draw in the widest real dtype of ``like`` (the leaves, in leaf order) is cut in
-    leaf order; a complex leaf takes two pieces, ``(re + i im) / sqrt(2)`` (unit variance,
-    as ``jax.random``'s). The pieces are put in group order by one gather of rows (of the
-    sizes' greatest common divisor), so the draw's last kernel is read once, not once per
-    leaf (XLA fuses its tail into every reader); above ``_MAX_GATHER_ROWS`` rows, by
-    slices.
-    """
+    """Standard normal draws shaped like each group's stack, from ONE flat draw in the widest
+    real dtype of ``like`` cut in leaf order (a complex leaf: two pieces, ``(re + i im) /
+    sqrt(2)``). One gather of rows (the sizes' gcd) puts it in group order, so the draw's
+    last kernel has one reader, not one per leaf; above ``_MAX_GATHER_ROWS`` rows, slices."""
     real = jnp.result_type(*[jnp.finfo(x.dtype).dtype for x in like])
     sizes = [x.size * (2 if jnp.iscomplexobj(x) else 1) for x in like]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -306,13 +289,9 @@ def _whitening_step(qs: list, h: Array, v: Array, lr: Any) -> list:
 
 
 def _precondition(qs: list, x: Array) -> Array:
-    """``P x = Q^H Q x`` per leaf, factor by factor.
-
-    A triangular factor no longer than the rest of the leaf forms ``Q_i^H Q_i`` and
-    applies it once (``2 d^3 + 2 d^2 r`` flops against ``4 d^2 r``, and one pass over the
-    leaf); a longer one applies ``Q_i`` then ``Q_i^H``. A diagonal one multiplies by
-    ``|q|^2``.
-    """
+    """``P x = Q^H Q x`` per leaf: a triangular factor no longer than the rest ``r`` of the
+    leaf forms ``Q_i^H Q_i`` (``2 d^3 + 2 d^2 r`` flops against ``4 d^2 r``, one pass over
+    ``x``), a longer one applies ``Q_i`` then ``Q_i^H``; a diagonal one ``|q|^2``."""
     size = math.prod(x.shape[1:])
     for i, q in enumerate(qs):
         if q.ndim < 3:
@@ -541,12 +520,12 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         out, new_qs = [None] * len(gs), [None] * len(gs)
         for idx, sq, m in zip(members, stacked_q, stacked_m):
             u = _precondition(sq, m)
-            if update_clip_rms is not None:
-                rms = jnp.sqrt(jnp.mean(abs_sq(u), axis=tuple(range(1, u.ndim)),
-                                        keepdims=True))
-                u = u / jnp.maximum(1, rms / update_clip_rms)
+            if update_clip_rms is not None:  # divided per leaf, after the slice
+                rms = jnp.sqrt(jnp.mean(abs_sq(u), axis=tuple(range(1, u.ndim))))
+                clip = jnp.maximum(1, rms / update_clip_rms)
             for slot, i in enumerate(idx):
-                out[i] = u[slot].astype(gs[i].dtype)
+                ui = u[slot] if update_clip_rms is None else u[slot] / clip[slot]
+                out[i] = ui.astype(gs[i].dtype)
                 new_qs[i] = tuple(s[slot].astype(x.dtype) for s, x in zip(sq, qs[i]))
         return treedef.unflatten(out), KronState(count=count, key=key,
                                                  mu=treedef.unflatten(new_mus),
