@@ -303,7 +303,8 @@ def check_transformation(tx: Any, owner: str, what: str = "inner") -> None:
 
 
 def check_state_type(state: Any, cls: type, owner: str) -> None:
-    """Raise ``TypeError`` unless ``state`` is a ``cls`` (a state made by ``owner``'s init).
+    """Raise ``TypeError`` unless ``state`` is a ``cls`` (a state made by ``owner``'s init),
+    or a NamedTuple class of the same name and fields (optax's, for code mid-migration).
 
     Args:
       state: the state passed to ``update``.
@@ -318,10 +319,13 @@ def check_state_type(state: Any, cls: type, owner: str) -> None:
     ...
     TypeError: scale expected its state as dict, got tuple: was the state made by this transformation's init?
     """
-    if not isinstance(state, cls):
-        raise TypeError(f"{owner} expected its state as {cls.__name__}, got "
-                        f"{type(state).__name__}: was the state made by this "
-                        f"transformation's init?")
+    if isinstance(state, cls) or (type(state).__name__ == cls.__name__ and
+                                  getattr(type(state), "_fields", None) ==
+                                  getattr(cls, "_fields", False)):
+        return  # also optax's class of the same name and fields (code mid-migration)
+    raise TypeError(f"{owner} expected its state as {cls.__name__}, got "
+                    f"{type(state).__name__}: was the state made by this "
+                    f"transformation's init?")
 
 
 # --------------------------------------------------------------------------

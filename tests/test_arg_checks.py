@@ -7,7 +7,8 @@ import pytest
 
 import functrain as ft
 from functrain import arg_checks
-from functrain.arg_checks import hyperparameters
+from functrain.arg_checks import check_state_type, hyperparameters
+from functrain.transforms.base import EmptyState
 
 
 def test_check_range_and_friends_name_the_argument():
@@ -93,3 +94,27 @@ def test_error_sentences():
     err = arg_checks.state_mismatch_error("chain", "2 states for 3", "this chain", TypeError)
     assert isinstance(err, TypeError)
     assert str(err) == "chain: 2 states for 3: was the state made by this chain's init?"
+
+
+@pytest.mark.parametrize("name,kwargs", [("adamw", {"weight_decay": 0.1}), ("lamb", {}),
+                                         ("sgd", {"momentum": 0.9}), ("lion", {})])
+def test_optax_states_are_accepted_mid_migration(name, kwargs):
+    """A state made by optax's init continues in functrain's update with optax's numbers."""
+    import optax
+    import functrain
+    p = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    g = jax.tree.map(lambda x: 0.1 * x + 0.5, p)
+    theirs, ours = getattr(optax, name)(1e-2, **kwargs), getattr(functrain, name)(1e-2, **kwargs)
+    s_theirs = s_ours = theirs.init(p)
+    for _ in range(3):
+        u_theirs, s_theirs = theirs.update(g, s_theirs, p)
+        u_ours, s_ours = ours.update(g, s_ours, p)
+        for a, b in zip(jax.tree.leaves(u_theirs), jax.tree.leaves(u_ours)):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_a_class_of_the_same_name_with_other_fields_is_refused():
+    import collections
+    Fake = collections.namedtuple("EmptyState", ["x"])
+    with pytest.raises(TypeError, match="expected its state as EmptyState"):
+        check_state_type(Fake(1), EmptyState, "scale")
