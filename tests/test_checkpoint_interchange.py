@@ -1,0 +1,71 @@
+"""Checkpoints interchange with optax (issue 24): an Orbax checkpoint of optax's adamw, lamb
+and muon state restores into functrain's state (functrain's ``jax.eval_shape(init)`` as the
+target) and training continues with optax's numbers, and the other way round.
+
+Compared with: the library that wrote the checkpoint, continuing its own run on the same
+gradients (functrain and optax give the same numbers, so the two continuations agree). The
+state paths (NamedTuple field names and nesting) are the same in both libraries; this test
+keeps them so.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import optax.contrib  # noqa: F401
+import orbax.checkpoint as ocp  # the [orbax] extra, which make test installs
+import pytest
+
+import functrain
+
+BUILDERS = {
+    "adamw": (lambda m: m.adamw(1e-2, weight_decay=1e-2)),
+    "lamb": (lambda m: m.lamb(1e-2, weight_decay=1e-2)),
+    "muon": (lambda m: m.contrib.muon(1e-2)),
+}
+
+
+def _params():
+    rng = np.random.default_rng(0)
+    return {"w": jnp.asarray(rng.standard_normal((8, 6)), jnp.float32),
+            "b": jnp.asarray(rng.standard_normal(6), jnp.float32)}
+
+
+def _grads(step):
+    rng = np.random.default_rng(100 + step)
+    return {"w": jnp.asarray(rng.standard_normal((8, 6)), jnp.float32),
+            "b": jnp.asarray(rng.standard_normal(6), jnp.float32)}
+
+
+def _train(opt, params, state, steps, start):
+    for t in range(start, start + steps):
+        updates, state = opt.update(_grads(t), state, params)
+        params = optax.apply_updates(params, updates)
+    return params, state
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("direction", ["optax_to_functrain", "functrain_to_optax"])
+def test_checkpoint_restores_across_libraries_and_continues(name, direction, tmp_path):
+    theirs, ours = BUILDERS[name](optax), BUILDERS[name](functrain)
+    writer, reader = (theirs, ours) if direction == "optax_to_functrain" else (ours, theirs)
+    params = _params()
+    params, state = _train(writer, params, writer.init(params), 4, 0)
+
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(tmp_path / "ckpt", {"params": params, "opt_state": state})
+    checkpointer.wait_until_finished()
+    target = jax.eval_shape(lambda: {"params": params, "opt_state": reader.init(params)})
+    restored = checkpointer.restore(tmp_path / "ckpt", target)
+    assert jax.tree.structure(restored["opt_state"]) == jax.tree.structure(
+        reader.init(params)), "the reader's own state classes"
+    for a, b in zip(jax.tree.leaves(restored["opt_state"]), jax.tree.leaves(state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    # The reader continues from the restored state, the writer from its own in-memory one.
+    p_reader, _ = _train(reader, restored["params"], restored["opt_state"], 4, 4)
+    p_writer, _ = _train(writer, params, state, 4, 4)
+    for k in params:
+        np.testing.assert_allclose(p_reader[k], p_writer[k], rtol=2e-5, atol=1e-6, err_msg=k)
