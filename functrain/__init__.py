@@ -96,6 +96,8 @@ from functrain.wrappers.monitoring import (MeasureEmaState, MonitorState, Snapsh
                                            measure_with_ema, monitor, snapshot)
 from functrain.wrappers.stateless import (init_empty_state, stateless,
                                           stateless_with_tree_map, tree_map_params)
+from functrain.quantized_state import (QuantizedArray, adam_8bit, adamw_4bit,
+                                       adamw_8bit, adamw_fp8, quantized_state)
 
 # --- learning-rate schedules ---
 from functrain.schedules import (Schedule, constant_schedule, cosine_decay_schedule,

@@ -115,6 +115,9 @@ def allowed_imports(module: str) -> Optional[object]:
     if module.startswith("functrain.optimizers."):
         return lambda target: (target in TREE | NUMERICS
                                or target.startswith("functrain.transforms."))
+    if module == "functrain.quantized_state":  # a wrapper whose presets name optimizers
+        return lambda target: (target in TREE | NUMERICS | {BASE, ENGINE}
+                               or target.startswith("functrain.optimizers."))
     return None
 
 
