@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test stress test-oldest demo speedrun bench lightbench docs docs-check venv clean
+.PHONY: test stress soak test-oldest demo speedrun bench lightbench docs docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(STAMP)
 # under a timeout (docs/matrix_optimizers.md): 50+ runs, a hang fails naming the optimizer.
 stress: $(STAMP)
 	$(PY) tests/stress/run_stress.py
+
+# 10,000 steps beside optax, and a run resumed halfway from Orbax in a fresh process (~1 min).
+soak: $(STAMP)
+	$(PY) tests/soak/run_soak.py --out benchmarks/results
 
 # The declared floors, tested: a separate venv with the lowest versions that
 # pyproject.toml allows (README, "Running the tests"). Same pytest run as `make
