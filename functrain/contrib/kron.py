@@ -230,7 +230,8 @@ def _balance(qs: list) -> list:
     applied to its result, one pass fewer over the factors."""
     if len(qs) < 2:
         return [None] * len(qs)
-    tops = jnp.stack([jnp.max(jnp.abs(q), axis=tuple(range(1, q.ndim))) for q in qs])
+    tops = jnp.stack([jnp.max(jnp.abs(q), axis=tuple(range(1, q.ndim)), initial=0.0)
+                      for q in qs])  # a zero-size factor: 0, so no rescaling
     ok = jnp.all(tops > 0, axis=0)
     safe = jnp.where(ok, tops, 1)
     gmean = jnp.exp(jnp.mean(jnp.log(safe), axis=0))
@@ -242,6 +243,8 @@ def _noise(key: Array, like: list, groups: list) -> list:
     real dtype of ``like`` cut in leaf order (a complex leaf: two pieces, ``(re + i im) /
     sqrt(2)``). One gather of rows (the sizes' gcd) puts it in group order, so the draw's
     last kernel has one reader, not one per leaf; above ``_MAX_GATHER_ROWS`` rows, slices."""
+    if not like:
+        return []
     real = jnp.result_type(*[jnp.finfo(x.dtype).dtype for x in like])
     sizes = [x.size * (2 if jnp.iscomplexobj(x) else 1) for x in like]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -424,6 +424,22 @@ def test_groups_equal_per_leaf_float64(monkeypatch, gather_rows):
         assert np.all(np.tril(q, -1) == 0) and np.any(np.triu(q, 1))
 
 
+def test_empty_tree_and_zero_size_leaves():
+    # A zero-size leaf takes no noise and no rescaling: the other leaves get the numbers
+    # they get without it; an empty tree updates to an empty tree.
+    rng = np.random.default_rng(0)
+    w = {"w": jnp.asarray(rng.standard_normal((4, 3)), jnp.float32)}
+    with_empty = dict(w, z=jnp.zeros((3, 0)), e=jnp.zeros((0,)))
+    alone, _ = run_jitted(kron(0.1, preconditioner_update_probability=1.0), w, [w] * 3)
+    mixed, _ = run_jitted(kron(0.1, preconditioner_update_probability=1.0), with_empty,
+                          [with_empty] * 3)
+    for a, b in zip(alone, mixed):
+        np.testing.assert_array_equal(a["w"], b["w"])
+        assert b["z"].shape == (3, 0) and b["e"].shape == (0,)
+    opt = kron(0.1)
+    assert jax.jit(opt.update)({}, opt.init({}), {})[0] == {}
+
+
 def _count(opt, params, primitive):
     state = opt.init(params)
     jaxpr = jax.make_jaxpr(opt.update)(params, state, params)
