@@ -7,16 +7,14 @@ Test files anywhere under ``tests/`` import them as ``from helpers import ...``
 * Trees: :func:`make_params`, :func:`make_grads`, :func:`matrices_only`, :func:`loss_value`.
 * Against optax: :func:`trajectory` and :func:`assert_same_trajectory`, every step compared.
 * Against a formula by hand: :func:`check_against_formula` on ``FORMULA_P0``/``FORMULA_GRADS``.
-* Every named optimizer: :func:`optimizer_functions` (by introspection of
-  ``functrain/optimizers/*.py``), ``OPTIMIZER_ARGS`` and the checks each family
-  file runs on its optimizers.
+* Wrappers and combinators: :func:`assert_empty_params_step`, :func:`assert_state_donatable`.
+
+Elsewhere: every optimizer is declared once in ``tests/registry.py``; the checks each
+``tests/optimizers/`` family file runs on its optimizers are in ``tests/optimizer_checks.py``.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pathlib
 from typing import Any, Callable, Optional
 
 import jax
@@ -26,8 +24,6 @@ import optax
 
 import functrain as ft
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "functrain"
 # functrain's type aliases (``typing.Any`` or a ``Callable[...]`` at run time): no
 # docstring of their own; the reference documents them by path (docs/api/building_blocks).
 TYPE_ALIASES = frozenset({"Schedule", "MaskOrFn", "OptState", "Params", "ScalarOrSchedule",
@@ -266,168 +262,6 @@ def tight(got: Any, expected: Any) -> None:
 def loose(got: Any, expected: Any) -> None:
     """Documents printed ~3 significant digits: agree to that rounding."""
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=6e-3, atol=1e-7)
-
-
-# --------------------------------------------------------------------------
-# Every named optimizer
-# --------------------------------------------------------------------------
-
-def optimizer_modules() -> list:
-    """The modules ``functrain/optimizers/*.py`` (found on disk, so a new file is included)."""
-    return [importlib.import_module(f"functrain.optimizers.{p.stem}")
-            for p in sorted((PACKAGE / "optimizers").glob("*.py")) if p.stem != "__init__"]
-
-
-def optimizer_functions(module: Any = None) -> dict:
-    """name -> function for the public functions defined in ``module`` (default: every file).
-
-    A function counts if its ``__module__`` is that module and its name does
-    not start with ``_``: every named optimizer the package defines.
-    """
-    modules = optimizer_modules() if module is None else [module]
-    found = {}
-    for mod in modules:
-        for name, obj in vars(mod).items():
-            if (inspect.isfunction(obj) and obj.__module__ == mod.__name__
-                    and not name.startswith("_")):
-                found[name] = obj
-    return found
-
-
-# Arguments that exercise each optimizer (a few non-defaults each).
-OPTIMIZER_ARGS = {
-    "sgd": dict(learning_rate=0.1, momentum=0.9),
-    "adam": dict(learning_rate=0.1),
-    "adamw": dict(learning_rate=0.1, weight_decay=0.01),
-    "lamb": dict(learning_rate=0.1, weight_decay=0.01),
-    "lars": dict(learning_rate=0.1, weight_decay=0.01),
-    "rmsprop": dict(learning_rate=0.1, momentum=0.5, centered=True),
-    "adagrad": dict(learning_rate=0.1),
-    "lion": dict(learning_rate=0.1),
-    "adafactor": dict(learning_rate=0.1, min_dim_size_to_factor=2, momentum=0.5,
-                      weight_decay_rate=0.01),
-    "nadam": dict(learning_rate=0.1),
-    "nadamw": dict(learning_rate=0.1, weight_decay=0.01),
-    "adabelief": dict(learning_rate=0.1),
-    "adamax": dict(learning_rate=0.1),
-    "adamaxw": dict(learning_rate=0.1, weight_decay=0.01),
-    "novograd": dict(learning_rate=0.1, weight_decay=0.01),
-    "radam": dict(learning_rate=0.1, b2=0.9),
-    "sm3": dict(learning_rate=0.1),
-    "sign_sgd": dict(learning_rate=0.1),
-    "signum": dict(learning_rate=0.1),
-    "amsgrad": dict(learning_rate=0.1),
-    "yogi": dict(learning_rate=0.1),
-    "fromage": dict(learning_rate=0.1),
-    "noisy_sgd": dict(learning_rate=0.1, key=0),
-    "adadelta": dict(learning_rate=1.0, weight_decay=0.01),
-    "rprop": dict(learning_rate=0.1),
-    # No line search: a fixed step, so the gradient-only checks apply (the line
-    # searches are checked in tests/optimizers/test_quasi_newton.py).
-    "lbfgs": dict(learning_rate=0.1, memory_size=3, linesearch=None),
-    "polyak_sgd": dict(max_learning_rate=0.5),
-    "optimistic_gradient_descent": dict(learning_rate=0.1),
-    "adan": dict(learning_rate=0.1, weight_decay=0.01),
-    "optimistic_adam": dict(learning_rate=0.1, optimism=0.5),
-    "optimistic_adam_v2": dict(learning_rate=0.1, alpha=0.5, beta=2.0),
-}
-
-
-def optimizer_names(module: Any) -> list:
-    """The optimizers a family's test file parametrizes over: those ``module`` defines."""
-    return sorted(optimizer_functions(module))
-
-
-def small_tree(dtype: Any = jnp.float32, scalar: bool = True) -> dict:
-    tree = {"w": jnp.arange(6, dtype=dtype).reshape(2, 3) / 7 - 0.3, "b": jnp.zeros(3, dtype)}
-    if scalar:
-        tree["s"] = jnp.asarray(0.5, dtype)
-    return tree
-
-
-def small_grads(dtype: Any = jnp.float32, steps: int = 3, scalar: bool = True) -> list:
-    rng = np.random.default_rng(2)
-    return [jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.standard_normal(p.shape), dtype), small_tree(dtype, scalar))
-        for _ in range(steps)]
-
-
-def run_steps(opt: Any, params: Any, grads: list, **extra: Any) -> tuple:
-    """Eager steps (cheap once the primitives are compiled): [(params, updates)], state."""
-    state, out = opt.init(params), []
-    for g in grads:
-        u, state = opt.update(g, state, params, value=loss_value(params), **extra)
-        params = ft.apply_updates(params, u)
-        out.append((params, u))
-    return out, state
-
-
-def check_extra_args_ignored_and_inject_hyperparams(name: str) -> None:
-    """Unknown ``update`` keywords are ignored; ``inject_hyperparams`` gives the same numbers."""
-    factory, kwargs = getattr(ft, name), OPTIMIZER_ARGS[name]
-    params, grads = small_tree(), small_grads(steps=2)
-    plain, _ = run_steps(factory(**kwargs), params, grads)
-    noisy, _ = run_steps(factory(**kwargs), params, grads,
-                         unknown_argument=jnp.ones(()), another="text")
-    injected_opt = ft.inject_hyperparams(factory)(**kwargs)
-    injected, state = run_steps(injected_opt, params, grads, unknown_argument=1.0)
-    rate = "max_learning_rate" if name == "polyak_sgd" else "learning_rate"
-    assert rate in state.hyperparams
-    for (_, u1), (_, u2), (_, u3) in zip(plain, noisy, injected):
-        for a, b, c in zip(*map(jax.tree_util.tree_leaves, (u1, u2, u3))):
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_allclose(c, a, rtol=2e-5, atol=1e-6, err_msg=name)
-    assert any(np.any(np.asarray(u) != 0) for u in jax.tree_util.tree_leaves(plain[-1][1]))
-    # Under jit the hyperparameters are traced: every factory must accept that.
-    # (Lowering traces the whole step; compiling would add nothing but time.)
-    jax.jit(lambda p, s, g: injected_opt.update(g, s, p, value=loss_value(p))).lower(
-        params, state, grads[0])
-
-
-def check_float64_params_stay_float64(name: str) -> None:
-    """float64 params give float64 updates and states, with optax's float64 numbers."""
-    factory, kwargs = getattr(ft, name), OPTIMIZER_ARGS[name]
-    if name == "adafactor":  # its momentum is float32 unless told otherwise (as optax)
-        kwargs = dict(kwargs, dtype_momentum=jnp.float64)
-    with jax.enable_x64(True):
-        scalar = name != "sm3"  # optax's sm3 fails on scalar leaves
-        params = small_tree(jnp.float64, scalar)
-        grads = small_grads(jnp.float64, steps=2, scalar=scalar)
-        out, state = run_steps(factory(**kwargs), params, grads)
-        for p, u in out:
-            for x in jax.tree_util.tree_leaves((p, u)):
-                assert x.dtype == jnp.float64, name
-        for x in jax.tree_util.tree_leaves(state):
-            if jnp.issubdtype(x.dtype, jnp.floating):
-                assert x.dtype == jnp.float64, (name, x.dtype)
-        # The arithmetic is float64 as well: optax under x64 agrees far below
-        # float32 rounding (any float32 step in between would show at ~1e-7).
-        theirs, _ = run_steps(getattr(optax, name)(**kwargs), params, grads)
-        for (p1, _), (p2, _) in zip(out, theirs):
-            for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)):
-                np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13, err_msg=name)
-    assert not jax.config.jax_enable_x64
-
-
-def rosenbrock(p: jax.Array) -> jax.Array:
-    x, y = p[0], p[1]
-    return (1.0 - x) ** 2 + 100.0 * (y - x ** 2) ** 2
-
-
-def assert_reaches_rosenbrock_minimum(opt: Any) -> None:
-    """optax's convergence bar: Rosenbrock (a=1, b=100) from (0, 0) to (1, 1) in 10,000 steps."""
-    params = jnp.zeros(2)  # one leaf, as optax's test: the trust ratio sees the vector
-
-    @jax.jit
-    def run(params):
-        def step(carry, _):
-            p, s = carry
-            u, s = opt.update(jax.grad(rosenbrock)(p), s, p)
-            return (ft.apply_updates(p, u), s), None
-        return jax.lax.scan(step, (params, opt.init(params)), None, length=10_000)[0][0]
-
-    final = run(params)
-    np.testing.assert_allclose(final, [1.0, 1.0], atol=3e-2)
 
 
 # --------------------------------------------------------------------------

@@ -517,15 +517,10 @@ def check_multisteps_and_apply_if_finite_zero1() -> None:
 
 
 def contrib_cases() -> dict:
-    """tests/contrib/cases.py's registry (name -> Case), less the cases that opt out."""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).with_name("contrib") / "cases.py"
-    spec = importlib.util.spec_from_file_location("_functrain_contrib_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while defining
-    spec.loader.exec_module(module)
-    return {n: c for n, c in module.CASES.items() if "sharding" not in c.not_in}
+    """label -> (record, setting): every setting of every contrib optimizer in
+    tests/registry.py, less the settings that skip this check."""
+    import registry  # tests/ is on sys.path (see matrix_sharding_checks above)
+    return registry.settings(contrib=True, without="sharding")
 
 
 @check
@@ -541,13 +536,13 @@ def check_contrib_state_follows_params() -> None:
     xs, ys = make_batches()
     by_shape = {s: k for k, s in SHAPES.items()}
     failures = []
-    for name, case in contrib_cases().items():
+    for name, (record, setting) in contrib_cases().items():
         try:
-            opt = case.make(ft)
+            opt = record.make(ft, **setting.kwargs)
 
-            def step(p, s, x, y, opt=opt, case=case):
+            def step(p, s, x, y, opt=opt, record=record):
                 g = jax.grad(loss)(p, x, y)
-                extra = case.extra(lambda q: loss(q, x, y), p) if case.extra else {}
+                extra = record.update_kwargs(lambda q: loss(q, x, y), p)
                 u, s = opt.update(g, s, p, **extra)
                 return ft.apply_updates(p, u), s
 

@@ -1,13 +1,16 @@
 """Property-based tests (hypothesis) over every named optimizer and every wrapper.
 
-The subjects are found by introspection, so a new optimizer or wrapper cannot be
-forgotten: :func:`optimizer_names` (the public functions of
-``functrain/optimizers/*.py``) and :func:`wrapper_names` (the public
-transformations of ``functrain/wrappers/*.py``, and those of
-``functrain/transforms/engine.py`` and ``grouped.py`` that take a
-transformation). ``RECIPES`` says how to build each one;
+The subjects: every optimizer declared in ``tests/registry.py`` (core, contrib
+and beyond optax: ``tests/test_registry.py`` checks that none of the package's is
+missing), built with its record's arguments, and every wrapper found by
+introspection (:func:`wrapper_names`: the public transformations of
+``functrain/wrappers/*.py``, and those of ``functrain/transforms/engine.py``
+that take a transformation), built by ``WRAPPER_RECIPES``;
 :func:`test_recipes_cover_every_optimizer_and_wrapper` fails, naming it, when
-one has no recipe.
+one has no recipe. A record's ``skip`` (each with its reason) narrows the trees
+it is run on (:func:`adapt`: one dtype per tree, no bfloat16 beside float16, no
+zero-size leaf, no zero gradient entry, no all-equal gradient) or leaves a test
+out (``properties``, ``float64``).
 
 Hypothesis draws trees: nested dicts, lists and tuples (depth <= 3, empty ones
 too) of leaves shaped ``()``, ``(0,)``, ``(2, 0)``, ``(1,)``, ``(3,)`` or
@@ -31,10 +34,10 @@ example is always the simplest tree, a float32 scalar 0.0).
 
 :func:`test_properties_float64` repeats them with float64 trees under
 ``jax.enable_x64(True)``. Subjects whose math has no complex version
-(``real_only``: sm3, rprop, anything with ``clip``) draw real trees only;
-:func:`test_complex_rejected_with_clear_error` checks that they refuse complex
-leaves, naming the leaf, and :func:`test_complex_matches_optax` that every other
-optimizer gives optax's numbers on a complex tree.
+(``real_only``, with the reason: sm3, rprop, anything with ``clip``) draw real
+trees only; :func:`test_complex_rejected_with_clear_error` checks that they refuse
+complex leaves, naming the leaf, and :func:`test_complex_matches_optax` that every
+other core optimizer gives optax's numbers on a complex tree.
 
 Hypothesis settings come from a profile registered here: ``functrain-ci`` (the
 default: few examples, derandomized, no example database, so every run draws
@@ -51,7 +54,7 @@ import importlib
 import inspect
 import os
 import pathlib
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import chex
 import jax
@@ -64,7 +67,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import functrain as ft
-from helpers import FAST_COMPILE, optimizer_functions
+import registry
+from helpers import FAST_COMPILE
 
 PACKAGE = pathlib.Path(ft.__file__).resolve().parent
 
@@ -96,15 +100,8 @@ def _profile(scale: float = 1.0) -> settings:
 
 
 # --------------------------------------------------------------------------
-# What exists: optimizers and wrappers, by introspection
+# What exists: wrappers, by introspection (optimizers: tests/registry.py)
 # --------------------------------------------------------------------------
-
-def optimizer_names() -> set:
-    """Every named optimizer: the public functions of ``functrain/optimizers/*.py``."""
-    found = optimizer_functions()
-    assert all(f.__module__.startswith("functrain.optimizers.") for f in found.values())
-    return set(found)
-
 
 _TRANSFORMATION_PARAMS = {"tx", "inner", "opt", "transforms", "inner_factory"}
 
@@ -187,26 +184,30 @@ class Recipe:
       covers: the optimizer or wrapper name it exercises.
       make: ``make(module) -> transformation``; ``module`` is ``functrain``
         (or ``optax``, for the optimizers' complex parity).
-      needs_value: ``update`` takes ``value=loss`` (Polyak).
+      extra: ``extra(loss_fn, params) -> dict``, the keyword arguments ``update``
+        needs besides the gradients (``value=`` for Polyak; see tests/registry.py).
       real_only: documented to reject complex leaves (sign flips or clipping
         by value have no complex version): drawn on real trees only.
       min_leaves: trees with fewer (but at least one) leaves are not drawn
         (multi_transform needs every label to be used).
+      skip: property test (``properties``, ``float64``) -> why it does not apply.
     """
 
     covers: str
     make: Callable[[Any], Any]
-    needs_value: bool = False
+    extra: Optional[Callable[[Callable, Any], dict]] = None
     real_only: bool = False
     min_leaves: int = 0
+    skip: Any = dataclasses.field(default_factory=dict)
 
 
 LR = 1e-2
 
 
-def _opt(name: str, *, needs_value: bool = False, real_only: bool = False,
-         **kwargs: Any) -> Recipe:
-    return Recipe(name, lambda m: getattr(m, name)(**kwargs), needs_value, real_only)
+def from_record(record: registry.Optimizer) -> Recipe:
+    """The recipe of an optimizer of tests/registry.py: its record's arguments."""
+    return Recipe(record.name, record.make, record.extra, bool(record.real_only),
+                  skip=record.skip)
 
 
 def alternating(tree: Any) -> Any:
@@ -221,40 +222,7 @@ def two_labels(tree: Any) -> Any:
     return treedef.unflatten(["adam" if i % 2 == 0 else "sgd" for i in range(len(leaves))])
 
 
-OPTIMIZER_RECIPES = {
-    "adabelief": _opt("adabelief", learning_rate=LR),
-    "adadelta": _opt("adadelta", learning_rate=1.0),
-    "adafactor": _opt("adafactor", learning_rate=LR, min_dim_size_to_factor=2),
-    "adagrad": _opt("adagrad", learning_rate=LR),
-    "adam": _opt("adam", learning_rate=LR),
-    "adamax": _opt("adamax", learning_rate=LR),
-    "adamaxw": _opt("adamaxw", learning_rate=LR),
-    "adamw": _opt("adamw", learning_rate=LR, weight_decay=1e-2),
-    "amsgrad": _opt("amsgrad", learning_rate=LR),
-    "fromage": _opt("fromage", learning_rate=LR),
-    "lamb": _opt("lamb", learning_rate=LR, weight_decay=1e-2),
-    # No line search (it needs value_fn): tests/optimizers/test_quasi_newton.py has those.
-    "lbfgs": _opt("lbfgs", learning_rate=LR, linesearch=None),
-    "lars": _opt("lars", learning_rate=LR, weight_decay=1e-2),
-    "lion": _opt("lion", learning_rate=LR),
-    "nadam": _opt("nadam", learning_rate=LR),
-    "nadamw": _opt("nadamw", learning_rate=LR),
-    "noisy_sgd": _opt("noisy_sgd", learning_rate=LR, key=0),
-    "novograd": _opt("novograd", learning_rate=LR, weight_decay=1e-2),
-    "optimistic_gradient_descent": _opt("optimistic_gradient_descent", learning_rate=LR),
-    "polyak_sgd": _opt("polyak_sgd", needs_value=True, max_learning_rate=0.5),
-    "radam": _opt("radam", learning_rate=LR),
-    "rmsprop": _opt("rmsprop", learning_rate=LR, centered=True, momentum=0.5),
-    "rprop": _opt("rprop", real_only=True, learning_rate=LR),
-    "sgd": _opt("sgd", learning_rate=LR, momentum=0.9),
-    "sign_sgd": _opt("sign_sgd", learning_rate=LR),
-    "signum": _opt("signum", learning_rate=LR),
-    "sm3": _opt("sm3", real_only=True, learning_rate=LR),
-    "yogi": _opt("yogi", learning_rate=LR),
-    "adan": _opt("adan", learning_rate=LR, weight_decay=1e-2),
-    "optimistic_adam": _opt("optimistic_adam", learning_rate=LR),
-    "optimistic_adam_v2": _opt("optimistic_adam_v2", learning_rate=LR, alpha=0.5, beta=2.0),
-}
+OPTIMIZER_RECIPES = {name: from_record(r) for name, r in registry.REGISTRY.items()}
 
 WRAPPER_RECIPES = {
     "masked(adam)": Recipe("masked", lambda m: m.masked(m.adam(LR), alternating)),
@@ -327,7 +295,7 @@ def test_recipes_cover_every_optimizer_and_wrapper():
     An alias is covered by a recipe under any of its names (``partition`` by
     ``multi_transform``'s): the same object needs no second run.
     """
-    optimizers, wrappers = optimizer_names(), wrapper_functions()
+    optimizers, wrappers = set(registry.REGISTRY), wrapper_functions()
     expected_wrappers = {"masked", "multi_transform", "partition", "freeze", "MultiSteps",
                          "apply_if_finite", "inject_hyperparams", "named_chain", "chain"}
     assert expected_wrappers <= set(wrappers), (
@@ -339,11 +307,9 @@ def test_recipes_cover_every_optimizer_and_wrapper():
     assert not missing, f"no recipe in tests/test_properties.py RECIPES for: {missing}"
     unknown = sorted(covered - optimizers - set(wrappers))
     assert not unknown, f"recipes for names that are neither optimizer nor wrapper: {unknown}"
-    assert set(OPTIMIZER_RECIPES) == optimizers, (
-        f"OPTIMIZER_RECIPES must be keyed by optimizer name: "
-        f"{sorted(set(OPTIMIZER_RECIPES) ^ optimizers)}")
-    for name, recipe in OPTIMIZER_RECIPES.items():
-        assert recipe.covers == name, name
+    for name, recipe in RECIPES.items():
+        for test, reason in recipe.skip.items():
+            assert test not in ("properties", "float64") or len(reason) > 10, (name, test)
 
 
 # --------------------------------------------------------------------------
@@ -482,13 +448,44 @@ def avals(tree: Any) -> list:
             for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
+def adapt(recipe: Recipe, spec: Any) -> Any:
+    """``spec`` as far as ``recipe`` applies (the registry's ``skip``, with the reasons):
+
+    * ``mixed_dtypes``: every leaf given the first leaf's dtype;
+    * ``mixed_16bit``: float16 leaves made bfloat16 where the tree mixes the two;
+    * ``zero_size``: zero-size leaves given one entry;
+    * ``zero_gradient``: gradient entries 0 made 1 (an all-zero gradient has no direction);
+    * ``degenerate``: a distinct offset added to each gradient entry (all-equal entries make
+      a rank-1 matrix, whose eigenbasis is not unique).
+    """
+    dtypes = [leaf.dtype for leaf in jax.tree_util.tree_leaves(spec)]
+    to_bf16 = "mixed_16bit" in recipe.skip and {"bfloat16", "float16"} <= set(dtypes)
+    one_dtype = dtypes[0] if dtypes and "mixed_dtypes" in recipe.skip else None
+    no_empty = "zero_size" in recipe.skip
+
+    def fix(leaf: Leaf) -> Leaf:
+        dtype = "bfloat16" if to_bf16 and leaf.dtype == "float16" else leaf.dtype
+        dtype = one_dtype or dtype
+        if no_empty and 0 in leaf.shape:
+            return fixed_leaf((1,), dtype, 7)
+        data = leaf.data.copy()
+        if "zero_gradient" in recipe.skip:
+            data[2:] = np.where(data[2:] == 0, np.float32(1), data[2:])
+        if "degenerate" in recipe.skip:
+            data[2:] += (0.1 * np.sin(np.arange(1, data[0].size + 1))).reshape(
+                data.shape[1:]).astype(np.float32)
+        return Leaf(leaf.shape, dtype, data)
+
+    return jax.tree_util.tree_map(fix, spec)
+
+
 def check_properties(recipe: Recipe, spec: Any) -> None:
-    """Properties 1-5 for one subject on one drawn tree."""
+    """Properties 1-5 for one subject on one drawn tree (as far as it applies: :func:`adapt`)."""
     n = len(jax.tree_util.tree_leaves(spec))
     assume(n == 0 or n >= recipe.min_leaves)
-    params, g1, g2 = materialize(spec)
+    params, g1, g2 = materialize(adapt(recipe, spec))
     opt = recipe.make(ft)
-    extra = (lambda p: {"value": loss(p)}) if recipe.needs_value else (lambda p: {})
+    extra = (lambda p: recipe.extra(loss, p)) if recipe.extra else (lambda p: {})
 
     # 5. eval_shape of init is init's structure, shapes and dtypes.
     state0 = opt.init(params)
@@ -566,8 +563,11 @@ TREES = trees(REAL_DTYPES + COMPLEX_DTYPES)
 REAL_TREES = trees(REAL_DTYPES)
 F64_TREES = trees(["float64", "float32"])
 
-COMPLEX_SUBJECTS = sorted(n for n, r in RECIPES.items() if not r.real_only)
-REAL_ONLY_SUBJECTS = sorted(n for n, r in RECIPES.items() if r.real_only)
+COMPLEX_SUBJECTS = sorted(n for n, r in RECIPES.items()
+                          if not r.real_only and "properties" not in r.skip)
+REAL_ONLY_SUBJECTS = sorted(n for n, r in RECIPES.items()
+                            if r.real_only and "properties" not in r.skip)
+F64_SUBJECTS = sorted(n for n, r in RECIPES.items() if "float64" not in r.skip)
 
 
 @pytest.mark.parametrize("subject", COMPLEX_SUBJECTS)
@@ -588,7 +588,7 @@ def test_properties_real_only(subject, spec):
     check_properties(RECIPES[subject], spec)
 
 
-@pytest.mark.parametrize("subject", sorted(RECIPES))
+@pytest.mark.parametrize("subject", F64_SUBJECTS)
 @given(spec=F64_TREES)
 @example(spec=MIXED_F64)
 @_profile(scale=0.5)
@@ -626,9 +626,8 @@ def complex_trajectories(recipe: Recipe, steps: int = 20) -> tuple:
 
         def step(carry, _):
             p, s = carry
-            value, g = jax.value_and_grad(complex_loss)(p)
-            g = jax.tree_util.tree_map(jnp.conj, g)
-            extra = {"value": value} if recipe.needs_value else {}
+            g = jax.tree_util.tree_map(jnp.conj, jax.grad(complex_loss)(p))
+            extra = recipe.extra(complex_loss, p) if recipe.extra else {}
             u, s = opt.update(g, s, p, **extra)
             p = module.apply_updates(p, u)
             return (p, s), p
@@ -640,7 +639,8 @@ def complex_trajectories(recipe: Recipe, steps: int = 20) -> tuple:
     return both(params)
 
 
-COMPLEX_OPTIMIZERS = sorted(n for n, r in OPTIMIZER_RECIPES.items() if not r.real_only)
+COMPLEX_OPTIMIZERS = sorted(n for n, r in OPTIMIZER_RECIPES.items()
+                            if not r.real_only and not registry.REGISTRY[n].contrib)
 
 
 @pytest.mark.parametrize("name", COMPLEX_OPTIMIZERS)
@@ -663,23 +663,25 @@ def test_complex_matches_optax(name):
         f"{name} never moved the imaginary parts: the comparison would be vacuous")
 
 
-REJECTS_COMPLEX = {
-    "sm3": lambda: ft.sm3(LR),
-    "rprop": lambda: ft.rprop(LR),
-    "clip": lambda: ft.clip(0.5),
-}
+# Every subject marked real_only (the registry's records, with their reasons), and clip.
+REJECTS_COMPLEX = {n: r for n, r in RECIPES.items()
+                   if r.real_only and "complex_error" not in r.skip}
+REJECTS_COMPLEX["clip"] = Recipe("clip", lambda m: m.clip(0.5), real_only=True)
 
 
 @pytest.mark.parametrize("name", sorted(REJECTS_COMPLEX))
 def test_complex_rejected_with_clear_error(name):
-    """sm3, rprop and clip have no complex version: a TypeError/ValueError naming the leaf."""
-    opt = REJECTS_COMPLEX[name]()
+    """What has no complex version refuses complex leaves: a TypeError/ValueError naming
+    the leaf (so a ``real_only`` mark cannot go stale)."""
+    recipe = REJECTS_COMPLEX[name]
+    opt = recipe.make(ft)
     params = {"b": jnp.ones(3, jnp.float32),
               "w": jnp.asarray([[1 + 1j, 2 - 1j], [0.5j, -1.0]], jnp.complex64)}
     grads = jax.tree_util.tree_map(lambda x: x * 0.5, params)
+    extra = recipe.extra(loss, params) if recipe.extra else {}
     with pytest.raises((TypeError, ValueError)) as info:
         state = opt.init(params)
-        opt.update(grads, state, params)
+        opt.update(grads, state, params, **extra)
     message = str(info.value)
     assert "['w']" in message, f"{name}: the error does not name the leaf ['w']: {message}"
     assert "complex" in message.lower(), f"{name}: the error does not say 'complex': {message}"

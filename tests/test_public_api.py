@@ -10,7 +10,8 @@ import re
 import types
 
 import functrain
-from helpers import TYPE_ALIASES, optimizer_functions
+import registry
+from helpers import TYPE_ALIASES
 
 # Type aliases cannot carry a docstring of their own; they are documented where defined.
 ALIASES = TYPE_ALIASES | {"ShouldSkipUpdateFunction", "ConditionFn"}
@@ -62,9 +63,10 @@ def test_optax_is_never_imported_by_functrain():
 
 # Modules whose public functions are part of the API beside functrain's top level.
 SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
-              "functrain.seed_updates", "functrain.grad", "functrain.projections",
+              "functrain.ivy_updates", "functrain.grad", "functrain.projections",
               "functrain.microbatching", "functrain.linalg",
-              "functrain.contrib.adam_variants", "functrain.contrib.ademamix",
+              "functrain.contrib.adopt", "functrain.contrib.madgrad", "functrain.contrib.acprop",
+              "functrain.contrib.ademamix",
               "functrain.contrib.galore",
               "functrain.contrib.complex_valued", "functrain.contrib.normalize",
               "functrain.contrib.muon", "functrain.contrib.shampoo", "functrain.contrib.kron",
@@ -97,7 +99,7 @@ def test_public_functions_are_found():
                               ("functrain.tree", "get_path"), ("functrain.tree", "check_shapes"),
                               ("functrain.numerics", "trust_ratio"),
                               ("functrain.sharding", "zero_shardings"),
-                              ("functrain.seed_updates", "lamb_update"),
+                              ("functrain.ivy_updates", "lamb_update"),
                               ("functrain.grad", "value_and_grad")]:
         assert getattr(importlib.import_module(module_name), name) in found, (module_name, name)
     assert len(found) >= 100, len(found)
@@ -121,15 +123,17 @@ NOT_FROM_A_PAPER = {
     "scale", "scale_by_schedule", "scale_by_learning_rate", "scale_by_param_block_norm",
     "clip", "clip_by_global_norm", "clip_by_block_rms", "add_decayed_weights", "identity",
     "set_to_zero", "trace", "ema", "zero_nans", "keep_params_nonnegative",
+    "normalize", "split_real_and_imaginary",  # functrain.contrib's
 }
 YEAR = re.compile(r"\b(19|20)\d\d\b")
 
 
 def test_every_optimizer_and_scale_by_cites_a_reference_year():
-    cited = sorted(set(optimizer_functions())
-                   | {n for n, _ in public_names() if n.startswith("scale_by_")})
-    checked = [n for n in cited if n not in NOT_FROM_A_PAPER]
-    assert len(checked) >= 45, checked
-    missing = [n for n in checked if not YEAR.search(inspect.getdoc(getattr(functrain, n)) or "")]
+    objects = {n: getattr(functrain.contrib if r.contrib else functrain, n)
+               for n, r in registry.REGISTRY.items()}  # every optimizer, contrib's too
+    objects.update((n, obj) for n, obj in public_names() if n.startswith("scale_by_"))
+    checked = [n for n in sorted(objects) if n not in NOT_FROM_A_PAPER]
+    assert len(checked) >= 70, checked
+    missing = [n for n in checked if not YEAR.search(inspect.getdoc(objects[n]) or "")]
     assert not missing, (f"{len(missing)} optimizers/scale_by_* whose docstring cites no "
                          f"reference year (19xx/20xx): {missing}")

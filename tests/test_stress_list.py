@@ -17,11 +17,10 @@ import jax.numpy as jnp
 import pytest
 
 import functrain
-from helpers import OPTIMIZER_ARGS, all_equations, optimizer_functions
+import registry
+from helpers import all_equations
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stress"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "contrib"))
-from cases import CASES  # noqa: E402
 from run_stress import STRESSED, transformer_tree  # noqa: E402
 
 PARAMS = {"w": jnp.linspace(-1.0, 1.0, 24).reshape(6, 4), "b": jnp.linspace(0.1, 0.4, 4)}
@@ -41,43 +40,23 @@ def _loss(p):
     return sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(p))
 
 
-def _step_jaxpr(opt, extra=None):
+def _step_jaxpr(record, setting):
+    opt = record.make(functrain, **setting.kwargs)
     state = opt.init(PARAMS)
-    kwargs = extra(_loss, PARAMS) if extra else {}
+    kwargs = record.update_kwargs(_loss, PARAMS)
     return jax.make_jaxpr(lambda g, s: opt.update(g, s, PARAMS, **kwargs))(PARAMS, state)
 
 
-BEYOND_OPTAX = {"shampoo": lambda: functrain.contrib.shampoo(1e-3),
-                "soap": lambda: functrain.contrib.soap(1e-3),
-                "kron": lambda: functrain.contrib.kron(1e-3),
-                "mars": lambda: functrain.contrib.mars(1e-3),
-                "came": lambda: functrain.contrib.came(1e-3)}
+SETTINGS = registry.settings()
 
 
-@pytest.mark.parametrize("name", sorted(BEYOND_OPTAX))
-def test_beyond_optax_optimizers_at_risk_are_stressed(name):
-    found = risky_primitives(_step_jaxpr(BEYOND_OPTAX[name]()))
-    assert not found or name in STRESSED_BASES, (
-        f"{name}'s step contains {sorted(found)}: add it to STRESSED in "
-        f"tests/stress/run_stress.py")
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_contrib_optimizers_at_risk_are_stressed(case):
-    c = CASES[case]
-    found = risky_primitives(_step_jaxpr(c.make(functrain), c.extra))
-    assert not found or c.covers in STRESSED_BASES, (
-        f"{case}'s step contains {sorted(found)}: add {c.covers} to STRESSED in "
-        f"tests/stress/run_stress.py")
-
-
-@pytest.mark.parametrize("name", sorted(OPTIMIZER_ARGS))
-def test_core_optimizers_at_risk_are_stressed(name):
-    opt = optimizer_functions()[name](**OPTIMIZER_ARGS[name])
-    extra = (lambda loss, p: {"value": loss(p)}) if name == "polyak_sgd" else None
-    found = risky_primitives(_step_jaxpr(opt, extra))
-    assert not found or name in STRESSED_BASES, (
-        f"{name}'s step contains {sorted(found)}: add it to STRESSED in "
+@pytest.mark.parametrize("label", sorted(SETTINGS))
+def test_optimizers_at_risk_are_stressed(label):
+    """Every setting of every optimizer in tests/registry.py."""
+    record, setting = SETTINGS[label]
+    found = risky_primitives(_step_jaxpr(record, setting))
+    assert not found or record.name in STRESSED_BASES, (
+        f"{label}'s step contains {sorted(found)}: add {record.name} to STRESSED in "
         f"tests/stress/run_stress.py")
 
 
@@ -86,7 +65,7 @@ def test_no_batched_decomposition_on_cpu(name):
     # The jaxpr keeps platform_dependent's branches; the CPU branch is lax.map (a while
     # loop over single matrices), so batched calls may appear only under the non-CPU one.
     # Lowered for CPU, no LAPACK call may carry a batch dimension.
-    opt = BEYOND_OPTAX[name]()
+    opt = registry.REGISTRY[name].make(functrain)
     params = {k: v for k, v in transformer_tree(jax).items() if k in ("emb", "b0_q", "b0_ln1")}
     state = opt.init(params)
     text = jax.jit(lambda g, s: opt.update(g, s, params)).lower(params, state).as_text()

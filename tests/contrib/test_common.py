@@ -1,7 +1,7 @@
-"""Every contrib case (tests/contrib/cases.py) against optax.contrib, and optax's contrib
-conformance properties.
+"""Every setting of every contrib optimizer (tests/registry.py) against optax.contrib, and
+optax's contrib conformance properties.
 
-For each case:
+For each setting (``label``, the record's name for its default arguments):
 
 * ``parity``: 30 jitted steps on a tree of a matrix, a vector, a scalar and a zero
   leaf give optax.contrib's parameters at every step.
@@ -15,14 +15,15 @@ For each case:
   their mean, and ``functrain.tree_map_params`` maps the state.
 * ``eval_shape``: ``jax.eval_shape(opt.init, abstract_params)`` gives the shapes and
   dtypes of the real ``init`` (state from shapes alone).
+* ``donation``: no buffer shared in ``init``'s state, two donated jitted steps run.
 
-A case leaves a check out only with a written reason (``Case.not_in``).
+A setting leaves a check out only with a written reason (``skip`` in the registry); the
+optimizers optax lacks (shampoo, soap, kron, ...) skip ``parity`` and ``inject``.
 """
 
 from __future__ import annotations
 
 import inspect
-import pathlib
 from typing import Any, Callable
 
 import jax
@@ -33,9 +34,10 @@ import optax.contrib  # noqa: F401  (the reference)
 import pytest
 
 import functrain
-from cases import CASES, Case
+import registry
+from registry import Optimizer
 
-NAMES = sorted(CASES)
+SETTINGS = registry.settings(contrib=True)
 
 
 def _params(case_name: str) -> tuple:
@@ -57,18 +59,19 @@ def _params(case_name: str) -> tuple:
     return params, loss
 
 
-def _step_fn(opt: Any, loss: Callable, case: Case, lib: Any) -> Callable:
+def _step_fn(opt: Any, loss: Callable, record: Optimizer, lib: Any) -> Callable:
     def step(params, state):
         grads = jax.grad(loss)(params)
-        extra = case.extra(loss, params) if case.extra else {}
+        extra = record.update_kwargs(loss, params)
         updates, state = opt.update(grads, state, params, **extra)
         return lib.apply_updates(params, updates), state
     return step
 
 
-def _trajectory(case: Case, lib: Any, params: Any, loss: Callable, steps: int) -> Any:
-    opt = case.make(lib)
-    step = _step_fn(opt, loss, case, lib)
+def _trajectory(label: str, lib: Any, params: Any, loss: Callable, steps: int) -> Any:
+    record, setting = SETTINGS[label]
+    opt = record.make(lib, **setting.kwargs)
+    step = _step_fn(opt, loss, record, lib)
 
     def body(carry, _):
         carry = step(*carry)
@@ -80,44 +83,19 @@ def _trajectory(case: Case, lib: Any, params: Any, loss: Callable, steps: int) -
 
 
 def _cases_for(check: str) -> list[str]:
-    return [n for n in NAMES if check not in CASES[n].not_in]
+    return sorted(registry.settings(contrib=True, without=check))
 
 
-def test_every_contrib_name_has_a_case_or_its_own_tests():
-    """Every optimizer/wrapper of functrain.contrib is in the registry (the common checks
-    run on it), except the building blocks the optimizers are made of."""
-    covered = {c.covers for c in CASES.values()}
-    public = {n for n, obj in vars(functrain.contrib).items()
-              if not n.startswith("_") and inspect.isfunction(obj)}
-    building_blocks = {n for n in public if n.startswith("scale_by_")} | {
-        "schedule_free_eval_params", "hutchinson_estimator_diag_hessian",
-        "split_real_and_imaginary"}
-    # Optimizers optax.contrib does not have (issue 15: shampoo, soap, kron, mars, came)
-    # have no optax reference; each is checked against the paper's pseudo-code in numpy in
-    # its own tests/contrib/test_contrib_*.py, which must name it.
-    beyond_optax = {n for n in public if not hasattr(optax.contrib, n)}
-    missing = sorted(public - building_blocks - covered - beyond_optax)
-    assert not missing, f"contrib optimizers without a case in tests/contrib/cases.py: {missing}"
-    own_tests = "".join(p.read_text() for p in
-                        pathlib.Path(__file__).parent.glob("test_contrib_*.py"))
-    untested = sorted(n for n in beyond_optax if f"contrib.{n}(" not in own_tests
-                      and f"{n}(" not in own_tests)
-    assert not untested, f"contrib names beyond optax without tests of their own: {untested}"
-    for name, case in CASES.items():
-        for check, reason in case.not_in.items():
-            assert check in CHECKS, f"{name}: unknown check {check!r} in not_in"
-            assert isinstance(reason, str) and len(reason) > 10, f"{name}: no reason for {check}"
-
-
-CHECKS = ("parity", "converges", "inject", "dtypes", "multisteps", "eval_shape", "sharding")
+def _make(label: str, lib: Any = functrain) -> Any:
+    record, setting = SETTINGS[label]
+    return record.make(lib, **setting.kwargs)
 
 
 @pytest.mark.parametrize("name", _cases_for("parity"))
 def test_matches_optax_contrib(name):
-    case = CASES[name]
     params, loss = _params(name)
-    ours = _trajectory(case, functrain, params, loss, 30)
-    theirs = _trajectory(case, optax, params, loss, 30)
+    ours = _trajectory(name, functrain, params, loss, 30)
+    theirs = _trajectory(name, optax, params, loss, 30)
     for key in params:
         np.testing.assert_allclose(np.asarray(ours[key]), np.asarray(theirs[key]),
                                    rtol=2e-5, atol=2e-6, err_msg=f"{name}: leaf {key}")
@@ -150,19 +128,19 @@ TARGETS = {"parabola": _parabola, "rosenbrock": _rosenbrock,
 
 @pytest.mark.parametrize("name", _cases_for("converges"))
 def test_converges_on_optax_targets(name):
-    case = CASES[name]
+    record, _ = SETTINGS[name]
     failures = []
     for target_name, setup in TARGETS.items():
         init, final, loss = setup()
-        opt = case.make(functrain)
-        step = _step_fn(opt, loss, case, functrain)
+        opt = _make(name)
+        step = _step_fn(opt, loss, record, functrain)
 
         def body(carry, _):
             return step(*carry), None
 
         params, state = jax.jit(lambda p, s: jax.lax.scan(body, (p, s), length=30_000)[0])(
             init, opt.init(init))
-        if "schedule_free" in case.covers or "schedule_free" in name:
+        if record.name.startswith("schedule_free"):
             params = functrain.contrib.schedule_free_eval_params(state, params)
         for got, want in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(final)):
             if not np.allclose(got, want, rtol=3e-2, atol=3e-2):
@@ -174,22 +152,22 @@ def test_converges_on_optax_targets(name):
 STATIC = ("warmup_steps", "num_betas", "clip_value_fn", "ns_steps", "rank", "update_proj_gap")
 
 
-@pytest.mark.parametrize("name", [n for n in _cases_for("inject") if CASES[n].kwargs is not None])
+@pytest.mark.parametrize("name", _cases_for("inject"))
 def test_inject_hyperparams(name):
     """``inject_hyperparams(factory)(**kwargs)``: optax's numbers (its own injected
     optimizer, to the parity tolerance), and the plain optimizer's up to the rounding of
     hyperparameters stored as float32 arrays (``1 - b2`` of a float32 0.999 is off by
     1e-5 relative: optax's injected optimizers differ from its plain ones as much)."""
-    case = CASES[name]
+    record, setting = SETTINGS[name]
     params, loss = _params(name)
     results = {}
     for lib in (functrain, optax):
-        factory = getattr(lib.contrib, case.covers)
+        factory = record.factory(lib)
         static = tuple(a for a in STATIC if a in inspect.signature(factory).parameters)
-        for label, opt in (("plain", factory(**case.kwargs)),
+        for label, opt in (("plain", factory(**setting.kwargs)),
                            ("injected", lib.inject_hyperparams(
-                               factory, static_args=static)(**case.kwargs))):
-            step = jax.jit(_step_fn(opt, loss, case, lib))
+                               factory, static_args=static)(**setting.kwargs))):
+            step = jax.jit(_step_fn(opt, loss, record, lib))
             p, s = params, opt.init(params)
             for _ in range(5):
                 p, s = step(p, s)
@@ -211,16 +189,16 @@ def _compiles(fn: Callable, *args: Any) -> int:
 
 @pytest.mark.parametrize("name", _cases_for("dtypes"))
 def test_dtypes_kept_extra_args_ignored_no_recompile(name):
-    case = CASES[name]
+    record, _ = SETTINGS[name]
     params, loss = _params(name)
     params16 = jax.tree_util.tree_map(lambda p: p.astype(jnp.bfloat16), params)
-    opt = case.make(functrain)
+    opt = _make(name)
 
     @jax.jit
     def step(p, s):
         grads = jax.grad(lambda q: loss(jax.tree_util.tree_map(
             lambda x: x.astype(jnp.float32), q)))(p)
-        extra = case.extra(loss, p) if case.extra else {}
+        extra = record.update_kwargs(loss, p)
         updates, s = opt.update(grads, s, p, unexpected_extra_args_your_optimizer_ignores=1,
                                 **extra)
         return functrain.apply_updates(p, updates), s, updates
@@ -235,7 +213,7 @@ def test_dtypes_kept_extra_args_ignored_no_recompile(name):
 
 @pytest.mark.parametrize("name", _cases_for("multisteps"))
 def test_multisteps_equals_large_batch(name):
-    case = CASES[name]
+    record, _ = SETTINGS[name]
     params, loss = _params(name)
     k = 3
     rng = np.random.default_rng(5)
@@ -243,11 +221,11 @@ def test_multisteps_equals_large_batch(name):
         lambda p: jnp.asarray(rng.standard_normal(p.shape), jnp.float32), params)
         for _ in range(k)]
     mean = jax.tree_util.tree_map(lambda *g: sum(g) / k, *micro)
-    opt = case.make(functrain)
-    extra = case.extra(loss, params) if case.extra else {}
+    opt = _make(name)
+    extra = record.update_kwargs(loss, params)
 
     big, _ = jax.jit(lambda g, s: opt.update(g, s, params, **extra))(mean, opt.init(params))
-    multi = functrain.MultiSteps(case.make(functrain), every_k_schedule=k)
+    multi = functrain.MultiSteps(_make(name), every_k_schedule=k)
     state = multi.init(params)
     update = jax.jit(lambda g, s: multi.update(g, s, params, **extra))
     for g in micro:
@@ -262,9 +240,8 @@ def test_multisteps_equals_large_batch(name):
 
 @pytest.mark.parametrize("name", _cases_for("eval_shape"))
 def test_state_from_shapes_alone(name):
-    case = CASES[name]
     params, _ = _params(name)
-    opt = case.make(functrain)
+    opt = _make(name)
     abstract = jax.tree_util.tree_map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
     shapes = jax.eval_shape(opt.init, abstract)
     real = opt.init(params)
@@ -273,34 +250,20 @@ def test_state_from_shapes_alone(name):
     assert got == want, name
 
 
-# The optimizers optax.contrib does not have (no case in the registry): built with
-# their defaults, for the checks that need no optax reference.
-BEYOND_OPTAX = {
-    "shampoo": lambda: functrain.contrib.shampoo(1e-2),
-    "soap": lambda: functrain.contrib.soap(1e-2),
-    "kron": lambda: functrain.contrib.kron(1e-2),
-    "mars": lambda: functrain.contrib.mars(1e-2),
-    "came": lambda: functrain.contrib.came(1e-2),
-}
-
-
-@pytest.mark.parametrize("name", NAMES + sorted(BEYOND_OPTAX))
+@pytest.mark.parametrize("name", _cases_for("donation"))
 def test_state_has_distinct_buffers_and_donates(name):
     """No array sits in two places of the eager ``init``'s state (a donated step would
     refuse it), and two steps jitted with the state donated run."""
+    record, _ = SETTINGS[name]
     params, loss = _params(name)
-    if name in BEYOND_OPTAX:
-        opt, extra_fn = BEYOND_OPTAX[name](), None
-    else:
-        opt, extra_fn = CASES[name].make(functrain), CASES[name].extra
+    opt = _make(name)
     state = opt.init(params)
     leaves = [x for x in jax.tree_util.tree_leaves(state) if hasattr(x, "shape")]
     assert len({id(x) for x in leaves}) == len(leaves), f"{name}: a buffer is shared in init"
 
     def step(p, s):
         grads = jax.grad(loss)(p)
-        extra = extra_fn(loss, p) if extra_fn else {}
-        updates, s = opt.update(grads, s, p, **extra)
+        updates, s = opt.update(grads, s, p, **record.update_kwargs(loss, p))
         return functrain.apply_updates(p, updates), s
 
     run = jax.jit(step, donate_argnums=(0, 1))

@@ -18,9 +18,10 @@ import pytest
 import functrain as ft
 from functrain.optimizers import adam_variants
 from helpers import (FORMULA_GRADS, FORMULA_P0, assert_same_trajectory, check_against_formula,
-                     check_extra_args_ignored_and_inject_hyperparams, run_on_formula_inputs,
-                     check_float64_params_stay_float64, make_grads, make_params,
-                     matrices_only, optimizer_names)
+                     make_grads, make_params, matrices_only, run_on_formula_inputs)
+from optimizer_checks import (check_extra_args_ignored_and_inject_hyperparams,
+                              check_float64_params_stay_float64)
+from registry import optimizer_names
 
 NAMES = optimizer_names(adam_variants)
 STEPS = 40

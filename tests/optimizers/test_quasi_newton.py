@@ -12,7 +12,8 @@ import optax
 import pytest
 
 import functrain as ft
-from helpers import FAST_COMPILE, check_float64_params_stay_float64
+from helpers import FAST_COMPILE
+from optimizer_checks import check_float64_params_stay_float64
 
 
 def rosenbrock(w):

@@ -10,9 +10,10 @@ import pytest
 
 import functrain as ft
 from functrain.optimizers import rms_family
-from helpers import (FORMULA_GRADS, FORMULA_P0, check_against_formula,
-                     check_extra_args_ignored_and_inject_hyperparams,
-                     check_float64_params_stay_float64, optimizer_names)
+from helpers import FORMULA_GRADS, FORMULA_P0, check_against_formula
+from optimizer_checks import (check_extra_args_ignored_and_inject_hyperparams,
+                              check_float64_params_stay_float64)
+from registry import optimizer_names
 
 NAMES = optimizer_names(rms_family)
 

@@ -1,7 +1,7 @@
 """Same inputs, same numbers as optax: every trajectory compared at every one of 50 jitted steps.
 
-* Every named optimizer (``OPTIMIZER_CASES``, ``MORE_OPTIMIZER_CASES``), and a check
-  that no optimizer defined in ``functrain/optimizers/*.py`` is missing from them.
+* Every setting of every core optimizer declared in ``tests/registry.py`` (which
+  ``tests/test_registry.py`` checks against the package: none is missing).
 * Combinations of building blocks, schedules and clipping.
 * The wrappers and per-leaf transforms (``WRAPPER_CASES``).
 * The trust-ratio recompute forced on for small trees.
@@ -19,8 +19,8 @@ import pytest
 
 import functrain as ft
 from functrain.transforms import recompute
-from helpers import (assert_same_trajectory, make_grads, make_params, matrices_only,
-                     optimizer_functions, OPTIMIZER_ARGS)
+import registry
+from helpers import assert_same_trajectory, make_grads, make_params, matrices_only
 
 
 def schedules(m):
@@ -29,38 +29,28 @@ def schedules(m):
 
 
 # --------------------------------------------------------------------------
-# Named optimizers and combinations, on the full test tree
+# Named optimizers (every setting of every core record in tests/registry.py)
+# --------------------------------------------------------------------------
+
+CORE_SETTINGS = registry.settings(contrib=False)
+
+
+@pytest.mark.parametrize("label", sorted(CORE_SETTINGS))
+def test_matches_optax(label):
+    record, setting = CORE_SETTINGS[label]
+    assert record.reference == f"optax.{record.name}", record.reference
+    scalar = "scalar_leaf" not in setting.skip
+    assert_same_trajectory(record.make(ft, **setting.kwargs), record.make(optax, **setting.kwargs),
+                           params=make_params(scalar), name=label,
+                           with_value=record.extra is not None)
+
+
+# --------------------------------------------------------------------------
+# Combinations of building blocks, schedules and clipping
 # --------------------------------------------------------------------------
 
 # name -> constructor of a module m (functrain or optax)
-OPTIMIZER_CASES = {
-    "sgd": lambda m: m.sgd(1e-3),
-    "sgd_momentum": lambda m: m.sgd(1e-3, momentum=0.9),
-    "sgd_nesterov": lambda m: m.sgd(1e-3, momentum=0.5, nesterov=True),
-    "adam": lambda m: m.adam(1e-2),
-    "adam_settings": lambda m: m.adam(3e-3, b1=0.8, b2=0.99, eps=1e-6, eps_root=1e-8),
-    "adam_nesterov": lambda m: m.adam(1e-2, nesterov=True),
-    "adamw": lambda m: m.adamw(1e-2),
-    "adamw_masked": lambda m: m.adamw(1e-2, weight_decay=0.1, mask=matrices_only),
-    "adamw_nesterov": lambda m: m.adamw(1e-2, b1=0.7, weight_decay=0.05, nesterov=True),
-    "lamb": lambda m: m.lamb(1e-2),
-    "lamb_decay": lambda m: m.lamb(1e-2, b1=0.8, eps=1e-8, weight_decay=0.01),
-    "lamb_masked": lambda m: m.lamb(1e-2, weight_decay=0.1, mask=matrices_only),
-    "lars": lambda m: m.lars(0.1),
-    "lars_settings": lambda m: m.lars(0.5, weight_decay=1e-3, trust_coefficient=0.01,
-                                      eps=1e-6, momentum=0.8, nesterov=True),
-    "lars_masks": lambda m: m.lars(0.5, weight_decay=1e-2, weight_decay_mask=matrices_only,
-                                   trust_ratio_mask=matrices_only),
-    "rmsprop": lambda m: m.rmsprop(1e-3),
-    "rmsprop_centered": lambda m: m.rmsprop(1e-3, decay=0.8, centered=True, momentum=0.9,
-                                            initial_scale=0.5),
-    "rmsprop_bias": lambda m: m.rmsprop(1e-3, eps_in_sqrt=False, bias_correction=True,
-                                        momentum=0.5, nesterov=True),
-    "adagrad": lambda m: m.adagrad(1e-2),
-    "adagrad_settings": lambda m: m.adagrad(0.1, initial_accumulator_value=0.5, eps=1e-5),
-    "lion": lambda m: m.lion(1e-3),
-    "lion_settings": lambda m: m.lion(1e-4, b1=0.8, b2=0.9, weight_decay=0.1,
-                                      mask=matrices_only),
+COMBINATION_CASES = {
     "clip_lamb_schedule": lambda m: m.chain(
         m.clip_by_global_norm(1.0),
         m.lamb(schedules(m).warmup_cosine_decay_schedule(0.0, 1e-2, 10, 50, end_value=1e-4))),
@@ -73,111 +63,13 @@ OPTIMIZER_CASES = {
     "building_blocks": lambda m: m.chain(
         m.scale_by_adam(), m.add_decayed_weights(1e-3), m.scale_by_trust_ratio(),
         m.trace(0.5), m.scale_by_schedule(lambda c: 1e-3 / (1 + c)), m.scale(-1.0)),
-    "adan": lambda m: m.adan(1e-2),
-    "optimistic_adam": lambda m: m.optimistic_adam(1e-2),  # deprecated in both: warns
-    "optimistic_adam_v2": lambda m: m.optimistic_adam_v2(1e-2),
 }
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZER_CASES))
-def test_matches_optax(name):
-    assert_same_trajectory(OPTIMIZER_CASES[name](ft), OPTIMIZER_CASES[name](optax), name=name)
-
-
-# --------------------------------------------------------------------------
-# The issue-4 optimizers, on the tree without the (5,) leaf
-# --------------------------------------------------------------------------
-
-# name -> (constructor of a module m, whether the scalar leaf is in the tree, value kw)
-MORE_OPTIMIZER_CASES = {
-    "adafactor": (lambda m: m.adafactor(), True, False),
-    "adafactor_factored": (lambda m: m.adafactor(1e-2, min_dim_size_to_factor=2, momentum=0.9,
-                                                  weight_decay_rate=1e-3, decay_offset=3,
-                                                  clipping_threshold=None), True, False),
-    "adafactor_unfactored": (lambda m: m.adafactor(
-        lambda c: 1e-2 / (1.0 + c), factored=False, multiply_by_parameter_scale=False,
-        decay_rate=0.5, eps=1e-20, weight_decay_rate=1e-2, weight_decay_mask=matrices_only),
-        True, False),
-    "nadam": (lambda m: m.nadam(1e-2, b2=0.99, eps_root=1e-8), True, False),
-    "nadamw": (lambda m: m.nadamw(1e-2, b1=0.8, weight_decay=0.1, mask=matrices_only),
-               True, False),
-    "adabelief": (lambda m: m.adabelief(1e-2, b1=0.8, eps=1e-10), True, False),
-    "adabelief_nesterov": (lambda m: m.adabelief(1e-2, nesterov=True), True, False),
-    "adamax": (lambda m: m.adamax(1e-2, b1=0.8, eps=1e-6), True, False),
-    "adamaxw": (lambda m: m.adamaxw(1e-2, b2=0.99, weight_decay=lambda c: 1e-2 * c,
-                                    mask=matrices_only), True, False),
-    "novograd": (lambda m: m.novograd(1e-2, b1=0.8, b2=0.5, eps=1e-4, eps_root=1e-8,
-                                      weight_decay=0.01), True, False),
-    "radam": (lambda m: m.radam(1e-2), True, False),
-    "radam_nesterov": (lambda m: m.radam(1e-2, b2=0.99, threshold=4.0, eps_root=1e-8,
-                                         nesterov=True), True, False),
-    "sm3": (lambda m: m.sm3(0.1, momentum=0.5), False, False),
-    "sign_sgd": (lambda m: m.sign_sgd(1e-3), True, False),
-    "signum": (lambda m: m.signum(1e-3, beta=0.8), True, False),
-    "amsgrad": (lambda m: m.amsgrad(1e-2, b1=0.8, eps_root=1e-8, bias_correction_nu=False),
-                True, False),
-    "yogi": (lambda m: m.yogi(1e-2, b1=0.8, b2=0.99, eps=1e-4), True, False),
-    "fromage": (lambda m: m.fromage(1e-2), True, False),
-    "fromage_schedule": (lambda m: m.fromage(lambda c: 1e-2 / (1.0 + c)), True, False),
-    "noisy_sgd": (lambda m: m.noisy_sgd(1e-3, eta=0.1, gamma=0.3, key=jax.random.key(3)),
-                  True, False),
-    "adadelta": (lambda m: m.adadelta(), True, False),
-    "adadelta_decay": (lambda m: m.adadelta(1.0, rho=0.8, eps=1e-4, weight_decay=0.01,
-                                            weight_decay_mask=matrices_only), True, False),
-    "rprop": (lambda m: m.rprop(1e-2, eta_minus=0.3, eta_plus=1.5, min_step_size=1e-4,
-                                max_step_size=0.05), True, False),
-    "polyak_sgd": (lambda m: m.polyak_sgd(), True, True),
-    "polyak_sgd_plus": (lambda m: m.polyak_sgd(max_learning_rate=0.1, scaling=0.5,
-                                               f_min=-1.0, eps=1e-3, variant="sps+"),
-                        True, True),
-    "optimistic_gradient_descent": (lambda m: m.optimistic_gradient_descent(
-        1e-2, alpha=0.5, beta=2.0), True, False),
-    # A fixed step (no line search: these cases have no objective to give value_fn);
-    # lbfgs with its line searches: tests/optimizers/test_quasi_newton.py.
-    "lbfgs": (lambda m: m.lbfgs(1e-3, memory_size=4, linesearch=None), True, False),
-}
-
-
-@pytest.mark.parametrize("name", sorted(MORE_OPTIMIZER_CASES))
-def test_matches_optax_every_step(name):
-    make, scalar, with_value = MORE_OPTIMIZER_CASES[name]
-    assert_same_trajectory(make(ft), make(optax), params=make_params(scalar, vector=False),
-                           with_value=with_value, name=name)
-
-
-class _Recorder:
-    """Stands in for the functrain module and records which names a case constructor reads."""
-
-    def __init__(self):
-        self.names = set()
-
-    def __getattr__(self, name):
-        self.names.add(name)
-        return getattr(ft, name)
-
-
-def covered_by_parity_tables() -> set:
-    recorder = _Recorder()
-    for make in OPTIMIZER_CASES.values():
-        make(recorder)
-    for make, _, _ in MORE_OPTIMIZER_CASES.values():
-        make(recorder)
-    return recorder.names
-
-
-def test_all_optimizers_listed():
-    """Every public function of functrain/optimizers/*.py has an optax parity case, arguments
-    for the per-family checks (OPTIMIZER_ARGS), and is exported by functrain."""
-    defined = optimizer_functions()
-    assert len(defined) >= 27, sorted(defined)  # the introspection itself works
-    missing = sorted(set(defined) - covered_by_parity_tables())
-    assert not missing, f"optimizers without an optax parity case here: {missing}"
-    no_args = sorted(set(defined) - set(OPTIMIZER_ARGS))
-    assert not no_args, f"optimizers missing from helpers.OPTIMIZER_ARGS: {no_args}"
-    unknown = sorted(set(OPTIMIZER_ARGS) - set(defined))
-    assert not unknown, f"helpers.OPTIMIZER_ARGS names no optimizer file's function: {unknown}"
-    not_exported = sorted(n for n, fn in defined.items() if getattr(ft, n, None) is not fn)
-    assert not not_exported, f"optimizers not exported as functrain.<name>: {not_exported}"
+@pytest.mark.parametrize("name", sorted(COMBINATION_CASES))
+def test_combination_matches_optax(name):
+    assert_same_trajectory(COMBINATION_CASES[name](ft), COMBINATION_CASES[name](optax),
+                           name=name)
 
 
 # --------------------------------------------------------------------------
@@ -258,16 +150,23 @@ def test_wrapper_matches_optax_every_step(name):
 # The trust-ratio recompute (see tests/transforms/test_recompute.py), forced on
 # --------------------------------------------------------------------------
 
-TRUST_RATIO_CASES = ["lamb", "lamb_decay", "lamb_masked", "lars", "lars_settings", "lars_masks",
-                     "clip_lamb_schedule"]
+def trust_ratio_cases() -> dict:
+    """label -> constructor of a module m: every lamb and lars setting, and clip + lamb."""
+    found = {label: (lambda m, r=r, s=s: r.make(m, **s.kwargs))
+             for label, (r, s) in CORE_SETTINGS.items() if r.name in ("lamb", "lars")}
+    found["clip_lamb_schedule"] = COMBINATION_CASES["clip_lamb_schedule"]
+    return found
 
 
-@pytest.mark.parametrize("name", TRUST_RATIO_CASES)
+TRUST_RATIO_CASES = trust_ratio_cases()
+
+
+@pytest.mark.parametrize("name", sorted(TRUST_RATIO_CASES))
 def test_trust_ratio_recompute_matches_optax(name, monkeypatch):
     """The engine's trust-ratio recompute, forced on for small trees, keeps optax's numbers."""
     monkeypatch.setattr(recompute, "MIN_BYTES", 0)
     assert recompute.enabled()
-    assert_same_trajectory(OPTIMIZER_CASES[name](ft), OPTIMIZER_CASES[name](optax), name=name)
+    assert_same_trajectory(TRUST_RATIO_CASES[name](ft), TRUST_RATIO_CASES[name](optax), name=name)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""tests/registry.py declares every optimizer of the package exactly once, and its
+declarations are well formed (every skipped check named, with its reason)."""
+
+import inspect
+import pathlib
+
+import optax
+import optax.contrib  # noqa: F401  (the references)
+
+import functrain
+import registry
+from registry import CHECKS, REGISTRY
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_every_optimizer_has_exactly_one_record():
+    """Every public function of functrain/optimizers/*.py and every optimizer of
+    functrain.contrib (found in the package) has a record, and every record names one."""
+    core, contrib = registry.optimizer_functions(), registry.contrib_functions()
+    assert len(core) >= 30 and len(contrib) >= 28, (sorted(core), sorted(contrib))
+    assert not set(core) & set(contrib), sorted(set(core) & set(contrib))
+    missing = sorted(set(core) - set(registry.names(contrib=False))) + sorted(
+        set(contrib) - set(registry.names(contrib=True)))
+    assert not missing, f"optimizers without a record in tests/registry.py: {missing}"
+    unknown = sorted(set(registry.names(contrib=False)) - set(core)) + sorted(
+        set(registry.names(contrib=True)) - set(contrib))
+    assert not unknown, f"records that name no optimizer of the package: {unknown}"
+    not_exported = sorted(n for n, fn in core.items() if getattr(functrain, n, None) is not fn)
+    assert not not_exported, f"optimizers not exported as functrain.<name>: {not_exported}"
+    for name in REGISTRY:
+        assert REGISTRY[name].make(functrain) is not None
+
+
+def test_discovery_leaves_out_only_building_blocks():
+    """The contrib functions the discovery leaves out are schedules, evaluation helpers,
+    scale_by_* building blocks and the parts listed in NOT_OPTIMIZERS."""
+    public = {n for n, obj in vars(functrain.contrib).items()
+              if not n.startswith("_") and inspect.isfunction(obj)}
+    left_out = public - set(registry.contrib_functions())
+    for name in sorted(left_out):
+        returns = str(inspect.signature(getattr(functrain.contrib, name)).return_annotation)
+        assert (name.startswith("scale_by_") or name in registry.NOT_OPTIMIZERS
+                or "GradientTransformation" not in returns), name
+    assert {"scale_by_muon", "schedule_free_eval_params",
+            "hutchinson_estimator_diag_hessian"} <= left_out
+
+
+def test_records_are_well_formed():
+    for name, record in REGISTRY.items():
+        assert record.name == name
+        for setting in record.all_settings():
+            for check, reason in setting.skip.items():
+                assert check in CHECKS, f"{setting.label}: unknown check {check!r}"
+                assert isinstance(reason, str) and len(reason) > 10, (
+                    f"{setting.label}: no reason given for skipping {check}")
+        if record.reference.startswith("optax."):
+            path = record.reference.split(".")[1:]
+            assert getattr(optax.contrib if path[0] == "contrib" else optax, path[-1], None), (
+                f"{name}: optax has no {record.reference}")
+            assert "parity" not in record.skip, name
+        else:  # no optax counterpart: the file holding its numpy reference must test it
+            assert "parity" in record.skip, name
+            path = record.reference.split()[-1]
+            assert path.startswith("tests/contrib/test_contrib_"), (name, record.reference)
+            assert f"{name}(" in (ROOT / path).read_text(), f"{path} never calls {name}"
+        if record.build is not None:  # a recipe, not a factory: nothing to inject into
+            assert "inject" in record.skip, f"{name}: a built record must skip inject"
+        assert not any(callable(v) for v in record.args.values()), (
+            f"{name}: args must hold no callables (inject_hyperparams reads them as "
+            f"schedules); put schedules and mask functions in a setting")
+    assert len(registry.settings()) > len(REGISTRY)
