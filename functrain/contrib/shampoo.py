@@ -48,10 +48,10 @@ class ShampooState(NamedTuple):
       mu: the momentum of the (grafted) update, a tree like the params.
       nu: the diagonal second moment of the grafted optimizer (Adam's moving
         average, or Adagrad's sum, also used by the diagonal fallback), a tree
-        like the params; an empty ``(0,)`` array per leaf with
-        ``graft_type='sgd'``.
+        like the params; a ``(1,)`` placeholder per leaf with ``graft_type='sgd'``.
       stats_l: per leaf, the left statistics of each block, ``(blocks, b, b)``
-        (at least float32); ``(0,)`` where the rows get no preconditioner.
+        (at least float32); a ``(1,)`` placeholder where the rows get no
+        preconditioner (not ``(0,)``: Orbax refuses to save zero-size arrays).
       stats_r: the right statistics, likewise for the columns.
       precond_l: the inverse roots of ``stats_l`` last computed (identity at
         first), same shapes.
@@ -60,7 +60,7 @@ class ShampooState(NamedTuple):
     >>> import jax.numpy as jnp
     >>> state = scale_by_shampoo().init({'w': jnp.zeros((3, 2)), 'b': jnp.zeros(2)})
     >>> state.stats_l['w'].shape, state.stats_r['w'].shape, state.stats_l['b'].shape
-    ((1, 3, 3), (1, 2, 2), (0,))
+    ((1, 3, 3), (1, 2, 2), (1,))
     """
 
     count: Array
@@ -119,10 +119,10 @@ def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
 
 def _stat_shapes(lay: Optional[_Layout]) -> tuple[tuple, tuple]:
     if lay is None:
-        return (0,), (0,)
+        return (1,), (1,)
     k = lay.kr * lay.kc
-    return ((k, lay.br, lay.br) if lay.left else (0,)), ((k, lay.bc, lay.bc) if lay.right
-                                                         else (0,))
+    return ((k, lay.br, lay.br) if lay.left else (1,)), ((k, lay.bc, lay.bc) if lay.right
+                                                         else (1,))
 
 
 def _to_blocks(m: Array, lay: _Layout) -> Array:
@@ -286,7 +286,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         lay = _layout(tuple(p.shape), block_size, max_precond_dim)
         sl, sr = _stat_shapes(lay)
         sdt = jnp.promote_types(p.dtype, jnp.float32)
-        nu = ft.zeros_like(p) if uses_nu else jnp.zeros((0,), p.dtype)
+        nu = ft.zeros_like(p) if uses_nu else jnp.zeros((1,), p.dtype)
 
         def eye(shape: tuple) -> Array:
             if len(shape) == 1:
