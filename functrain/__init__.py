@@ -108,7 +108,8 @@ from functrain.schedules import (Schedule, constant_schedule, cosine_decay_sched
                                  warmup_cosine_decay_schedule, warmup_exponential_decay_schedule)
 
 # --- trees, numerics and linear algebra ---
-from functrain import contrib, linalg, microbatching, numerics, projections, sharding, tree
+from functrain import (contrib, linalg, microbatching, numerics, projections, sharding, tree,
+                       tree_utils)
 from functrain.linalg import global_norm, matrix_inverse_pth_root, power_iteration
 from functrain.microbatching import microbatch
 from functrain.numerics import safe_int32_increment, safe_norm, safe_root_mean_squares
