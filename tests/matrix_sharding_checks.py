@@ -69,3 +69,31 @@ def check_shampoo_refresh_split_over_devices() -> None:
             for k in one:
                 np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
                                            err_msg=f"{k}, {kind}")
+
+
+@check
+def check_soap_refresh_split_over_devices() -> None:
+    """soap(mesh=...) on 8 devices: the 32 (16, 16) statistics (two per square leaf, one of
+    emb and one of head, whose 48-axes exceed max_precond_dim) are decomposed 4 per device
+    (the compiled per-device program loops 4 times around its eigh call and its QR call,
+    against 32 with a one-device mesh), and the numbers are one device's without a mesh
+    (float64; explicit and auto meshes; four steps: the first call's eigh, a QR refresh at
+    step 2)."""
+    rng = np.random.default_rng(1)
+    shapes = {f"w{i:02d}": (16, 16) for i in range(15)} | {"emb": (48, 16), "head": (16, 48),
+                                                            "b": (16,)}
+    kw = dict(precondition_frequency=2, max_precond_dim=16)
+
+    with jax.enable_x64(True):
+        params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
+        one, _ = four_steps_and_program(ft.contrib.soap(1e-2, **kw), params)
+        single = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+        _, hlo_one = four_steps_and_program(ft.contrib.soap(1e-2, mesh=single, **kw), params)
+        assert loop_trip_counts(hlo_one) == [32, 32], loop_trip_counts(hlo_one)
+        for kind in (AxisType.Explicit, AxisType.Auto):
+            mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
+            split, hlo = four_steps_and_program(ft.contrib.soap(1e-2, mesh=mesh, **kw), params)
+            assert loop_trip_counts(hlo) == [4, 4], (kind, loop_trip_counts(hlo))
+            for k in one:
+                np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{k}, {kind}")

@@ -14,7 +14,9 @@ identity), and vectors and scalars get plain Adam unless ``precondition_1d``.
 Why a whole-tree transformation rather than a ``LeafStage``: a leaf's state
 holds a variable number of matrices (one statistic and one basis per axis),
 which the engine's one-array-per-field leaf state cannot carry. The per-leaf
-math is still a pure function of one leaf (:func:`_soap_leaf`); the update
+math is still a pure function of one leaf (:func:`_soap_leaf`), but for the
+refresh with ``mesh``: one conditional for the whole tree, whose same-size
+decompositions are stacked and divided over the mesh's devices; the update
 checks structures, shapes and dtypes before any array math, naming the leaf,
 and follows functrain's dtype policy (16-bit leaves computed in float32).
 
@@ -31,10 +33,12 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
+from functrain.linalg import map_matrices
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, state_compute_dtype)
@@ -130,9 +134,22 @@ def _gram(x: Array, k: int) -> Array:
     return jnp.tensordot(x, x, axes=(others, others))
 
 
+def _top_eigenvectors(s: Array) -> Array:
+    """The eigenvectors of one statistic, largest eigenvalue first."""
+    return jnp.linalg.eigh(s)[1][:, ::-1]
+
+
+def _power_step(s: Array, q: Array) -> tuple:
+    """One power-iteration step and QR on one axis: ``(qr(S Q[:, order]).Q, order)``, with
+    ``Q``'s columns ordered by their estimated eigenvalues ``diag(Q^T S Q)``, descending."""
+    sq = s @ q
+    order = jnp.argsort(-jnp.sum(q * sq, axis=0))
+    return jnp.linalg.qr(sq[:, order])[0], order
+
+
 def _initial_bases(stats: tuple, bases: tuple, nu: Array, lay: _Layout) -> tuple:
     """Eigenvectors of each statistic, largest eigenvalue first."""
-    return tuple(jnp.linalg.eigh(s)[1][:, ::-1] if on else q
+    return tuple(_top_eigenvectors(s) if on else q
                  for s, q, on in zip(stats, bases, lay.rotated)), nu
 
 
@@ -143,11 +160,59 @@ def _refreshed_bases(stats: tuple, bases: tuple, nu: Array, lay: _Layout) -> tup
         if not on:
             new.append(q)
             continue
-        sq = s @ q
-        order = jnp.argsort(-jnp.sum(q * sq, axis=0))  # estimated eigenvalues, descending
+        q, order = _power_step(s, q)
         nu = jnp.take(nu, order, axis=k)
-        new.append(jnp.linalg.qr(sq[:, order])[0])
+        new.append(q)
     return tuple(new), nu
+
+
+def _map_by_size(fn: Any, items: list, mesh: Any) -> list:
+    """``fn(*item)`` for each item (a tuple of matrices): the items whose first matrix has
+    one shape and dtype stacked into one :func:`map_matrices` call over ``mesh``."""
+    sizes: dict = {}
+    for i, item in enumerate(items):
+        sizes.setdefault((item[0].shape, item[0].dtype), []).append(i)
+    out: list = [None] * len(items)
+    for members in sizes.values():
+        stacks = [jnp.stack([items[i][a] for i in members]) for a in range(len(items[members[0]]))]
+        done = map_matrices(fn, *stacks, mesh=mesh)
+        for j, i in enumerate(members):
+            out[i] = jax.tree.map(lambda y, j=j: y[j], done)
+    return out
+
+
+def _split_refresh(leaves: list, count: Array, hp: _Hyper, mesh: Any) -> list:
+    """The bases and ``nu`` of every leaf after one conditional for the whole tree, each
+    refresh's decompositions divided over ``mesh``'s devices (:func:`map_matrices`).
+
+    ``leaves``: per leaf ``(stats, bases, nu, layout)``, ``nu`` in the layout's shape.
+    The same math as :func:`_initial_bases` / :func:`_refreshed_bases` per leaf.
+    """
+    axes = [(i, k) for i, (_, _, _, lay) in enumerate(leaves) for k, on in enumerate(lay.rotated)
+            if on]
+
+    def keep(ops: list) -> list:
+        return [(q, v) for _, q, v in ops]
+
+    def initial(ops: list) -> list:
+        new = [[list(q), v] for _, q, v in ops]
+        done = _map_by_size(_top_eigenvectors, [(ops[i][0][k],) for i, k in axes], mesh)
+        for (i, k), q in zip(axes, done):
+            new[i][0][k] = q
+        return [(tuple(q), v) for q, v in new]
+
+    def refreshed(ops: list) -> list:
+        new = [[list(q), v] for _, q, v in ops]
+        done = _map_by_size(_power_step, [(ops[i][0][k], ops[i][1][k]) for i, k in axes], mesh)
+        for (i, k), (q, order) in zip(axes, done):
+            new[i][0][k] = q
+            new[i][1] = jnp.take(new[i][1], order, axis=k)
+        return [(tuple(q), v) for q, v in new]
+
+    refresh = (count > 0) & (count % hp.precondition_frequency == 0)
+    branch = jnp.where(count == 0, 1, jnp.where(refresh, 2, 0))
+    return lax.switch(branch, [keep, initial, refreshed],
+                      [(stats, bases, nu) for stats, bases, nu, _ in leaves])
 
 
 class _Hyper(NamedTuple):
@@ -161,12 +226,13 @@ class _Hyper(NamedTuple):
 
 
 def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
-               hp: _Hyper, lay: _Layout) -> tuple:
+               hp: _Hyper, lay: _Layout, refresh_here: bool = True) -> tuple:
     """One SOAP step on one leaf (arrays in its compute dtype): ``(u, mu, nu, stats, bases)``.
 
     ``count`` is the number of earlier calls: the first call (0) only sets the
     statistics and bases (zero update, moments untouched); afterwards Adam's
-    step number is ``count``.
+    step number is ``count``. ``refresh_here=False`` leaves the bases (and
+    ``nu``'s order) to the caller (:func:`_split_refresh`).
     """
     shape = g.shape
     g, mu, nu = (x.reshape(lay.shape) for x in (g, mu, nu))
@@ -192,6 +258,7 @@ def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count
         beta = hp.shampoo_beta  # from zero statistics: (1 - beta) G G^T on the first call
         stats = tuple(beta * s + (1 - beta) * _gram(g, k) if on else s
                       for k, (s, on) in enumerate(zip(stats, lay.rotated)))
+    if any(lay.rotated) and refresh_here:
         refresh = (count > 0) & (count % hp.precondition_frequency == 0)
         branch = jnp.where(first, 1, jnp.where(refresh, 2, 0))
         bases, nu = jax.lax.switch(
@@ -249,7 +316,8 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                   eps: float = 1e-8, precondition_frequency: int = 10,
                   max_precond_dim: int = 10000, merge_dims: bool = False,
                   precondition_1d: bool = False, normalize_grads: bool = False,
-                  correct_bias: bool = True) -> GradientTransformation:
+                  correct_bias: bool = True, *, mesh: Optional[jax.sharding.Mesh] = None
+                  ) -> GradientTransformation:
     """Rescale updates by SOAP: Adam in the eigenbasis of Shampoo's preconditioner.
 
     Update rule, per leaf ``G`` (a ``m x n`` matrix here; tensors rotate every
@@ -305,6 +373,13 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
       normalize_grads: divide each leaf's rotated-back direction by its RMS.
       correct_bias: Adam's bias correction, ``sqrt(1 - b2^t) / (1 - b1^t)``,
         applied as a step-size factor (``eps`` is not rescaled), as in the paper.
+      mesh: a ``jax.sharding.Mesh``: one conditional refreshes every leaf's
+        bases, the decompositions (``eigh`` on the first call, one power step
+        and QR afterwards) of each size stacked and divided over all of the
+        mesh's devices (each device refreshes its share, then the bases are
+        gathered; :func:`functrain.linalg.map_matrices`), as distributed
+        Shampoo divides its work; the same numbers as one device. ``None``:
+        each leaf refreshes its own bases, on every device.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`SoapState`. Complex
@@ -372,14 +447,24 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         for where, lay, s, q in zip(paths, lays, fields["stats"], fields["bases"]):
             _check_leaf_state(where or "<root>", lay, s, q)
 
-        out, new = [], {name: [] for name in fields}
+        done = []
         for i, (g, p, lay) in enumerate(zip(gs, ps, lays)):
             cd = leaf_compute_dtype(g, p)
-            olds = [fields[name][i] for name in fields]
-            mu, nu = (x.astype(state_compute_dtype(x, cd)) for x in olds[:2])
+            mu, nu, stats, bases = (fields[name][i] for name in fields)
+            mu, nu = (x.astype(state_compute_dtype(x, cd)) for x in (mu, nu))
             stats, bases = (tuple(m.astype(state_compute_dtype(m, cd)) for m in x)
-                            for x in olds[2:])
-            u, *news = _soap_leaf(g.astype(cd), mu, nu, stats, bases, state.count, hp, lay)
+                            for x in (stats, bases))
+            done.append(list(_soap_leaf(g.astype(cd), mu, nu, stats, bases, state.count, hp,
+                                        lay, refresh_here=mesh is None)))
+        split = [i for i, lay in enumerate(lays) if mesh is not None and any(lay.rotated)]
+        if split:  # one conditional for the whole tree, its decompositions over the mesh
+            refreshed = _split_refresh([(done[i][3], done[i][4], done[i][2].reshape(
+                lays[i].shape), lays[i]) for i in split], state.count, hp, mesh)
+            for i, (bases, nu) in zip(split, refreshed):
+                done[i][4], done[i][2] = bases, nu.reshape(gs[i].shape)
+        out, new = [], {name: [] for name in fields}
+        for i, (g, (u, *news)) in enumerate(zip(gs, done)):
+            olds = [fields[name][i] for name in fields]
             out.append(u.astype(g.dtype))
             for name, n, o in zip(fields, news, olds):
                 if isinstance(o, tuple):
@@ -395,7 +480,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
 
 
 scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches
-    "precondition_frequency", "max_precond_dim")
+    "precondition_frequency", "max_precond_dim", "mesh")
 
 
 @hyperparameters(
@@ -407,8 +492,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
          weight_decay: ScalarOrSchedule = 0.01, precondition_frequency: int = 10,
          max_precond_dim: int = 10000, merge_dims: bool = False,
          precondition_1d: bool = False, normalize_grads: bool = False,
-         correct_bias: bool = True, weight_decay_mask: Optional[MaskOrFn] = None
-         ) -> GradientTransformation:
+         correct_bias: bool = True, weight_decay_mask: Optional[MaskOrFn] = None, *,
+         mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """SOAP (Vyas et al., 2024): Adam in Shampoo's eigenbasis, with decoupled weight decay.
 
     Update rule: ``N`` = :func:`scale_by_soap`'s direction (Adam's step taken
@@ -455,6 +540,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
       correct_bias: Adam's bias correction as a step-size factor.
       weight_decay_mask: where to apply the weight decay: a tree (or prefix)
         of bools or a function of the params; ``None``: every leaf.
+      mesh: divide each refresh's decompositions over this mesh's devices
+        (see :func:`scale_by_soap`).
 
     Returns:
       A ``GradientTransformation`` whose state is ``(SoapState, EmptyState,
@@ -478,10 +565,10 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
     check_range("weight_decay", weight_decay, 0.0, owner="soap")
     return chain(scale_by_soap(b1, b2, shampoo_beta, eps, precondition_frequency,
                                max_precond_dim, merge_dims, precondition_1d,
-                               normalize_grads, correct_bias),
+                               normalize_grads, correct_bias, mesh=mesh),
                  add_decayed_weights(weight_decay, weight_decay_mask),
                  scale_by_learning_rate(learning_rate))
 
 
 soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches
-    "precondition_frequency", "max_precond_dim")
+    "precondition_frequency", "max_precond_dim", "mesh")

@@ -16,7 +16,7 @@ import pytest
 
 import functrain
 from functrain.contrib import SoapState, scale_by_soap, soap
-from helpers import FAST_COMPILE
+from helpers import FAST_COMPILE, all_equations
 
 STEPS = 20
 
@@ -411,3 +411,81 @@ def test_bad_arguments_and_leaves_are_named():
         opt.update({"w": jnp.ones((3, 2))}, other)
     with pytest.raises(TypeError, match="scale_by_soap expected its state as SoapState"):
         opt.update({"w": jnp.ones((3, 2))}, (), params)
+
+
+# --------------------------------------------------------------------------
+# mesh=: one conditional for the whole tree, same-size decompositions stacked
+# (and divided over the mesh's devices: tests/matrix_sharding_checks.py)
+# --------------------------------------------------------------------------
+
+# With max_precond_dim=8: three (5, 5) leaves and two (3, 4, 5) ones, whose eight (5, 5)
+# statistics are decomposed in one stack; "wide"'s 10-axis is not rotated; vectors and the
+# scalar are plain Adam. Every rotated statistic has full rank from the first gradient on.
+GROUPED = {"q": (5, 5), "k": (5, 5), "o": (5, 5), "t3": (3, 4, 5), "t3b": (3, 4, 5),
+           "wide": (10, 6), "v": (6,), "v2": (6,), "s": ()}
+GROUPED_OPTIONS = dict(precondition_frequency=3, max_precond_dim=8)  # refreshes at steps 3, 6
+
+
+def _one_device_mesh():
+    return jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+
+
+def _split_and_per_leaf(dtype):
+    """8 steps (the first call's eigh and two refreshes) of scale_by_soap on GROUPED, with
+    the refresh stacked over the tree (mesh=) and per leaf (mesh=None)."""
+    params = _tree(GROUPED, dtype, seed=3)
+    grads = _grads(params, steps=8, seed=4)
+    split = _run(scale_by_soap(mesh=_one_device_mesh(), **GROUPED_OPTIONS), params, grads)
+    per_leaf = _run(scale_by_soap(**GROUPED_OPTIONS), params, grads)
+    return params, grads, split, per_leaf
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tree_refresh_equals_each_leaf_refresh(dtype):
+    """Each leaf's statistics, bases and updates are those of its own refresh (float64:
+    to 1e-10, where a wrong pairing of stacked matrices and leaves cannot hide; float32:
+    the same LAPACK and GEMM calls, to 1e-6), and the numpy algorithm's."""
+    with jax.enable_x64(dtype == "float64"):
+        params, grads, (updates, _, state), (want, _, want_state) = _split_and_per_leaf(
+            jnp.dtype(dtype))
+    rtol, atol = (1e-10, 1e-12) if dtype == "float64" else (1e-6, 1e-7)
+    for i, (a, b) in enumerate(zip(updates, want)):
+        for k in a:
+            np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol,
+                                       err_msg=f"update of {k} at step {i}")
+    for field in ("mu", "nu", "stats", "bases"):
+        for k in params:
+            for x, y in zip(jax.tree_util.tree_leaves(getattr(state, field)[k]),
+                            jax.tree_util.tree_leaves(getattr(want_state, field)[k])):
+                np.testing.assert_allclose(x, y, rtol=rtol, atol=atol,
+                                           err_msg=f"state .{field} of {k}")
+    if dtype == "float64":
+        for i, (a, b) in enumerate(zip(updates, ref_soap(params, grads, freq=3, max_dim=8))):
+            for k in a:
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-10,
+                                           err_msg=f"numpy: step {i} leaf {k}")
+
+
+def test_mesh_refreshes_the_tree_in_one_conditional():
+    """With mesh=, one conditional refreshes every basis, and the eight (5, 5) statistics
+    (q, k, o's two sides, t3 and t3b's last axis) go through one loop of single-matrix
+    eigh calls, and one of QR calls, on CPU; without it, one conditional per leaf."""
+    params = _tree(GROUPED)
+
+    def program(**kw):
+        opt = scale_by_soap(**GROUPED_OPTIONS, **kw)
+        return jax.make_jaxpr(opt.update)(params, opt.init(params))
+
+    jaxpr = program(mesh=_one_device_mesh())
+    conds = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "cond"]
+    assert len(conds) == 1 and len(conds[0].params["branches"]) == 3
+    loops = {}
+    for e in all_equations(jaxpr):
+        if e.primitive.name == "scan":
+            inner = {(f.primitive.name, tuple(f.invars[0].aval.shape))
+                     for f in all_equations(e.params["jaxpr"]) if f.invars}
+            for name, shape in inner & {("eigh", (5, 5)), ("qr", (5, 5))}:
+                loops.setdefault(name, []).append(e.params["length"])
+    assert loops == {"eigh": [8], "qr": [8]}, loops
+    per_leaf = [e for e in program().jaxpr.eqns if e.primitive.name == "cond"]
+    assert len(per_leaf) == 6  # q, k, o, t3, t3b, wide
