@@ -344,7 +344,8 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
 
     Every floating state leaf with the shape of a parameter and at least ``min_size``
     elements is kept as a :class:`QuantizedArray` (signed or unsigned code per
-    ``FIELD_CODES``); counts, scalars, other shapes and small leaves stay as they are.
+    ``FIELD_CODES``); counts, scalars, other shapes, complex and small leaves stay as
+    they are.
     ``update`` dequantizes to each leaf's dtype, calls ``optimizer.update``, and quantizes
     the new state with the same codes. References: Dettmers et al., 2021, "8-bit
     Optimizers via Block-wise Quantization"; Li et al., 2023, "Memory Efficient

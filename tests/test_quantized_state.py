@@ -223,6 +223,23 @@ def test_which_fields_are_quantized_and_with_which_code():
     assert lion.mu["w"].code == "dynamic8_signed"
     sgd = functrain.quantized_state(functrain.sgd(0.1, momentum=0.9)).init(params)[0]
     assert sgd.trace["w"].code == "dynamic8_signed"
+    assert functrain.tree.get(state, "count") is adam_state.count      # tree tools still work
+
+
+def test_16bit_and_complex_leaves():
+    # bf16 state is quantized and comes back as bf16; complex state is not quantized.
+    params = {"w": jnp.full((64, 64), 0.5, jnp.bfloat16), "c": jnp.ones((64, 64), jnp.complex64)}
+    opt = functrain.adamw_8bit(1e-2, min_size=64)
+    state = opt.init(params)
+    assert state[0].mu["w"].dtype == jnp.bfloat16 and state[0].mu["c"].dtype == jnp.complex64
+    grads = {"w": jnp.full((64, 64), 0.25, jnp.bfloat16), "c": jnp.full((64, 64), 1 + 1j,
+                                                                        jnp.complex64)}
+    updates, state = jax.jit(opt.update)(grads, state, params)
+    want, _ = functrain.adamw(1e-2).update(grads, functrain.adamw(1e-2).init(params), params)
+    assert updates["w"].dtype == jnp.bfloat16
+    for k in ("w", "c"):
+        np.testing.assert_allclose(np.asarray(updates[k], np.complex64),
+                                   np.asarray(want[k], np.complex64), rtol=1e-2)
 
 
 class UnlistedState(NamedTuple):
