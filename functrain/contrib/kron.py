@@ -180,22 +180,23 @@ def _mode(q: Array, x: Array, axis: int, hermitian: bool = False) -> Array:
                         1, axis + 1)
 
 
-def _solve_h(q: Array, x: Array, axis: int) -> Array:
-    """``Q_i^{-H}`` along ``axis``: triangular solves, one matrix per LAPACK call on CPU (a
-    batched one can deadlock XLA:CPU: docs/matrix_optimizers.md); right-sided along the
-    last axis (``Y conj(Q) = X``), so nothing is transposed."""
-    if q.ndim < 3:
-        return x / _bcast(jnp.conj(q), x, axis)
-    k, d = x.shape[0], x.shape[axis + 1]
-    if axis + 1 == x.ndim - 1 and x.ndim > 2:
-        sol = map_matrices(lambda a, b: jax.lax.linalg.triangular_solve(
-            a, b, left_side=False, lower=False, conjugate_a=True), q, x.reshape(k, -1, d))
-        return sol.reshape(x.shape)
-    moved = jnp.moveaxis(x, axis + 1, 1)
-    sol = map_matrices(lambda a, b: jax.lax.linalg.triangular_solve(
-        a, b, left_side=True, lower=False, transpose_a=True, conjugate_a=True),
-        q, moved.reshape(k, d, -1))
-    return jnp.moveaxis(sol.reshape(moved.shape), 1, axis + 1)
+def _solve_h(qs: dict, v: Array) -> Array:
+    """``Q_i^{-H}`` along each axis ``i`` in ``qs`` (triangular factors) of ONE leaf ``v``: a
+    triangular solve per axis, right-sided along the last (``Y conj(Q) = X``: nothing
+    transposed). :func:`_whitening_step` maps it over a group with ``map_matrices``: one
+    leaf per LAPACK call on CPU (a batched one can deadlock XLA:CPU,
+    docs/matrix_optimizers.md), all of a leaf's solves in one loop step."""
+    for i, q in qs.items():
+        d = v.shape[i]
+        if i == v.ndim - 1 and v.ndim > 1:
+            v = jax.lax.linalg.triangular_solve(q, v.reshape(-1, d), left_side=False,
+                                                lower=False, conjugate_a=True).reshape(v.shape)
+            continue
+        moved = jnp.moveaxis(v, i, 0)
+        sol = jax.lax.linalg.triangular_solve(q, moved.reshape(d, -1), left_side=True,
+                                              lower=False, transpose_a=True, conjugate_a=True)
+        v = jnp.moveaxis(sol.reshape(moved.shape), 0, i)
+    return v
 
 
 def _gram(x: Array, axis: int, diagonal: bool) -> Array:
@@ -275,7 +276,13 @@ def _whitening_step(qs: list, h: Array, v: Array, lr: Any) -> list:
     h = h + _DAMPING * jnp.mean(jnp.abs(h), axis=tuple(range(1, h.ndim)), keepdims=True) * v
     a, b = h, v
     for i, q in enumerate(qs):
-        a, b = _mode(q, a, i), _solve_h(q, b, i)
+        a = _mode(q, a, i)
+        if q.ndim < 3:
+            b = b / _bcast(jnp.conj(q), b, i)
+    tri = [i for i, q in enumerate(qs) if q.ndim == 3]
+    if tri:
+        b = map_matrices(lambda x, *ts: _solve_h(dict(zip(tri, ts)), x), b,
+                         *[qs[i] for i in tri])
     out = []
     for i, (q, c) in enumerate(zip(qs, scales)):
         diagonal = q.ndim < 3
