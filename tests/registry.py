@@ -408,26 +408,39 @@ _contrib("differentially_private_aggregate", dict(l2_norm_clip=0.5, noise_multip
 # version of the paper's pseudo-code in its own test file
 # --------------------------------------------------------------------------
 
-def _beyond(name: str, args: dict, tests: str = "", **fields: Any) -> None:
+def _beyond(name: str, args: dict, tests: str = "", own: Optional[dict] = None,
+            **fields: Any) -> None:
+    """An optimizer optax lacks. ``own``: check -> the test of ``tests`` that does it
+    already (the common check would repeat it)."""
     tests = tests or f"tests/contrib/test_contrib_{name}.py"
     reason = f"optax has no {name}: numpy reference in {tests}"
-    _contrib(name, args, reference=reason,
-             skip={"parity": reason, "inject": reason, **fields.pop("skip", {})}, **fields)
+    skip = {"parity": reason, "inject": reason, **fields.pop("skip", {})}
+    skip.update((check, f"already checked in {tests}: {test}") for check, test in
+                (own or {}).items())
+    _contrib(name, args, reference=reason, skip=skip, **fields)
 
 
 _OWN_SHARDING = ("its own 8-device check in tests/sharding_checks.py (check_soap); here its "
                  "(16, 16) eigenbasis of 'proj' is taken for proj's own state by shape, a "
                  "false match")
+_OWN_CHECK = "its own 8-device check: {} (the generic one would repeat it, at 8-device cost)"
 _EIGH = "its preconditioners are real symmetric matrices (G G^T, their roots or eigenbases)"
-_beyond("shampoo", dict(learning_rate=1e-2), real_only=_EIGH, skip={
+_beyond("shampoo", dict(learning_rate=1e-2), real_only=_EIGH, own={
+    "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
+    "multisteps": "test_multisteps_equals_the_mean_gradient"}, skip={
+    "sharding": _OWN_CHECK.format("tests/matrix_sharding_checks.py, check_shampoo_*"),
     "complex_error": "BUG, reported: a complex leaf is cast to real silently (JAX's 'Casting "
                      "from complex to real' warning) instead of refused with an error naming it"})
-_beyond("soap", dict(learning_rate=1e-2), real_only=_EIGH, skip={"sharding": _OWN_SHARDING,
+_beyond("soap", dict(learning_rate=1e-2), real_only=_EIGH, own={
+    "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
+    "multisteps": "test_multisteps_averages_gradients"}, skip={"sharding": _OWN_SHARDING,
     "degenerate": "a rank-1 gradient (all entries equal) has a repeated eigenvalue: its "
                   "eigenbasis is not unique, Adam's per-coordinate statistics in it depend on "
                   "which one eigh returns, and jit and eager (different roundings) pick "
                   "different ones"})
-_beyond("kron", dict(learning_rate=1e-2), skip={
+_beyond("kron", dict(learning_rate=1e-2), own={
+    "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
+    "multisteps": "test_multisteps_equals_kron_on_mean_gradients"}, skip={
     "sharding": "FINDING, reported: on the 4x2 mesh (plain jit) the momentum of the (8,) "
                 "leaf 'b2' (params replicated, P()) comes out split as P('model')",
     "converges": "with a constant step Kron ends 30000 steps circling Rosenbrock's minimum, "
@@ -436,7 +449,8 @@ _beyond("kron", dict(learning_rate=1e-2), skip={
                  "least-squares problem better than Adam",
     "zero_size": "BUG, reported: a zero-size leaf fails ('zero-size array to reduction "
                  "operation max which has no identity')"})
-_beyond("mars", dict(learning_rate=1e-2))
+_beyond("mars", dict(learning_rate=1e-2), skip={
+    "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came")})
 _MODIFIERS = "tests/contrib/test_contrib_modifiers.py"
 _beyond("cautious", dict(learning_rate=1e-2), tests=_MODIFIERS,
         build=lambda m, **kw: m.contrib.cautious(m.adam(**kw)))
@@ -445,6 +459,7 @@ _beyond("cautious_lion", dict(learning_rate=1e-3), tests=_MODIFIERS)
 _beyond("mars_correction", dict(gamma=0.05, b1=0.9), tests=_MODIFIERS,
         build=lambda m, **kw: m.chain(m.contrib.mars_correction(**kw), m.lion(1e-3)))
 _beyond("came", dict(learning_rate=1e-2), skip={
+    "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came"),
     "zero_size": "BUG, reported: a zero-size leaf fails ('Cannot do a non-empty jnp.take() "
                  "from an empty axis')"})
 _beyond("laprop", dict(learning_rate=1e-2))
