@@ -21,14 +21,15 @@ from functrain.transforms.base import (EmptyState, GradientTransformation,
 from functrain.transforms.engine import chain, identity, named_chain, stage_transform
 
 # --- named optimizers (optax's core; optax.contrib's are in functrain.contrib) ---
-from functrain.optimizers.adam_family import (adabelief, adam, adamax, adamaxw, adamw, amsgrad,
-                                              lamb, nadam, nadamw, radam, yogi)
-from functrain.optimizers.adam_variants import adan, optimistic_adam, optimistic_adam_v2
+from functrain.optimizers.adam_family import (adabelief, adam, adamax, adamaxw, adamw, adan,
+                                              amsgrad, lamb, nadam, nadamw, radam, yogi)
+from functrain.optimizers.layerwise import fromage, lars, novograd
+from functrain.optimizers.optimistic import (optimistic_adam, optimistic_adam_v2,
+                                             optimistic_gradient_descent)
 from functrain.optimizers.quasi_newton import lbfgs
 from functrain.optimizers.rms_family import adadelta, adafactor, adagrad, rmsprop, sm3
-from functrain.optimizers.sgd_family import (fromage, lars, lion, noisy_sgd, novograd,
-                                             optimistic_gradient_descent, polyak_sgd, rprop,
-                                             sgd, sign_sgd, signum)
+from functrain.optimizers.sgd import noisy_sgd, polyak_sgd, sgd
+from functrain.optimizers.sign_based import lion, rprop, sign_sgd, signum
 # optax.contrib's five most used, also at the top level:
 from functrain.contrib import ademamix, adopt, muon, prodigy, schedule_free_adamw
 

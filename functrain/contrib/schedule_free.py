@@ -29,7 +29,7 @@ from functrain.transforms.base import (GradientTransformation, GradientTransform
 from functrain.transforms.engine import chain, run_block
 from functrain.transforms.rms import scale_by_rms
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
-from functrain.optimizers.sgd_family import sgd
+from functrain.optimizers.sgd import sgd
 
 Array = jax.Array
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from functrain.arg_checks import hyperparameters
-from functrain.transforms.adam import (scale_by_adam, scale_by_adamax, scale_by_amsgrad,
-                                       scale_by_belief, scale_by_radam, scale_by_yogi)
+from functrain.transforms.adam import (scale_by_adam, scale_by_adamax, scale_by_adan,
+                                       scale_by_amsgrad, scale_by_belief, scale_by_radam,
+                                       scale_by_yogi)
 from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.engine import chain
 from functrain.transforms.layerwise import scale_by_trust_ratio
@@ -527,3 +528,57 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         add_decayed_weights(weight_decay, mask),
         scale_by_trust_ratio(max_trust_ratio=max_trust_ratio, mask=trust_ratio_mask),
         scale_by_learning_rate(learning_rate))
+
+
+@hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number", eps="number",
+                 eps_root="number", weight_decay="schedule")
+def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
+         b3: float = 0.99, eps: float = 1e-8, eps_root: float = 1e-8,
+         weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None
+         ) -> GradientTransformation:
+    """Adan (Xie et al., 2022): adaptive Nesterov momentum estimation.
+
+    Update rule, with ``d = g - g_prev`` (0 at the first step):
+    ``m = b1 m + (1-b1) g; v = b2 v + (1-b2) d;
+    n = b3 n + (1-b3) |g + (1-b2) d|**2;
+    p -= lr * ((m_hat + (1-b2) v_hat) / (sqrt(n_hat + eps_root) + eps)
+    + weight_decay * p)``, where ``m_hat = m / (1 - b1**t)`` and likewise
+    ``v_hat`` (``b2``) and ``n_hat`` (``b3``). The weight decay is decoupled
+    (added after the rescaling, as AdamW), as in optax.
+
+    Reference: Xie et al., 2022, "Adan: Adaptive Nesterov Momentum Algorithm
+    for Faster Optimizing Deep Models".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0). It also multiplies the weight decay.
+      b1: decay rate of the moving average of the gradients, in ``[0, 1)``.
+      b2: decay rate of the moving average of the gradient differences, in
+        ``[0, 1)``.
+      b3: decay rate of the moving average of the squared Nesterov term, in
+        ``[0, 1)``.
+      eps: added to the denominator outside the square root, ``>= 0``.
+      eps_root: added to ``n_hat`` inside the square root, ``>= 0`` (default
+        1e-8, as optax).
+      weight_decay: the decoupled weight-decay coefficient, ``>= 0`` (default 0:
+        none); a number or a schedule of the step count.
+      mask: where to apply the weight decay: a tree of bools (or a prefix of
+        the params' tree), or a function of the params returning one; ``None``
+        decays every leaf.
+
+    Returns:
+      A ``GradientTransformation``; its state is optax's layout:
+      ``(ScaleByAdanState(m, v, n, g, t), EmptyState(), EmptyState())`` (a
+      count state in place of an ``EmptyState()`` for each argument given as a
+      schedule).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.adan(0.1)
+    >>> params = [jnp.zeros(1)]
+    >>> u, _ = opt.update([jnp.array([2.])], opt.init(params), params)
+    >>> print(round(float(u[0][0]), 4))
+    -0.1
+    """
+    return chain(scale_by_adan(b1, b2, b3, eps, eps_root),
+                 add_decayed_weights(weight_decay, mask),
+                 scale_by_learning_rate(learning_rate))

@@ -1,8 +1,7 @@
-"""More of the Adam family: Adan and optimistic Adam.
+"""Optimistic methods for games and min-max problems: ``optimistic_gradient_descent``,
+``optimistic_adam`` and ``optimistic_adam_v2``.
 
-Split from :mod:`functrain.optimizers.adam_family` to keep each file short;
-both are the Adam family's named optimizers, each a short ``chain`` of
-building blocks from :mod:`functrain.transforms` (fused into one pass).
+Each is a short ``chain`` of building blocks from :mod:`functrain.transforms`.
 
 Notation in the docstrings: ``g`` is the gradient, ``p`` the parameter, ``t``
 the step number counted from 1, ``lr`` the learning rate (its value at the
@@ -15,64 +14,47 @@ import warnings
 from typing import Any, Optional
 
 from functrain.arg_checks import hyperparameters
-from functrain.transforms.adam import scale_by_adam, scale_by_adan
-from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
+from functrain.transforms.adam import scale_by_adam
+from functrain.transforms.base import GradientTransformation, ScalarOrSchedule
 from functrain.transforms.engine import chain
 from functrain.transforms.momentum import scale_by_optimistic_gradient
-from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.transforms.scaling import scale_by_learning_rate
 
 
-@hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number", eps="number",
-                 eps_root="number", weight_decay="schedule")
-def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
-         b3: float = 0.99, eps: float = 1e-8, eps_root: float = 1e-8,
-         weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None
-         ) -> GradientTransformation:
-    """Adan (Xie et al., 2022): adaptive Nesterov momentum estimation.
+@hyperparameters(learning_rate="schedule", alpha="number", beta="number")
+def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
+                                beta: float = 1.0) -> GradientTransformation:
+    """Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.
 
-    Update rule, with ``d = g - g_prev`` (0 at the first step):
-    ``m = b1 m + (1-b1) g; v = b2 v + (1-b2) d;
-    n = b3 n + (1-b3) |g + (1-b2) d|**2;
-    p -= lr * ((m_hat + (1-b2) v_hat) / (sqrt(n_hat + eps_root) + eps)
-    + weight_decay * p)``, where ``m_hat = m / (1 - b1**t)`` and likewise
-    ``v_hat`` (``b2``) and ``n_hat`` (``b3``). The weight decay is decoupled
-    (added after the rescaling, as AdamW), as in optax.
+    Update rule: ``p -= lr * ((alpha + beta) g_t - beta g_{t-1})``, with
+    ``g_{-1} = g_0`` at the first step.
 
-    Reference: Xie et al., 2022, "Adan: Adaptive Nesterov Momentum Algorithm
-    for Faster Optimizing Deep Models".
+    Reference: Mokhtari et al., 2019, "A Unified Analysis of Extra-gradient and
+    Optimistic Gradient Methods for Saddle Point Problems: Proximal Point
+    Approach".
 
     Args:
       learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0). It also multiplies the weight decay.
-      b1: decay rate of the moving average of the gradients, in ``[0, 1)``.
-      b2: decay rate of the moving average of the gradient differences, in
-        ``[0, 1)``.
-      b3: decay rate of the moving average of the squared Nesterov term, in
-        ``[0, 1)``.
-      eps: added to the denominator outside the square root, ``>= 0``.
-      eps_root: added to ``n_hat`` inside the square root, ``>= 0`` (default
-        1e-8, as optax).
-      weight_decay: the decoupled weight-decay coefficient, ``>= 0`` (default 0:
-        none); a number or a schedule of the step count.
-      mask: where to apply the weight decay: a tree of bools (or a prefix of
-        the params' tree), or a function of the params returning one; ``None``
-        decays every leaf.
+        step count, counted from 0, returning the step size to use).
+      alpha: the weight of the current gradient beyond ``beta`` (the
+        coefficient of generalized OGD); the default 1.
+      beta: the weight of the negative momentum, the change of the gradient
+        ``g_t - g_{t-1}``; 0 gives plain gradient descent with step
+        ``alpha * lr``.
 
     Returns:
-      A ``GradientTransformation``; its state is optax's layout:
-      ``(ScaleByAdanState(m, v, n, g, t), EmptyState(), EmptyState())`` (a
-      count state in place of an ``EmptyState()`` for each argument given as a
-      schedule).
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's:
+      ``(ScaleByOptimisticGradientState(is_initial_step, previous_gradient),
+      EmptyState())`` (``ScaleByScheduleState(count)`` last for a scheduled
+      learning rate).
 
     >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.adan(0.1)
-    >>> params = [jnp.zeros(1)]
-    >>> u, _ = opt.update([jnp.array([2.])], opt.init(params), params)
-    >>> print(round(float(u[0][0]), 4))
-    -0.1
+    >>> opt = functrain.optimistic_gradient_descent(0.1)
+    >>> opt.update([jnp.array([1.])], opt.init([jnp.zeros(1)]))[0]
+    [Array([-0.1], dtype=float32)]
     """
-    return chain(scale_by_adan(b1, b2, b3, eps, eps_root),
-                 add_decayed_weights(weight_decay, mask),
+    return chain(scale_by_optimistic_gradient(alpha, beta),
                  scale_by_learning_rate(learning_rate))
 
 

@@ -1,9 +1,10 @@
-"""functrain.optimizers.adam_variants: Adan and optimistic Adam.
+"""Adan (functrain.optimizers.adam_family) and the optimistic methods
+(functrain.optimizers.optimistic).
 
 Against optax at every one of 40 jitted steps (several settings each), against a
 hand-written numpy formula (optimistic Adam v2 with a non-constant schedule),
-optax's signatures, and for each optimizer of the file: unknown update keywords,
-inject_hyperparams, float64. The default-settings parity cases are also in
+optax's signatures, and for each optimizer of optimistic.py: unknown update keywords,
+inject_hyperparams, float64 (Adan's are in test_adam_family.py). The default-settings parity cases are also in
 tests/parity/test_optax_parity.py.
 """
 
@@ -16,14 +17,14 @@ import optax
 import pytest
 
 import functrain as ft
-from functrain.optimizers import adam_variants
+from functrain.optimizers import optimistic
 from helpers import (FORMULA_GRADS, FORMULA_P0, assert_same_trajectory, check_against_formula,
                      make_grads, make_params, matrices_only, run_on_formula_inputs)
 from optimizer_checks import (check_extra_args_ignored_and_inject_hyperparams,
                               check_float64_params_stay_float64)
 from registry import optimizer_names
 
-NAMES = optimizer_names(adam_variants)
+NAMES = optimizer_names(optimistic)
 STEPS = 40
 
 
