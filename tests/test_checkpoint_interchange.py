@@ -77,6 +77,7 @@ BEYOND_OPTAX = {
     "came": lambda: functrain.contrib.came(1e-2),
     "mars": lambda: functrain.contrib.mars(1e-2),
     "laprop": lambda: functrain.contrib.laprop(1e-2),
+    "soap": lambda: functrain.contrib.soap(1e-2, precondition_frequency=2),
 }
 
 

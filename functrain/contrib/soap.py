@@ -62,13 +62,14 @@ class SoapState(NamedTuple):
       nu: Adam's second moment, a tree like the params, in the rotated basis
         (entry ``[i, j]`` belongs to the ``i``-th / ``j``-th eigenvectors).
       stats: per leaf, a tuple with one Shampoo statistic ``(d, d)`` per axis of
-        the (merged) leaf; ``(0, 0)`` for axes that are not rotated.
+        the (merged) leaf; a ``(1, 1)`` placeholder for axes that are not rotated (not
+        ``(0, 0)``: Orbax refuses to save zero-size arrays).
       bases: per leaf, the eigenbases ``Q``, laid out like ``stats``.
 
     >>> import jax.numpy as jnp
     >>> state = scale_by_soap().init({'w': jnp.zeros((3, 2)), 'b': jnp.zeros(2)})
     >>> [q.shape for q in state.bases['w']], [q.shape for q in state.bases['b']]
-    ([(3, 3), (2, 2)], [(0, 0)])
+    ([(3, 3), (2, 2)], [(1, 1)])
     """
 
     count: Array
@@ -113,7 +114,7 @@ def _layout(shape: tuple, max_dim: int, merge_dims: bool, precondition_1d: bool)
 
 
 def _matrix_shapes(lay: _Layout) -> list:
-    return [(d, d) if r else (0, 0) for d, r in zip(lay.shape, lay.rotated)]
+    return [(d, d) if r else (1, 1) for d, r in zip(lay.shape, lay.rotated)]
 
 
 # --------------------------------------------------------------------------

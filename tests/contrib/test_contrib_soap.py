@@ -367,7 +367,7 @@ def test_eval_shape_of_init_matches_init():
     state = scale_by_soap(max_precond_dim=4, merge_dims=True).init(params)
     assert isinstance(state, SoapState)
     assert [q.shape for q in state.bases["t"]] == [(2, 2), (3, 3), (4, 4)]  # nothing merges
-    assert [q.shape for q in state.bases["w"]] == [(0, 0), (0, 0)]
+    assert [q.shape for q in state.bases["w"]] == [(1, 1), (1, 1)]  # placeholders
 
 
 # --------------------------------------------------------------------------
