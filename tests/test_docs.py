@@ -231,3 +231,10 @@ def test_api_refs_find_prefers_the_public_names():
     assert api_refs.find(objects, "scale_by_dog") == "functrain.contrib.parameter_free.scale_by_dog"
     assert api_refs.find(objects, "scale") == "functrain.scale"
     assert api_refs.find(objects, "nothing") is None
+
+
+def test_readme_stays_short():
+    """The README is the front door (issue 22: it had grown to 388 lines); details live in
+    docs/, reached by its links."""
+    lines = (DOCS.parent / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move details into docs/"
