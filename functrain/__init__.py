@@ -70,13 +70,13 @@ from functrain.transforms.sign import (ScaleByLionState, ScaleByRpropState, scal
                                        scale_by_rprop, scale_by_sign)
 
 # --- whole-tree transforms: noise, quasi-Newton, line searches ---
-from functrain.transforms.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
-from functrain.transforms.linesearch import (ScaleByBacktrackingLinesearchState,
+from functrain.whole_tree.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
+from functrain.whole_tree.linesearch import (ScaleByBacktrackingLinesearchState,
                                              ScaleByZoomLinesearchState, ZoomLinesearchInfo,
                                              scale_by_backtracking_linesearch,
                                              scale_by_zoom_linesearch,
                                              value_and_grad_from_state)
-from functrain.transforms.noise import AddNoiseState, add_noise
+from functrain.whole_tree.noise import AddNoiseState, add_noise
 
 # --- wrappers: masking, accumulation, skipping, hyperparameters, control, monitoring ---
 from functrain.wrappers.accumulation import MultiSteps, MultiStepsState

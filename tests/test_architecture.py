@@ -20,11 +20,11 @@
   transforms/engine.py                      tree, numerics, base, recompute
   transforms/<family>.py                    tree, numerics, base, engine (no other family;
                                             any other file of transforms/ is a family)
-  wrappers/*.py                             tree, numerics, base, engine
-  optimizers/*.py                           tree, numerics, transforms.* (no wrappers, no
-                                            other optimizers file)
+  wrappers/*.py, whole_tree/*.py            tree, numerics, base, engine
+  optimizers/*.py                           tree, numerics, transforms.*, whole_tree.* (no
+                                            wrappers, no other optimizers file)
   contrib/*.py                              tree, numerics, schedules, linalg, transforms.*,
-                                            wrappers.*, optimizers.* (no other contrib
+                                            whole_tree.*, wrappers.*, optimizers.* (no other contrib
                                             module)
   <package>/__init__.py                     its own package's modules (functrain/ itself:
                                             anything: it only re-exports)
@@ -104,17 +104,19 @@ def allowed_imports(module: str) -> Optional[object]:
         return TREE | NUMERICS | {BASE, RECOMPUTE}
     if module in FAMILIES:
         return TREE | NUMERICS | {BASE, ENGINE}
-    if module.startswith("functrain.wrappers."):
+    if module.startswith("functrain.wrappers.") or module.startswith("functrain.whole_tree."):
         return TREE | NUMERICS | {BASE, ENGINE}
     if module.startswith("functrain.contrib."):
         return lambda target: (target in TREE | NUMERICS | {"functrain.schedules",
                                                             "functrain.linalg"}
                                or target.startswith(("functrain.transforms.",
+                                                     "functrain.whole_tree.",
                                                      "functrain.wrappers.",
                                                      "functrain.optimizers.")))
     if module.startswith("functrain.optimizers."):
         return lambda target: (target in TREE | NUMERICS
-                               or target.startswith("functrain.transforms."))
+                               or target.startswith(("functrain.transforms.",
+                                                     "functrain.whole_tree.")))
     if module == "functrain.quantized_state":  # a wrapper whose presets name optimizers
         return lambda target: (target in TREE | NUMERICS | {BASE, ENGINE}
                                or target.startswith("functrain.optimizers."))

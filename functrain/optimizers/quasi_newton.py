@@ -1,8 +1,8 @@
 """Quasi-Newton named optimizers: L-BFGS with a line search.
 
-``lbfgs`` chains :func:`~functrain.transforms.lbfgs.scale_by_lbfgs`, a sign
+``lbfgs`` chains :func:`~functrain.whole_tree.lbfgs.scale_by_lbfgs`, a sign
 flip (or a learning rate) and a line search from
-:mod:`functrain.transforms.linesearch`. Its ``update`` takes optax's extra
+:mod:`functrain.whole_tree.linesearch`. Its ``update`` takes optax's extra
 arguments (``value=``, ``grad=``, ``value_fn=``) and passes them to the search.
 """
 
@@ -14,8 +14,8 @@ from functrain.arg_checks import check_transformation, hyperparameters
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        ScalarOrSchedule)
 from functrain.transforms.engine import chain, identity
-from functrain.transforms.lbfgs import scale_by_lbfgs
-from functrain.transforms.linesearch import scale_by_zoom_linesearch
+from functrain.whole_tree.lbfgs import scale_by_lbfgs
+from functrain.whole_tree.linesearch import scale_by_zoom_linesearch
 from functrain.transforms.scaling import scale, scale_by_learning_rate
 
 
@@ -30,10 +30,10 @@ def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 1
     Update rule: ``u = -eta_k * lr * P_k g`` where ``P_k`` is the L-BFGS
     inverse-Hessian approximation built from the last ``memory_size`` pairs of
     parameter and gradient differences (see
-    :func:`~functrain.transforms.lbfgs.scale_by_lbfgs`), ``lr`` is
+    :func:`~functrain.whole_tree.lbfgs.scale_by_lbfgs`), ``lr`` is
     ``learning_rate`` (1 when ``None``) and ``eta_k`` the step size the line
     search finds (1 without one). The default search meets the strong Wolfe
-    conditions (:func:`~functrain.transforms.linesearch.scale_by_zoom_linesearch`,
+    conditions (:func:`~functrain.whole_tree.linesearch.scale_by_zoom_linesearch`,
     starting at 1 every step).
 
     References: Liu and Nocedal, 1989, "On the limited memory BFGS method for
@@ -43,7 +43,7 @@ def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 1
     Best on deterministic objectives of small to medium size; with a line
     search, call ``update(grad, state, params, value=value, grad=grad,
     value_fn=f)`` and get ``value, grad`` from
-    :func:`~functrain.transforms.linesearch.value_and_grad_from_state` to reuse
+    :func:`~functrain.whole_tree.linesearch.value_and_grad_from_state` to reuse
     the search's last evaluation. Complex parameters are supported (pass
     ``conj`` of JAX's gradient, as for every optimizer).
 

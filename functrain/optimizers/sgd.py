@@ -15,7 +15,7 @@ from functrain.arg_checks import check_momentum, hyperparameters
 from functrain.transforms.base import GradientTransformation, ScalarOrSchedule
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.momentum import trace
-from functrain.transforms.noise import add_noise
+from functrain.whole_tree.noise import add_noise
 from functrain.transforms.scaling import (scale_by_learning_rate, scale_by_polyak)
 
 

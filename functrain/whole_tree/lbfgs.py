@@ -5,7 +5,7 @@ over the memory of past steps), so it is a plain ``GradientTransformation``
 rather than a per-leaf stage. It checks its inputs the way the engine does
 (tree structures and shapes, naming the key path at fault) before any array
 math, computes 16-bit leaves in float32 and keeps optax's state layout and
-numbers. Chain it with a line search (:mod:`functrain.transforms.linesearch`);
+numbers. Chain it with a line search (:mod:`functrain.whole_tree.linesearch`);
 :func:`functrain.lbfgs` does.
 """
 

@@ -1,4 +1,4 @@
-"""functrain.transforms.linesearch against optax, step by step, and the extra-args protocol.
+"""functrain.whole_tree.linesearch against optax, step by step, and the extra-args protocol.
 
 Every comparison runs one jitted step (``value_and_grad_from_state`` then ``update``,
 as optax's docs show) on both libraries and compares every iterate and every

@@ -1,4 +1,4 @@
-"""functrain.transforms.lbfgs: the direction against the inverse-Hessian matrix built in
+"""functrain.whole_tree.lbfgs: the direction against the inverse-Hessian matrix built in
 numpy, every step against optax, dtypes and errors."""
 
 import jax

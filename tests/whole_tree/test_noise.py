@@ -1,4 +1,4 @@
-"""functrain.transforms.noise: add_noise's variance, determinism, state, and optax's keys."""
+"""functrain.whole_tree.noise: add_noise's variance, determinism, state, and optax's keys."""
 
 import warnings
 
