@@ -2,7 +2,7 @@
 paper's Algorithm 3 (Vyas et al., 2024), with the authors' reference-code details (the
 first call only sets the eigenbases; refreshes sort the columns and the second moment).
 
-optax has no SOAP, so there is no case in cases.py. Also checked here: SOAP beats Adam
+optax has no SOAP (its record in tests/registry.py points here). Also checked here: SOAP beats Adam
 on an ill-conditioned matrix least-squares problem (each at its best learning rate),
 inject_hyperparams, bfloat16, MultiSteps, masked, eval_shape of init, and errors.
 """
