@@ -153,7 +153,8 @@ def test_module_exports():
                                                "adam_direction", "nesterov_mu_hat",
                                                "trust_ratio", "safe_norm",
                                                "safe_root_mean_squares",
-                                               "safe_int32_increment", "sum_of_products"])
+                                               "safe_int32_increment", "sum_of_products",
+                                               "mars_corrected_gradient"])
 
 
 def test_sum_of_products_is_the_inner_product_of_the_lists():

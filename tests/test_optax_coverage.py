@@ -46,8 +46,6 @@ EXCLUDED: dict[str, str] = {
     "optax.second_order": "deprecated in optax (hvp, hessian_diag, fisher_diag): use jax's "
                           "jvp/vjp or optax.second_order",
     "optax.experimental": "optax's experimental aggregating API, not stable: not mirrored",
-    "optax.tree_utils": "optax's deprecated old name of optax.tree (tree_add, ...): "
-                        "functrain.tree has the current names",
     "optax.multi_normal": "a Gaussian log-density helper, not an optimizer: use optax's",
     "optax.nnls": "a non-negative least-squares solver, not an optimizer: use optax's",
     **{f"optax.{name}": LOSSES for name in (
