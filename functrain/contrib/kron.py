@@ -47,7 +47,7 @@ from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
-                                       ScalarOrSchedule, Updates, safe_increment)
+                                       ScalarOrSchedule, Updates, safe_increment, value_at)
 from functrain.transforms.engine import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -487,7 +487,7 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
 
         count = safe_increment(state.count)
         key, coin_key, noise_key = jax.random.split(state.key, 3)
-        p_now = prob(state.count) if callable(prob) else prob
+        p_now = value_at(prob, state.count)
         do_update = jax.random.uniform(coin_key) < p_now
         correction = bias_correction_factor(b1, count)
 
