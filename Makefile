@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test stress soak test-oldest demo speedrun bench lightbench docs docs-check venv clean
+.PHONY: test stress soak conformance test-oldest demo speedrun bench lightbench docs docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ stress: $(STAMP)
 # 10,000 steps beside optax, and a run resumed halfway from Orbax in a fresh process (~1 min).
 soak: $(STAMP)
 	$(PY) tests/soak/run_soak.py --out benchmarks/results
+
+# optax 0.2.8's own test files, run from the installed wheel with functrain's functions
+# swapped in; every failure must be on tests/conformance's list of deliberate differences.
+conformance: $(STAMP)
+	$(PY) tests/conformance/run_conformance.py --out benchmarks/results
 
 # The declared floors, tested: a separate venv with the lowest versions that
 # pyproject.toml allows (README, "Running the tests"). Same pytest run as `make
