@@ -12,7 +12,8 @@
 # Re-exports only: the public surface, grouped as users look for it. Each module is named once.
 
 # --- the protocol, chaining and applying updates ---
-from functrain.param_updates import apply_updates, incremental_update, periodic_update
+from functrain.param_updates import (apply_updates, apply_updates_stochastic, incremental_update,
+                                    periodic_update)
 from functrain.transforms.base import (EmptyState, GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, TransformInitFn,

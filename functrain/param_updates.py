@@ -1,4 +1,5 @@
-"""Applying updates to parameters: ``apply_updates``, and the averages of parameters
+"""Applying updates to parameters: ``apply_updates``, its bfloat16 variant with stochastic
+rounding ``apply_updates_stochastic``, and the averages of parameters
 ``incremental_update`` (Polyak) and ``periodic_update`` (a target network's copy), with
 optax's signatures and numbers.
 """
@@ -16,7 +17,8 @@ from functrain.arg_checks import check_range
 Params = Any
 Updates = Any
 
-__all__ = ["apply_updates", "incremental_update", "periodic_update"]
+__all__ = ["apply_updates", "apply_updates_stochastic", "incremental_update",
+           "periodic_update"]
 
 
 def apply_updates(params: Params, updates: Updates) -> Params:
@@ -42,6 +44,90 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     return treedef.unflatten(
         [None if p is None else (jnp.asarray(p) + u).astype(jnp.asarray(p).dtype)
          for p, u in zip(ps, us)])
+
+
+def _check_key(key: Any) -> None:
+    """Raise a ``TypeError`` naming ``key`` unless it is one JAX PRNG key (new or raw style)."""
+    dtype = getattr(key, "dtype", None)
+    shape = tuple(getattr(key, "shape", (None,)))
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        ok = shape == ()
+    else:
+        ok = dtype == jnp.uint32 and shape == (2,)
+    if not ok:
+        got = (f"{dtype}{list(shape)}" if dtype is not None else type(key).__name__)
+        raise TypeError(f"apply_updates_stochastic: key must be one PRNG key "
+                        f"(jax.random.key(seed), or a uint32[2] jax.random.PRNGKey(seed)), "
+                        f"got {got}.")
+
+
+def _round_to_bf16_stochastically(x: jax.Array, key: jax.Array) -> jax.Array:
+    """float32 ``x`` rounded to one of its two bfloat16 neighbours, unbiasedly.
+
+    A float32's bit pattern is ``hi * 2**16 + lo``; bfloat16 keeps ``hi``. Between
+    ``hi * 2**16`` and ``(hi + 1) * 2**16`` (same sign) the value is linear in the
+    pattern, so adding ``r`` uniform in ``[0, 2**16)`` and dropping the low 16 bits
+    gives ``hi + 1`` with probability ``lo / 2**16``: the expectation is ``x``.
+    Infinities and NaNs (whose low bits could carry) are passed through.
+    """
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    noise = jax.random.bits(key, x.shape, jnp.uint16).astype(jnp.uint32)
+    rounded = (bits + noise) & jnp.uint32(0xFFFF0000)
+    out = jax.lax.bitcast_convert_type(rounded, jnp.float32)
+    return jnp.where(jnp.isfinite(x), out, x).astype(jnp.bfloat16)
+
+
+def apply_updates_stochastic(params: Params, updates: Updates, key: jax.Array) -> Params:
+    """``params + updates`` with bfloat16 parameters rounded stochastically.
+
+    A bfloat16 weight has 8 significant bits: near 1.0 any update smaller than half its
+    spacing (``2**-8``) is rounded away by :func:`apply_updates`, so small learning rates
+    stall. Here each bfloat16 leaf is added in float32 and rounded to one of the two
+    neighbouring bfloat16 values with probabilities that make the result unbiased
+    (``E[result] = params + updates``; Gupta et al., 2015, "Deep Learning with Limited
+    Numerical Precision"): small updates accumulate in expectation. Leaves of any other
+    dtype get :func:`apply_updates`' result exactly. Opt-in; ``apply_updates`` keeps
+    optax's signature.
+
+    Args:
+      params: the parameter tree.
+      updates: a tree of the same structure and shapes.
+      key: one PRNG key (``jax.random.key(seed)`` or ``jax.random.PRNGKey(seed)``),
+        split into one key per leaf; use a fresh key each step.
+
+    Returns:
+      The new parameters, each leaf in its parameter's dtype (``None`` leaves of
+      ``params`` stay ``None``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> params = {'w': jnp.ones(10000, jnp.bfloat16)}
+    >>> updates = {'w': jnp.full(10000, 1e-3)}
+    >>> float(apply_updates(params, updates)['w'].astype(jnp.float32).mean())
+    1.0
+    >>> new = apply_updates_stochastic(params, updates, jax.random.key(0))
+    >>> new['w'].dtype, round(float(new['w'].astype(jnp.float32).mean()), 3)
+    (dtype(bfloat16), 1.001)
+    """
+    _check_key(key)
+    if params is None:  # as apply_updates: no parameters, nothing to update
+        return None
+    ft.check_structure(params, updates, "updates", "params")
+    paths, ps, treedef = ft.flatten_with_paths(params)
+    us = treedef.flatten_up_to(updates)
+    ft.check_shapes(paths, ps, us, "updates", "params")
+    keys = jax.random.split(key, max(len(ps), 1))
+    out = []
+    for i, (p, u) in enumerate(zip(ps, us)):
+        if p is None:
+            out.append(None)
+            continue
+        p = jnp.asarray(p)
+        if p.dtype == jnp.bfloat16:
+            total = p.astype(jnp.float32) + jnp.asarray(u).astype(jnp.float32)
+            out.append(_round_to_bf16_stochastically(total, keys[i]))
+        else:
+            out.append((p + u).astype(p.dtype))
+    return treedef.unflatten(out)
 
 
 def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Any) -> Params:
