@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +24,7 @@ __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
            "check_nonnegative", "check_positive", "check_hyperparameter", "hyperparameters",
            "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
-           "state_mismatch_error"]
+           "state_mismatch_error", "sorted_labels"]
 
 
 # --------------------------------------------------------------------------
@@ -367,3 +367,18 @@ def state_mismatch_error(owner: str, problem: str, made_by: str = "this transfor
     ValueError("kron: the state has 2 factors for a 3-d leaf: was the state made by this transformation's init?")
     """
     return error(f"{owner}: {problem}: was the state made by {made_by}'s init?")
+
+
+def sorted_labels(labels: Iterable[Any]) -> list[Any]:
+    """``labels`` sorted for an error message, even when they are of mixed types.
+
+    Args:
+      labels: hashable labels (strings, ints, ...).
+
+    Returns:
+      A list sorted by ``repr``.
+
+    >>> sorted_labels(['b', 1, 'a'])
+    ['a', 'b', 1]
+    """
+    return sorted(labels, key=repr)

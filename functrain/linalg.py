@@ -26,7 +26,8 @@ from functrain import tree as ft
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["global_norm", "power_iteration", "matrix_inverse_pth_root", "map_matrices", "set_lapack_threads"]
+__all__ = ["global_norm", "power_iteration", "matrix_inverse_pth_root", "newton_schulz",
+           "map_matrices", "set_lapack_threads"]
 
 
 def global_norm(updates: PyTree) -> jax.Array:
@@ -184,6 +185,95 @@ def matrix_inverse_pth_root(matrix: Array, p: Any, num_iters: Any = 100,
     err = jnp.max(jnp.abs(m - eye))
     ok = jnp.asarray(improving, prev_h.dtype)
     return jnp.asarray(ok * h + (1 - ok) * prev_h, matrix.dtype), err
+
+
+#: Newton-Schulz's normalizations before the first step (:func:`newton_schulz`).
+PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
+_RESCALE_EPS = 1e-8  # the floor of the AOL and Schatten-4 rescalings (fixed, as in optax)
+
+
+def _ct(x: Array) -> Array:
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def _quintic(x: Array, a: Array, c: Array) -> Array:
+    """``c0 X + (c1 A + c2 A A) X`` with ``A = X X^H`` given (optax's association)."""
+    b = c[1] * a + c[2] * a @ a
+    return c[0] * x + b @ x
+
+
+def _ns_step(x: Array, c: Array) -> Array:
+    return _quintic(x, x @ _ct(x), c)
+
+
+def _aol_step(x: Array, c: Array) -> Array:
+    """First step with 'almost orthogonal layer' rescaling (Boissin et al., 2025)."""
+    a = x @ _ct(x)
+    s = jax.lax.rsqrt(jnp.maximum(jnp.abs(a).sum(axis=-1), _RESCALE_EPS))[..., None]
+    return _quintic(x * s, a * s * jnp.swapaxes(s, -1, -2), c)
+
+
+def _schatten_step(x: Array, c: Array) -> Array:
+    """First step with Schatten-4 rescaling (Grishina et al., 2025)."""
+    a = x @ _ct(x)
+    norm = jnp.linalg.norm(a, ord="fro", axis=(-2, -1), keepdims=True)
+    s = jax.lax.rsqrt(jnp.maximum(norm, _RESCALE_EPS))
+    return _quintic(x * s, a * s ** 2, c)
+
+
+def newton_schulz(x: Array, coeffs: Array, ns_steps: Any = 5,
+                  preconditioning: str = "frobenius", eps: Any = 1e-8) -> Array:
+    """Muon's orthogonalization of each matrix of a ``(batch, m, n)`` stack, ``m <= n``.
+
+    After a normalization (``preconditioning``), each step maps ``X`` to
+    ``c0 X + (c1 A + c2 A A) X`` with ``A = X X^H`` (Jordan et al., 2024): the
+    singular values are pushed towards 1 and the singular vectors kept. The
+    steps run in a ``lax.fori_loop`` (or a ``lax.scan`` over per-step
+    coefficients), never unrolled, so temporary memory does not grow with
+    ``ns_steps``; every matrix of the stack goes through the same batched matmuls.
+
+    Args:
+      x: a ``(batch, m, n)`` array with ``m <= n`` (transpose taller matrices).
+      coeffs: ``(c0, c1, c2)`` used at every step, or a ``(ns_steps, 3)`` array
+        of per-step coefficients.
+      ns_steps: the number of steps (with ``(3,)`` coefficients).
+      preconditioning: ``'frobenius'`` or ``'spectral'`` (divide by that norm
+        plus ``eps``), ``'aol'`` (Boissin et al., 2025) or ``'schatten'``
+        (Schatten-4, Grishina et al., 2025) rescaling inside the first step.
+      eps: added to the norm of the first two normalizations.
+
+    Returns:
+      The stack after ``ns_steps`` steps, in ``x``'s dtype.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[[3., 0., 0.], [0., 0.5, 0.]]])
+    >>> o = newton_schulz(x, jnp.array([3.4445, -4.7750, 2.0315]))
+    >>> bool(jnp.all(jnp.abs(jnp.linalg.svd(o[0], compute_uv=False) - 1) < 0.35))
+    True
+    """
+    if preconditioning == "frobenius":
+        x = x / (jnp.linalg.norm(x, ord="fro", axis=(-2, -1), keepdims=True) + eps)
+    elif preconditioning == "spectral":
+        x = x / (jnp.linalg.norm(x, ord=2, axis=(-2, -1), keepdims=True) + eps)
+    elif preconditioning not in PRECONDITIONINGS:
+        raise ValueError(f"newton_schulz: preconditioning must be one of {PRECONDITIONINGS}, "
+                         f"got {preconditioning!r}.")
+    first = {"aol": _aol_step, "schatten": _schatten_step}.get(preconditioning)
+
+    def step(i: Array, x: Array, c: Array) -> Array:
+        if first is None:
+            return _ns_step(x, c)
+        return jax.lax.cond(i == 0, first, _ns_step, x, c)
+
+    coeffs = jnp.asarray(coeffs).astype(x.dtype)
+    if coeffs.ndim == 1:
+        return jax.lax.fori_loop(0, ns_steps, lambda i, x: step(i, x, coeffs), x)
+
+    def body(carry: tuple, c: Array) -> tuple:
+        i, x = carry
+        return (i + 1, step(i, x, c)), None
+
+    return jax.lax.scan(body, (jnp.zeros([], jnp.int32), x), coeffs)[0][1]
 
 
 def map_matrices(fn: Callable[..., Any], *stacks: Array,

@@ -225,7 +225,7 @@ def test_the_analysis_sees_imports_and_private_uses():
               "import functrain.numerics\n"
               "def f():\n"
               "    from functrain.transforms import recompute\n"
-              "    return (ft._fmt_paths, ft.norm, engine._x, recompute.enabled,\n"
+              "    return (ft._fmt_paths, ft.norm, engine._x, recompute.applies,\n"
               "            functrain.numerics._y, ft.MaskedNode.__name__)\n")
     found = Imports("functrain.transforms.adam", source)
     assert {e[0] for e in found.edges} == {"functrain.tree", BASE, ENGINE, RECOMPUTE,

@@ -118,3 +118,7 @@ def test_a_class_of_the_same_name_with_other_fields_is_refused():
     Fake = collections.namedtuple("EmptyState", ["x"])
     with pytest.raises(TypeError, match="expected its state as EmptyState"):
         check_state_type(Fake(1), EmptyState, "scale")
+
+
+def test_sorted_labels_orders_mixed_labels_by_repr():
+    assert arg_checks.sorted_labels(["b", 1, "a"]) == ["a", "b", 1]

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.linalg import PRECONDITIONINGS, newton_schulz
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain import tree as ft
@@ -33,7 +34,7 @@ from functrain.optimizers.adam_family import adamw
 from functrain.transforms.adam import corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
-from functrain.transforms.engine import chain, in_compute_dtype, run_block, stage_transform
+from functrain.transforms.engine import chain, leaf_compute_dtype, run_block, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import PartitionState, masked
 
@@ -47,8 +48,6 @@ _DION_NS_COEFFS = ((4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377),
                    (3.7418, -5.5913, 2.3037), (2.8769, -3.1427, 1.2046),
                    (2.8366, -3.0525, 1.2012))
 _NS_PRESETS = {"standard": _STANDARD_NS_COEFFS, "dion": _DION_NS_COEFFS}
-_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
-_RESCALE_EPS = 1e-8  # the floor of the AOL and Schatten-4 rescalings (fixed, as in optax)
 
 
 class MuonDimensionNumbers(NamedTuple):
@@ -195,62 +194,8 @@ def _dims_of_leaves(spec: Any, tree: Any, owner: str, name: str) -> list:
 
 
 # --------------------------------------------------------------------------
-# Newton-Schulz on one leaf
+# Newton-Schulz over the tree
 # --------------------------------------------------------------------------
-
-def _ct(x: Array) -> Array:
-    return jnp.conj(jnp.swapaxes(x, -1, -2))
-
-
-def _quintic(x: Array, a: Array, c: Array) -> Array:
-    """``c0 X + (c1 A + c2 A A) X`` with ``A = X X^H`` given (optax's association)."""
-    b = c[1] * a + c[2] * a @ a
-    return c[0] * x + b @ x
-
-
-def _ns_step(x: Array, c: Array) -> Array:
-    return _quintic(x, x @ _ct(x), c)
-
-
-def _aol_step(x: Array, c: Array) -> Array:
-    """First step with 'almost orthogonal layer' rescaling (Boissin et al., 2025)."""
-    a = x @ _ct(x)
-    s = jax.lax.rsqrt(jnp.maximum(jnp.abs(a).sum(axis=-1), _RESCALE_EPS))[..., None]
-    return _quintic(x * s, a * s * jnp.swapaxes(s, -1, -2), c)
-
-
-def _schatten_step(x: Array, c: Array) -> Array:
-    """First step with Schatten-4 rescaling (Grishina et al., 2025)."""
-    a = x @ _ct(x)
-    norm = jnp.linalg.norm(a, ord="fro", axis=(-2, -1), keepdims=True)
-    s = jax.lax.rsqrt(jnp.maximum(norm, _RESCALE_EPS))
-    return _quintic(x * s, a * s ** 2, c)
-
-
-def _newton_schulz(x: Array, coeffs: Array, ns_steps: Any, preconditioning: str,
-                   eps: Any) -> Array:
-    """Orthogonalize each matrix of ``x`` (batch, m, n) with m <= n; bounded memory."""
-    if preconditioning == "frobenius":
-        x = x / (jnp.linalg.norm(x, ord="fro", axis=(-2, -1), keepdims=True) + eps)
-    elif preconditioning == "spectral":
-        x = x / (jnp.linalg.norm(x, ord=2, axis=(-2, -1), keepdims=True) + eps)
-    first = {"aol": _aol_step, "schatten": _schatten_step}.get(preconditioning)
-
-    def step(i: Array, x: Array, c: Array) -> Array:
-        if first is None:
-            return _ns_step(x, c)
-        return jax.lax.cond(i == 0, first, _ns_step, x, c)
-
-    coeffs = coeffs.astype(x.dtype)
-    if coeffs.ndim == 1:
-        return jax.lax.fori_loop(0, ns_steps, lambda i, x: step(i, x, coeffs), x)
-
-    def body(carry: tuple, c: Array) -> tuple:
-        i, x = carry
-        return (i + 1, step(i, x, c)), None
-
-    return jax.lax.scan(body, (jnp.zeros([], jnp.int32), x), coeffs)[0][1]
-
 
 class _MatrixView(NamedTuple):
     """How one leaf is seen as a stack of matrices (all static)."""
@@ -299,7 +244,7 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
     done = {}
     for members in groups.values():
         stack = jnp.concatenate([o for _, o in members]) if len(members) > 1 else members[0][1]
-        result = _newton_schulz(stack, coeffs, ns_steps, preconditioning, eps)
+        result = newton_schulz(stack, coeffs, ns_steps, preconditioning, eps)
         start = 0
         for i, o in members:
             done[i] = result[start:start + o.shape[0]]
@@ -326,6 +271,29 @@ def _check_leaves_prepare(dims: MuonDimensionNumbers, prepare: Callable, owner: 
         _dims_of_leaves(dims, updates, owner, "weight_dimension_numbers")
         return prepare(glob, updates, **extra)
     return checked
+
+
+def _in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
+    """The floating leaves of ``updates`` in the engine's compute dtype (with ``params``).
+
+    Fed these, the momentum stage returns its output unrounded (16-bit leaves stay float32)
+    for the whole-tree Newton-Schulz, as in one fused pass. Placeholders, integer leaves and
+    trees that do not fit ``params`` (the engine then names the mismatch) pass as they are.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(updates, is_leaf=ft.is_placeholder)
+    try:
+        ps = [None] * len(leaves) if params is None else treedef.flatten_up_to(params)
+    except (ValueError, TypeError):
+        return updates
+    out = []
+    for g, p in zip(leaves, ps):
+        if (ft.is_placeholder(g) or (params is not None and ft.is_placeholder(p))
+                or not jnp.issubdtype(jnp.result_type(g), jnp.inexact)):
+            out.append(g)
+        else:
+            g = jnp.asarray(g)
+            out.append(g.astype(leaf_compute_dtype(g, None if p is None else jnp.asarray(p))))
+    return treedef.unflatten(out)
 
 
 def _per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], owner: str,
@@ -391,8 +359,8 @@ def _check_options(owner: str, ns_steps: Any, preconditioning: str) -> None:
     check_range("ns_steps", ns_steps, 0.0, owner=owner)
     if not isinstance(ns_steps, jax.core.Tracer) and int(ns_steps) != ns_steps:
         raise ValueError(f"{owner}: ns_steps must be an integer, got {ns_steps}.")
-    if preconditioning not in _PRECONDITIONINGS:
-        raise ValueError(f"{owner}: preconditioning must be one of {list(_PRECONDITIONINGS)}, "
+    if preconditioning not in PRECONDITIONINGS:
+        raise ValueError(f"{owner}: preconditioning must be one of {list(PRECONDITIONINGS)}, "
                          f"got {preconditioning!r}.")
 
 
@@ -486,7 +454,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
     def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, Any]:
         check_state_type(state, MuonState, owner)
-        m, new_state = momentum.update(in_compute_dtype(updates, params), state, params,
+        m, new_state = momentum.update(_in_compute_dtype(updates, params), state, params,
                                        **extra_args)
         dims = _dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
         o = _orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,

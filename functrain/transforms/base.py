@@ -284,18 +284,8 @@ def count_only(glob: dict, updates: Any) -> tuple[None, dict]:
     return None, {"count": safe_increment(glob["count"])}
 
 
-def accepts_extra_args(fn: Callable) -> bool:
-    """Whether ``fn`` takes ``**kwargs`` (so ``update`` may pass extra arguments on).
-
-    Args:
-      fn: a function, usually a transformation's ``update``.
-
-    Returns:
-      ``True`` if it has a ``**kwargs`` parameter (or its signature is unknown).
-
-    >>> accepts_extra_args(lambda u, s, p=None, **kw: None)
-    True
-    """
+def _accepts_extra_args(fn: Callable) -> bool:
+    """Whether ``fn`` takes ``**kwargs`` (True when its signature is unknown)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -322,7 +312,7 @@ def call_update(tx: Any, updates: Updates, state: OptState, params: Optional[Par
     >>> call_update(tx, [jnp.ones(1)], (), None, {'value': 1.0})[0]
     [Array([1.], dtype=float32)]
     """
-    if extra_args and accepts_extra_args(tx.update):
+    if extra_args and _accepts_extra_args(tx.update):
         return tx.update(updates, state, params, **extra_args)
     return tx.update(updates, state, params)
 
@@ -351,7 +341,7 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
     check_transformation(tx, "with_extra_args_support", "tx")
     if isinstance(tx, GradientTransformationExtraArgs):
         return tx
-    if accepts_extra_args(tx.update):
+    if _accepts_extra_args(tx.update):
         return GradientTransformationExtraArgs(tx.init, tx.update)
     inner = tx.update
 
@@ -361,18 +351,3 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
         return inner(updates, state, params)
 
     return GradientTransformationExtraArgs(tx.init, update_fn)
-
-
-def sorted_labels(labels: Iterable[Any]) -> list[Any]:
-    """``labels`` sorted for an error message, even when they are of mixed types.
-
-    Args:
-      labels: hashable labels (strings, ints, ...).
-
-    Returns:
-      A list sorted by ``repr``.
-
-    >>> sorted_labels(['b', 1, 'a'])
-    ['a', 'b', 1]
-    """
-    return sorted(labels, key=repr)

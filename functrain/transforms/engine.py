@@ -25,13 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
-                                  state_mismatch_error)
+                                  sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.transforms import recompute
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        LeafStage, OptState, Params, Updates, as_array,
-                                       call_update, sorted_labels)
-
+                                       call_update)
 
 
 class PlannedUpdate:
@@ -61,10 +60,6 @@ class PlannedUpdate:
                  **extra_args: Any) -> tuple[Updates, OptState]:
         return self.fn(updates, state, params, **extra_args)
 
-
-# --------------------------------------------------------------------------
-# run_block: a block of stages over one tree
-# --------------------------------------------------------------------------
 
 def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[OptState],
               params: Optional[Params], extra_args: Optional[dict] = None
@@ -125,8 +120,13 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
             if stage.shaped_fields is None or name in stage.shaped_fields:
                 ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
             fields.append(leaves)
-        global_fields = {k: getattr(state, k) for k in stage.global_fields}
-        ctx, new_global = prepare_stage(stage, global_fields, updates, extra_args)
+        missing = [k for k in stage.extra_args if k not in extra_args]
+        if missing:
+            raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
+                             f"update(updates, state, params, {missing[0]}=...).")
+        ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
+                                        updates if stage.needs_updates else None,
+                                        **{k: extra_args[k] for k in stage.extra_args})
         plans.append((active, fields, ctx, new_global))
 
     out_updates = []
@@ -172,32 +172,6 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     return treedef.unflatten(out_updates), new_states
 
 
-def prepare_stage(stage: LeafStage, global_fields: dict, updates: Updates,
-                  extra_args: dict) -> tuple[Any, dict]:
-    """Run ``stage.prepare`` for one step: its context and its new global fields.
-
-    Args:
-      stage: the stage.
-      global_fields: its scalar state fields (e.g. ``{'count': ...}``).
-      updates: the block's input tree (passed on only if ``stage.needs_updates``).
-      extra_args: ``update``'s extra keyword arguments; those named in
-        ``stage.extra_args`` are passed on, and a missing one is an error.
-
-    Returns:
-      ``(ctx, new_global_fields)``.
-
-    >>> from functrain.transforms.base import LeafStage
-    >>> prepare_stage(LeafStage(name='id', update_leaf=None), {}, None, {})
-    (None, {})
-    """
-    missing = [k for k in stage.extra_args if k not in extra_args]
-    if missing:
-        raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
-                         f"update(updates, state, params, {missing[0]}=...).")
-    extra = {k: extra_args[k] for k in stage.extra_args}
-    return stage.prepare(global_fields, updates if stage.needs_updates else None, **extra)
-
-
 def _saved_by_recompute(stages: Sequence[LeafStage], plans: list, gs: list, ps: list) -> int:
     """Bytes of the temporaries the block's trust ratios would store without the recompute."""
     total = 0
@@ -227,43 +201,6 @@ def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
     return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
 
 
-
-def in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
-    """The floating leaves of ``updates`` cast to :func:`leaf_compute_dtype` (with ``params``).
-
-    For a transformation that feeds a stage's output to whole-tree math (Muon's
-    batched Newton-Schulz): the stage returns its output in its input's dtype,
-    so giving it the updates already in the compute dtype keeps that output
-    unrounded, as in one fused pass. Other leaves (placeholders, integers) and
-    trees that do not fit ``params`` (the engine then names the mismatch) are
-    returned as they are.
-
-    Args:
-      updates: the updates tree (``MaskedNode`` placeholders allowed).
-      params: the parameters, or ``None``.
-
-    Returns:
-      ``updates`` with each floating leaf in its compute dtype.
-
-    >>> import jax.numpy as jnp
-    >>> in_compute_dtype({'w': jnp.ones(2, jnp.bfloat16)}, None)['w'].dtype
-    dtype('float32')
-    """
-    leaves, treedef = jax.tree_util.tree_flatten(updates, is_leaf=ft.is_placeholder)
-    try:
-        ps = [None] * len(leaves) if params is None else treedef.flatten_up_to(params)
-    except (ValueError, TypeError):
-        return updates
-    out = []
-    for g, p in zip(leaves, ps):
-        if (ft.is_placeholder(g) or (params is not None and ft.is_placeholder(p))
-                or not jnp.issubdtype(jnp.result_type(g), jnp.inexact)):
-            out.append(g)
-            continue
-        g = jnp.asarray(g)
-        out.append(g.astype(leaf_compute_dtype(g, None if p is None else jnp.asarray(p))))
-    return treedef.unflatten(out)
-
 def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
     """The dtype a state leaf is read in: at least the leaf math's dtype ``cd``.
 
@@ -282,10 +219,6 @@ def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
         return jnp.promote_types(ft.compute_dtype(x.dtype), cd)
     return x.dtype
 
-
-# --------------------------------------------------------------------------
-# Stages as GradientTransformations, and chain
-# --------------------------------------------------------------------------
 
 def stage_transform(stage: LeafStage) -> GradientTransformation:
     """A ``GradientTransformation`` running one stage; ``chain`` can fuse it.
@@ -458,5 +391,5 @@ def identity() -> GradientTransformation:
                                      any_dtype=True))
 
 
-__all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity", "fusion_plan", "PlannedUpdate", "prepare_stage", "leaf_compute_dtype",
-           "state_compute_dtype"]
+__all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity", "fusion_plan",
+           "PlannedUpdate", "leaf_compute_dtype", "state_compute_dtype"]

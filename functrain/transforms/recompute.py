@@ -46,35 +46,22 @@ BACKENDS: tuple[str, ...] = ("cpu",)
 MIN_BYTES = 32 * 2**20
 
 
-def enabled() -> bool:
-    """Whether the recompute is on here: the default backend is one of :data:`BACKENDS`.
-
-    Extend :data:`BACKENDS` to turn it on elsewhere (or empty it to turn it off).
-
-    Returns:
-      ``True`` when a fused trust ratio may take its norm from a recomputed input.
-
-    >>> import jax
-    >>> enabled() == (jax.default_backend() in BACKENDS)
-    True
-    """
-    return jax.default_backend() in BACKENDS
-
-
 def applies(saved_bytes: int) -> bool:
     """Whether to recompute in a block whose trust ratios would store ``saved_bytes``.
+
+    Extend :data:`BACKENDS` to turn the recompute on elsewhere (or empty it to turn it off).
 
     Args:
       saved_bytes: the total size of the inputs the block's trust ratios would
         otherwise keep in temporaries.
 
     Returns:
-      ``enabled() and saved_bytes >= MIN_BYTES``.
+      Whether the default backend is in :data:`BACKENDS` and ``saved_bytes >= MIN_BYTES``.
 
     >>> applies(0)
     False
     """
-    return enabled() and saved_bytes >= MIN_BYTES
+    return jax.default_backend() in BACKENDS and saved_bytes >= MIN_BYTES
 
 
 def input_for_norm(prefix: Sequence[Any], ctxs: Sequence[Any], ran: list, x0: jax.Array,

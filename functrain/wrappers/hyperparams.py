@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type
+from functrain.arg_checks import check_state_type, sorted_labels
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
-                                       safe_increment, sorted_labels)
+                                       safe_increment)
 
 Array = jax.Array
 PyTree = Any

@@ -29,10 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type, check_transformation, state_mismatch_error
+from functrain.arg_checks import (check_state_type, check_transformation, sorted_labels,
+                                  state_mismatch_error)
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, OptState,
-                                       Params, Updates, call_update, sorted_labels)
+                                       Params, Updates, call_update)
 from functrain.transforms.engine import chain, fusion_plan, stage_transform
 
 Array = jax.Array

@@ -174,6 +174,20 @@ def _numpy_newton_schulz(x, coeffs, steps, eps):
     return x.T if transposed else x
 
 
+def test_linalg_newton_schulz_is_the_numpy_iteration_per_matrix():
+    """functrain.linalg.newton_schulz on a stack: each matrix as the numpy loop, float64."""
+    from functrain import linalg
+    x = np.random.default_rng(5).standard_normal((3, 4, 7))
+    coeffs = (3.4445, -4.7750, 2.0315)
+    with jax.enable_x64(True):
+        got = np.asarray(linalg.newton_schulz(jnp.asarray(x), jnp.asarray(coeffs), 5))
+    for k in range(3):
+        np.testing.assert_allclose(got[k], _numpy_newton_schulz(x[k], coeffs, 5, 1e-8),
+                                   rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="preconditioning must be one of"):
+        linalg.newton_schulz(jnp.asarray(x), jnp.asarray(coeffs), 5, "nope")
+
+
 @pytest.mark.parametrize("nesterov", [True, False])
 def test_first_step_is_newton_schulz_of_the_gradient(nesterov):
     g = np.random.default_rng(2).standard_normal((6, 4))
