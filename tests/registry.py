@@ -458,6 +458,9 @@ _beyond("cautious_adamw", dict(learning_rate=1e-2), tests=_MODIFIERS)
 _beyond("cautious_lion", dict(learning_rate=1e-3), tests=_MODIFIERS)
 _beyond("mars_correction", dict(gamma=0.05, b1=0.9), tests=_MODIFIERS,
         build=lambda m, **kw: m.chain(m.contrib.mars_correction(**kw), m.lion(1e-3)))
+_beyond("trust_region_clip", dict(lerp=0.9, scale=1.5), tests=_MODIFIERS,
+        real_only="tanh, sign and a clip to [-2, 2]: no complex version (as clip)",
+        build=lambda m, **kw: m.chain(m.adam(1e-2), m.contrib.trust_region_clip(**kw)))
 _beyond("came", dict(learning_rate=1e-2), skip={
     "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came"),
     "zero_size": "BUG, reported: a zero-size leaf fails ('Cannot do a non-empty jnp.take() "

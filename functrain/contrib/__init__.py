@@ -1,6 +1,6 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (Shampoo, SOAP, Kron, CAME, MARS, LaProp)
-and modifiers for any optimizer (cautious updates, the MARS correction).
+and modifiers for any optimizer (cautious updates, the MARS correction, trust-region clipping).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -52,6 +52,6 @@ from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
 from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cautious,
                                          cautious_adamw, cautious_lion, mars_correction,
-                                         palm_beta2_schedule)
+                                         palm_beta2_schedule, trust_region_clip)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap

@@ -1,6 +1,7 @@
 """Modifiers for any optimizer: cautious updates (Liang et al., 2024), the MARS
-variance-reduced gradient (Yuan et al., 2024) and PaLM's ``b2`` schedule (Chowdhery et al.,
-2022), as HeavyBall offers them for every optimizer.
+variance-reduced gradient (Yuan et al., 2024), PaLM's ``b2`` schedule (Chowdhery et al.,
+2022) and HeavyBall's trust-region update clipping, as HeavyBall offers them for every
+optimizer.
 
 ``cautious(optimizer)`` wraps a whole optimizer (its state is the optimizer's own, so
 checkpoints keep their layout); ``mars_correction()`` is a stage to put in front of any
@@ -8,7 +9,8 @@ optimizer with ``chain``. ``cautious_adamw`` and ``cautious_lion`` apply the cau
 step direction only, as the paper's Algorithm 2 does, so weight decay is never masked.
 ``palm_beta2_schedule()`` is a decay-rate schedule: pass it as ``b2`` to adam, adamw,
 nadam(w), amsgrad, adabelief, lamb, laprop or their ``scale_by_*`` stages. optax has none of
-these.
+these. HeavyBall's other update clippings are existing transforms: its RMS clip is
+``clip_by_block_rms``, its global L2 clip ``clip_by_global_norm``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.arg_checks import (check_betas, check_nonnegative, check_positive,
+from functrain.arg_checks import (check_betas, check_nonnegative, check_positive, check_range,
                                   check_transformation, hyperparameters)
 from functrain.numerics import mars_corrected_gradient
 from functrain.transforms.adam import scale_by_adam
@@ -34,7 +36,7 @@ from functrain.transforms.sign import scale_by_lion
 Array = jax.Array
 
 __all__ = ["cautious", "cautious_adamw", "cautious_lion", "MarsCorrectionState",
-           "mars_correction", "DecaySchedule", "palm_beta2_schedule"]
+           "mars_correction", "DecaySchedule", "palm_beta2_schedule", "trust_region_clip"]
 
 
 # --------------------------------------------------------------------------
@@ -297,3 +299,43 @@ def palm_beta2_schedule(exponent: float = 0.8) -> DecaySchedule:
         return jnp.ones_like(jnp.asarray(count, jnp.float32))
 
     return DecaySchedule(rate, correction)
+
+
+# --------------------------------------------------------------------------
+# HeavyBall's trust-region update clipping
+# --------------------------------------------------------------------------
+
+@hyperparameters(lerp="number", scale="number")
+def trust_region_clip(lerp: float = 0.9, scale: float = 1.5) -> GradientTransformation:
+    """A soft elementwise bound on the update: HeavyBall's default update clipping.
+
+    Each component ``u`` becomes, with ``x = u / scale``,
+    ``clip(scale * (lerp * tanh(x) + (1 - lerp) * sign(x) * log(1 + |x|)), -2, 2)``:
+    about ``u`` for small components, growing only logarithmically for large ones, never
+    beyond 2 in magnitude. Put it after an optimizer's direction, before the learning rate:
+    ``chain(scale_by_adam(), trust_region_clip(), scale_by_learning_rate(lr))``.
+
+    Args:
+      lerp: in ``[0, 1]``, the weight of ``tanh`` against the logarithmic part.
+      scale: ``> 0``, the component size where the bound starts to bend.
+
+    Returns:
+      A stateless ``GradientTransformation`` (real leaves only: a complex leaf raises).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.contrib.trust_region_clip()
+    >>> u = [jnp.array([0.01, 1.0, 1000.0])]
+    >>> print(jnp.round(tx.update(u, tx.init(u))[0][0], 4))
+    [0.01   0.8634 2.    ]
+    """
+    check_range("lerp", lerp, 0.0, 1.0, high_inclusive=True, owner="trust_region_clip")
+    check_positive("trust_region_clip", scale=scale)
+
+    def leaf(u: Array, state: Any, p: Any, ctx: Any) -> tuple:
+        x = u / scale
+        t = jnp.tanh(x)
+        soft = lerp * t + (1 - lerp) * jnp.sign(x) * jnp.log1p(jnp.abs(x))
+        return jnp.clip(scale * soft, -2.0, 2.0), ()
+
+    return stage_transform(LeafStage(name="trust_region_clip", update_leaf=leaf,
+                                     real_only=True))

@@ -1,5 +1,5 @@
 """functrain.contrib's modifiers for any optimizer: cautious, cautious_adamw, cautious_lion,
-mars_correction, palm_beta2_schedule (no optax counterpart).
+mars_correction, palm_beta2_schedule, trust_region_clip (no optax counterpart).
 
 Compared with: the papers' pseudo-code in numpy float64 (C-AdamW and C-Lion: Liang et al.,
 2024, Algorithm 2, with the authors' scale ``size / (kept + 1)`` per array; the MARS
@@ -162,12 +162,76 @@ def test_cautious_wraps_any_optimizer(name):
         assert jax.tree.structure(state) == jax.tree.structure(INNER[name]().init(params))
 
 
-@pytest.mark.parametrize("name", ["adam", "lion", "sgd", "soap", "muon"])
+def np_mars_gradients(grads, gamma, b1, max_norm):
+    """Yuan et al. (2024), Algorithm 1's corrected gradient per step and leaf, in numpy."""
+    prev, out = {k: np.zeros_like(v) for k, v in grads[0].items()}, []
+    for g in grads:
+        c = {}
+        for k in g:
+            c[k] = g[k] + gamma * b1 / (1 - b1) * (g[k] - prev[k])
+            norm = np.linalg.norm(c[k])
+            if max_norm is not None and norm > max_norm:
+                c[k] = c[k] * max_norm / norm
+        prev = g
+        out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(INNER))
 def test_mars_correction_composes(name):
-    params, grads = _problem(5)
-    params = {k: v.astype(np.float32) for k, v in params.items()}
-    p, _, _ = _run(functrain.chain(mars_correction(), INNER[name]()), params, grads)
-    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(p))
+    """chain(mars_correction(), opt) is opt alone fed the corrected gradients.
+
+    The corrected gradients are mars_correction's own (equal to the numpy algorithm to
+    1e-12), fed bit for bit: SOAP's eigenbasis of rank-deficient first statistics is
+    arbitrary in its null space, so an ulp of difference in its input changes its path.
+    """
+    with jax.enable_x64(True):
+        params, grads = _problem(5, shapes=(("w", (8, 6)), ("b", (6,))))
+        p, state, _ = _run(functrain.chain(mars_correction(), INNER[name]()), params, grads)
+        _, _, corrected = _run(mars_correction(), params, grads)
+        for c, c_np in zip(corrected, np_mars_gradients(grads, 0.025, 0.95, 1.0)):
+            for k in params:
+                np.testing.assert_allclose(c[k], c_np[k], rtol=1e-12, atol=1e-14)
+        want, _, _ = _run(INNER[name](), params, corrected)
+        for k in params:
+            np.testing.assert_allclose(p[k], want[k], rtol=1e-9, atol=1e-12, err_msg=name)
+        assert not np.allclose(p["w"], _run(INNER[name](), params, grads)[0]["w"])
+
+
+def np_trust_region_clip(u, lerp, scale):
+    """HeavyBall's trust_region_clip_, from its description, in numpy."""
+    x = u / scale
+    soft = lerp * np.tanh(x) + (1 - lerp) * np.sign(x) * np.log1p(np.abs(x))
+    return np.clip(scale * soft, -2.0, 2.0)
+
+
+@pytest.mark.parametrize("lerp,scale", [(0.9, 1.5), (0.0, 0.5), (1.0, 3.0)])
+def test_trust_region_clip_matches_numpy(lerp, scale):
+    u = np.concatenate([np.linspace(-50, 50, 101), np.geomspace(1e-6, 1e3, 20)])
+    with jax.enable_x64(True):
+        tx = functrain.contrib.trust_region_clip(lerp, scale)
+        got = tx.update({"u": jnp.asarray(u)}, tx.init({"u": jnp.asarray(u)}))[0]["u"]
+    np.testing.assert_allclose(got, np_trust_region_clip(u, lerp, scale), rtol=1e-12,
+                               atol=1e-15)
+    assert np.all(np.abs(got) <= 2.0) and np.all(np.sign(got) == np.sign(u))
+
+
+@pytest.mark.parametrize("name", sorted(INNER))
+def test_trust_region_clip_composes(name):
+    """chain(opt, trust_region_clip()) clips opt's own updates (run alone on the same params)."""
+    with jax.enable_x64(True):
+        params, grads = _problem(6, shapes=(("w", (8, 6)), ("b", (6,))))
+        scaled = [{k: 100.0 * v for k, v in g.items()} for g in grads[:4]]
+        opt = functrain.chain(INNER[name](), functrain.contrib.trust_region_clip())
+        _, _, ours = _run(opt, params, scaled)
+        inner = INNER[name]()
+        step, s, p = jax.jit(inner.update), inner.init(params), params
+        for t, (g, u_ours) in enumerate(zip(scaled, ours)):
+            u, s = step(g, s, p)
+            for k in params:
+                np.testing.assert_allclose(u_ours[k], np_trust_region_clip(
+                    np.asarray(u[k]), 0.9, 1.5), rtol=1e-9, atol=1e-12, err_msg=f"{name} {t}")
+            p = functrain.apply_updates(p, u_ours)
 
 
 def test_bad_arguments_are_named():
@@ -177,6 +241,13 @@ def test_bad_arguments_are_named():
         mars_correction(b1=1.0)
     with pytest.raises(TypeError, match="cautious"):
         cautious("adam")
+    with pytest.raises(ValueError, match="trust_region_clip: lerp"):
+        functrain.contrib.trust_region_clip(lerp=1.5)
+    with pytest.raises(ValueError, match="trust_region_clip: scale"):
+        functrain.contrib.trust_region_clip(scale=0.0)
+    tx = functrain.contrib.trust_region_clip()
+    with pytest.raises(TypeError, match="trust_region_clip"):
+        tx.update({"z": jnp.ones(2, jnp.complex64)}, tx.init({"z": jnp.ones(2, jnp.complex64)}))
 
 
 def ref_adam_palm(params, grads, lr, b1, exponent, eps):
