@@ -17,12 +17,14 @@ Modes (``--mode``):
     ``stalled.P`` and sleeps until it is killed.
 ``restore``
     A fresh ``CheckpointManager`` on the same directory: restore its latest step into the
-    ZeRO-1 layout of this process count's mesh, then ``M`` more steps.
+    ZeRO-1 layout of this process count's mesh, then ``M`` more steps (and with ``--save``
+    save that step into the same directory).
 ``reference``
     ``2K+M`` steps from scratch, no checkpoint (run it in one process).
 
 Process 0 writes the numbers (every buffer gathered to the host) as ``.npz`` files into
-``--out``: ``train`` writes ``step{K}``, ``step{2K}`` and ``step{2K+M}``; ``restore``
+``--out``: ``train`` writes ``step{K}``, ``step{2K}`` (and ``step{2K}_shards``, each of
+process 0's devices' shard shapes) and ``step{2K+M}``; ``restore``
 writes ``restored`` (with ``latest_step`` and each device's shard shape of the ZeRO-1
 buffers) and ``continued``; ``reference`` writes ``step{K}``, ``step{2K}``,
 ``step{2K+M}``. A ``done.P`` file in ``--out`` marks each process's normal end.
@@ -204,7 +206,7 @@ class Stall:
             with open(self.marker + ".tmp", "w") as f:
                 f.write(key)
             os.replace(self.marker + ".tmp", self.marker)
-            time.sleep(3600)  # killed by the test long before this ends
+            time.sleep(600)  # the test kills it at once; this only bounds an orphan's life
         self._barrier(key=key, timeout_ms=timeout_ms)
 
 
@@ -231,6 +233,7 @@ def main(argv=None) -> None:
     parser.add_argument("--ckpt", default="")
     parser.add_argument("--out", required=True)
     parser.add_argument("--stall-process", type=int, default=-1)
+    parser.add_argument("--save", action="store_true", help="restore: save the last step")
     args = parser.parse_args(argv)
 
     import jax
@@ -284,6 +287,10 @@ def main(argv=None) -> None:
               | {"latest_step": latest})
         tree = run.train(tree, latest + 1, latest + M)
         write(args.out, "continued", to_host(tree))
+        if args.save:
+            save(manager, latest + M, tree)
+            manager.wait_until_finished()
+            log(f"saved steps {manager.all_steps()}")
         manager.close()
 
     with open(os.path.join(args.out, f"done.{args.process_id}"), "w") as f:
