@@ -8,7 +8,8 @@ checkpoints keep their layout); ``mars_correction()`` is a stage to put in front
 optimizer with ``chain``. ``cautious_adamw`` and ``cautious_lion`` apply the caution to the
 step direction only, as the paper's Algorithm 2 does, so weight decay is never masked.
 ``palm_beta2_schedule()`` is a decay-rate schedule: pass it as ``b2`` to adam, adamw,
-nadam(w), amsgrad, adabelief, lamb, laprop or their ``scale_by_*`` stages. optax has none of
+nadam(w), amsgrad, adabelief, lamb, laprop, soap or their ``scale_by_*`` stages, or as muon's
+``adam_b2``. optax has none of
 these. HeavyBall's other update clippings are existing transforms: its RMS clip is
 ``clip_by_block_rms``, its global L2 clip ``clip_by_global_norm``.
 """

@@ -520,7 +520,7 @@ def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
 
 
 @hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", eps="number",
-                 weight_decay="schedule", adam_b1="number", adam_b2="number",
+                 weight_decay="schedule", adam_b1="number", adam_b2="decay",
                  adam_eps_root="number", adam_weight_decay="schedule",
                  adam_learning_rate="schedule or None", consistent_rms="number or None")
 def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS,
@@ -567,7 +567,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
       preconditioning: ``'frobenius'``, ``'spectral'``, ``'aol'`` or
         ``'schatten'``; see :func:`scale_by_muon`.
       adam_b1: AdamW's first-moment decay.
-      adam_b2: AdamW's second-moment decay.
+      adam_b2: AdamW's second-moment decay, or a decay-rate schedule
+        (``functrain.contrib.palm_beta2_schedule()``).
       adam_eps_root: AdamW's ``eps_root``.
       adam_weight_decay: AdamW's decoupled weight decay.
       adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.

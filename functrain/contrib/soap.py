@@ -242,21 +242,25 @@ def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count
         g_rot = _rotate(g, bases, lay, back=False)
     else:
         g_rot = g
+    t = jnp.maximum(count, 1)  # Adam's step number
+    b2, c2 = ((hp.b2(t), hp.b2.bias_correction(t)) if callable(hp.b2)
+              else (hp.b2, 1 - hp.b2 ** t.astype(g.dtype)))
     new_mu = hp.b1 * mu + (1 - hp.b1) * g
-    new_nu = hp.b2 * nu + (1 - hp.b2) * jnp.square(g_rot)
+    new_nu = b2 * nu + (1 - b2) * jnp.square(g_rot)
     direction = _rotate(new_mu, bases, lay, back=False) / (jnp.sqrt(new_nu) + hp.eps)
     n = _rotate(direction, bases, lay, back=True)
     if hp.normalize_grads:
         n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n))))
     if hp.correct_bias:
-        t = jnp.maximum(count, 1).astype(g.dtype)
-        n = n * (jnp.sqrt(1 - hp.b2 ** t) / (1 - hp.b1 ** t))
+        n = n * (jnp.sqrt(c2) / (1 - hp.b1 ** t.astype(g.dtype)))
     u = jnp.where(first, jnp.zeros_like(n), n)
     mu = jnp.where(first, mu, new_mu)
     nu = jnp.where(first, nu, new_nu)
 
     if any(lay.rotated):
-        beta = hp.shampoo_beta  # from zero statistics: (1 - beta) G G^T on the first call
+        # from zero statistics: (1 - beta) G G^T on the first call; a schedule (b2's when
+        # shampoo_beta is None) at the statistics' own step, count + 1
+        beta = hp.shampoo_beta(count + 1) if callable(hp.shampoo_beta) else hp.shampoo_beta
         stats = tuple(beta * s + (1 - beta) * _gram(g, k) if on else s
                       for k, (s, on) in enumerate(zip(stats, lay.rotated)))
     if any(lay.rotated) and refresh_here:
@@ -311,7 +315,7 @@ def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
 
 
 @hyperparameters(
-    b1="number", b2="number", shampoo_beta="number or None", eps="number",
+    b1="number", b2="decay", shampoo_beta="number or None", eps="number",
     precondition_frequency="number", max_precond_dim="number")
 def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[float] = None,
                   eps: float = 1e-8, precondition_frequency: int = 10,
@@ -359,7 +363,9 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
 
     Args:
       b1: decay of the first moment, in ``[0, 1)``.
-      b2: decay of the (rotated) second moment, in ``[0, 1)``.
+      b2: decay of the (rotated) second moment, in ``[0, 1)``, or a decay-rate schedule
+        such as ``functrain.contrib.palm_beta2_schedule()`` (read at Adam's step; the
+        statistics, when ``shampoo_beta`` is ``None``, read it at their own step).
       shampoo_beta: decay of the statistics ``L, R``, in ``[0, 1)``; ``None``
         (the reference's ``-1``) uses ``b2``.
       eps: added to ``sqrt(V)``, ``>= 0``.
@@ -485,7 +491,7 @@ scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and
 
 
 @hyperparameters(
-    learning_rate="schedule", b1="number", b2="number", shampoo_beta="number or None",
+    learning_rate="schedule", b1="number", b2="decay", shampoo_beta="number or None",
     eps="number", weight_decay="schedule", precondition_frequency="number",
     max_precond_dim="number")
 def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.95,
@@ -527,7 +533,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
     Args:
       learning_rate: the step size, a number or a schedule of the step count.
       b1: decay of the first moment, in ``[0, 1)``.
-      b2: decay of the rotated second moment, in ``[0, 1)``.
+      b2: decay of the rotated second moment, in ``[0, 1)``, or a decay-rate schedule
+        (``functrain.contrib.palm_beta2_schedule()``), as in :func:`scale_by_soap`.
       shampoo_beta: decay of the statistics; ``None`` uses ``b2``.
       eps: added to the square root of the second moment, ``>= 0``.
       weight_decay: decoupled weight decay (multiplied by ``learning_rate``),

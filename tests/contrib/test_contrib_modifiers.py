@@ -294,3 +294,15 @@ def test_a_plain_schedule_is_refused_as_b2():
         functrain.adam(1e-3, b2=lambda t: 0.99)
     with pytest.raises(ValueError, match="exponent must be > 0"):
         palm_beta2_schedule(0.0)
+
+
+def test_palm_beta2_schedule_reaches_muons_adamw():
+    """muon's adam_b2 takes the schedule: its AdamW leaves (no Nesterov) follow numpy."""
+    with jax.enable_x64(True):
+        params, grads = _problem(7, shapes=(("b", (6,)), ("c", (3,))))
+        b2 = palm_beta2_schedule()
+        got, _, _ = _run(functrain.contrib.muon(1e-2, adam_b2=b2, nesterov=False), params,
+                         grads)
+        ref = ref_adam_palm(params, grads, 1e-2, 0.9, 0.8, 1e-8)
+        for k in params:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, err_msg=k)

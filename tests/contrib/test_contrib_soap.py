@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import functrain
-from functrain.contrib import SoapState, scale_by_soap, soap
+from functrain.contrib import SoapState, palm_beta2_schedule, scale_by_soap, soap
 from helpers import FAST_COMPILE, all_equations
 
 STEPS = 20
@@ -60,6 +60,7 @@ class RefSoapLeaf:
         self.rot = rot
         self.hp = (b1, b2, b2 if shampoo_beta is None else shampoo_beta, eps, freq,
                    normalize, correct_bias)
+        self.b2_product = 1.0  # prod of b2_1..b2_t, for a decay-rate schedule's correction
         self.m = np.zeros(self.mshape)
         self.v = np.zeros(self.mshape)
         self.L = [np.zeros((d, d)) if r else None for d, r in zip(self.mshape, rot)]
@@ -81,6 +82,7 @@ class RefSoapLeaf:
 
     def _update_stats(self, g):
         s = self.hp[2]
+        s = s(self.t + 1) if callable(s) else s  # a schedule at the statistics' own step
         for k, r in enumerate(self.rot):
             if r:
                 gk = np.moveaxis(g, k, 0).reshape(g.shape[k], -1)
@@ -98,6 +100,12 @@ class RefSoapLeaf:
                     self.Q[k] = vecs[:, np.argsort(-w, kind="stable")]
             return np.zeros(self.shape)
         self.t += 1
+        if callable(b2):  # a decay-rate schedule b2_t, corrected by 1 - prod(b2_1..b2_t)
+            b2 = b2(self.t)
+            self.b2_product *= b2
+            c2 = 1 - self.b2_product
+        else:
+            c2 = 1 - b2 ** self.t
         g_rot = self._project(g)
         self.m = b1 * self.m + (1 - b1) * g
         self.v = b2 * self.v + (1 - b2) * g_rot ** 2
@@ -105,7 +113,7 @@ class RefSoapLeaf:
         if normalize:
             n = n / (1e-30 + np.sqrt(np.mean(n ** 2)))
         if correct_bias:
-            n = n * np.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+            n = n * np.sqrt(c2) / (1 - b1 ** self.t)
         self._update_stats(g)
         if self.t % freq == 0:
             for k, q in enumerate(self.Q):
@@ -188,6 +196,14 @@ SETTINGS = {
         dict(freq=2, max_dim=4, merge=True)),
     "max_precond_dim without merging": (
         MERGED, dict(precondition_frequency=5, max_precond_dim=4), dict(freq=5, max_dim=4)),
+    # PaLM's b2_t = 1 - t**-0.8 (Chowdhery et al., 2022): Adam's decay and, with
+    # shampoo_beta=None, the statistics' (each at its own step)
+    "palm b2 schedule": (
+        FULL_RANK, dict(b2=palm_beta2_schedule(), precondition_frequency=3),
+        dict(b2=lambda t: float(palm_beta2_schedule()(t)), freq=3)),
+    "palm b2 schedule, shampoo_beta 0.9": (
+        FULL_RANK, dict(b2=palm_beta2_schedule(), shampoo_beta=0.9, precondition_frequency=2),
+        dict(b2=lambda t: float(palm_beta2_schedule()(t)), shampoo_beta=0.9, freq=2)),
 }
 
 
