@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Optional, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_range, check_transformation, hyperparameters,
@@ -153,10 +154,8 @@ def _bucket_tables(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     midpoints = ((table[1:] + table[:-1]) / 2).astype(np.float32)
     buckets = _order_key(midpoints.view(np.int32).astype(np.int64), np) >> _SHIFT
     assert np.all(np.diff(buckets) > 0), "two midpoints share a bucket"
-    low = int(_order_key(np.array([-1.0], np.float32).view(np.int32).astype(np.int64),
-                         np)[0] >> _SHIFT)
-    high = int(_order_key(np.array([1.0], np.float32).view(np.int32).astype(np.int64),
-                          np)[0] >> _SHIFT)
+    low, high = (int(_order_key(np.array([v], np.float32).view(np.int32).astype(np.int64),
+                                np)[0] >> _SHIFT) for v in (-1.0, 1.0))
     first = np.searchsorted(buckets, np.arange(low, high + 1), side="left").astype(np.uint8)
     return first, np.append(midpoints, np.float32(np.inf)), low
 
@@ -286,6 +285,48 @@ def dequantize_blockwise(q: QuantizedArray) -> Array:
     return blocks.reshape(-1)[:size].reshape(q.shape).astype(q.dtype)
 
 
+# On a mesh with explicit axes (jax.make_mesh's default) a split leaf's reshapes to and
+# from blocks run with the axes made automatic: blocks split like the leaf's first dim
+# where whole blocks line up (else replicated); a quantized leaf keeps its layout.
+
+def _explicit(x: Any) -> Any:
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    return sharding if AxisType.Explicit in getattr(getattr(sharding, "mesh", None),
+                                                    "axis_types", ()) else None
+
+
+def _aligned(sharding: Any, shape: tuple, blocks: int, block_size: int) -> PartitionSpec:
+    axes = (tuple(sharding.spec) + (None,) * len(shape))[:len(shape)]
+    n = int(np.prod([sharding.mesh.shape[a] for a in np.atleast_1d(axes[0] or ())]))
+    ok = (axes[0] is not None and not any(axes[1:]) and shape[0] % n == blocks % n == 0
+          and int(np.prod(shape, dtype=np.int64)) == blocks * block_size)
+    return PartitionSpec(axes[0] if ok else None)
+
+
+def _quantize(x: Array, code: str, block_size: int, like: Optional[QuantizedArray]) -> Any:
+    sharding = _explicit(x if like is None else like.codes)
+    if sharding is None:
+        return quantize_blockwise(x, code, block_size)
+    if like is None:
+        spec = _aligned(sharding, np.shape(x), -(-np.size(x) // block_size), block_size)
+        codes, absmax = (NamedSharding(sharding.mesh, PartitionSpec(*spec, None)),
+                         NamedSharding(sharding.mesh, spec))
+    else:
+        codes, absmax = sharding, jax.typeof(like.absmax).sharding
+    out = QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
+    return jax.sharding.auto_axes(lambda v: quantize_blockwise(v, code, block_size),
+                                  out_sharding=out)(x)
+
+
+def _dequantize(q: QuantizedArray) -> Array:
+    sharding = _explicit(q.codes)
+    if sharding is None:
+        return dequantize_blockwise(q)
+    spec = _aligned(sharding, q.shape, q.codes.shape[0], _block_size(q))
+    return jax.sharding.auto_axes(dequantize_blockwise,
+                                  out_sharding=NamedSharding(sharding.mesh, spec))(q)
+
+
 # --------------------------------------------------------------------------
 # The wrapper
 # --------------------------------------------------------------------------
@@ -381,7 +422,7 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
                 or not jnp.issubdtype(x.dtype, jnp.floating) or np.size(x) < min_size
                 or tuple(np.shape(x)) not in shapes):
             return x
-        return quantize_blockwise(x, CODE_FOR[bits, kind], size)
+        return _quantize(x, CODE_FOR[bits, kind], size, None)
 
     def init_fn(params: Params) -> OptState:
         state = optimizer.init(params)
@@ -397,7 +438,7 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
             if is_q(leaf):
                 _check_quantized(leaf, path)
         leaves = [leaf for _, leaf in paths_leaves]
-        inner = treedef.unflatten([dequantize_blockwise(x) if is_q(x) else x for x in leaves])
+        inner = treedef.unflatten([_dequantize(x) if is_q(x) else x for x in leaves])
         new_updates, new_inner = call_update(optimizer, updates, inner, params, extra_args)
         new_leaves, new_def = jax.tree_util.tree_flatten(new_inner)
         if new_def != jax.tree_util.tree_structure(inner):
@@ -410,7 +451,7 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
                     raise state_mismatch_error(
                         "quantized_state", f"state leaf {jax.tree_util.keystr(path)} came back "
                         f"with shape {np.shape(new)}, not {old.shape}")
-                new = quantize_blockwise(new, old.code, _block_size(old))
+                new = _quantize(new, old.code, _block_size(old), old)
             out.append(new)
         return new_updates, treedef.unflatten(out)
 
