@@ -27,7 +27,7 @@ Array = jax.Array
 PyTree = Any
 
 __all__ = ["global_norm", "power_iteration", "matrix_inverse_pth_root", "newton_schulz",
-           "map_matrices", "set_lapack_threads"]
+           "map_matrices", "map_stacks", "set_lapack_threads"]
 
 
 def global_norm(updates: PyTree) -> jax.Array:
@@ -320,7 +320,7 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array,
         raise ValueError(f"map_matrices: every stack needs the same leading dimension, got "
                          f"shapes {[tuple(x.shape) for x in stacks]}.")
     if mesh is not None and mesh.size > 1:
-        return _split_over_devices(fn, stacks, mesh)
+        return map_stacks(lambda *xs: map_matrices(fn, *xs), *stacks, mesh=mesh)
     if stacks[0].shape[0] == 1:  # a single matrix: no batched call to split
         return jax.tree.map(lambda y: y[None], fn(*(x[0] for x in stacks)))
 
@@ -330,8 +330,35 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array,
     return lax.platform_dependent(*stacks, cpu=one_at_a_time, default=jax.vmap(fn))
 
 
-def _split_over_devices(fn: Callable[..., Any], stacks: tuple, mesh: Any) -> Any:
-    """:func:`map_matrices` with each of ``mesh``'s devices taking an equal share."""
+def map_stacks(fn: Callable[..., Any], *stacks: Array,
+               mesh: Optional[jax.sharding.Mesh] = None, shared: tuple = ()) -> Any:
+    """``fn`` of whole stacks, with the stacks split over ``mesh``'s devices when given.
+
+    ``fn`` must treat the leading axis as a batch (each matrix independently, as a batched
+    matmul does). Without a mesh this is ``fn(*stacks)``. With one, the stacks are padded to
+    a multiple of the device count with copies of their first matrix, each device runs
+    ``fn`` on its share (``jax.shard_map``), and the results are gathered and unpadded:
+    the same numbers as one device, each device doing ``1/N`` of the work.
+
+    Args:
+      fn: a function of stacks (arrays with the same leading dimension) to a pytree of
+        arrays with that leading dimension.
+      *stacks: the stacks.
+      mesh: a ``jax.sharding.Mesh`` to split the work over, or ``None``.
+      shared: arrays every device gets whole, passed to ``fn`` after the stacks (traced
+        values such as coefficients held in the optimizer state).
+
+    Returns:
+      ``fn(*stacks, *shared)`` (replicated over ``mesh`` when given).
+
+    >>> import jax.numpy as jnp
+    >>> s = jnp.arange(12.).reshape(3, 2, 2)
+    >>> print(map_stacks(lambda x: x @ x, s)[2])
+    [[154. 171.]
+     [190. 211.]]
+    """
+    if mesh is None or mesh.size == 1:
+        return fn(*stacks, *shared)
     k, devices = stacks[0].shape[0], mesh.size
     pad = -k % devices
     if pad:  # copies of the first matrix: valid input for any fn, dropped afterwards
@@ -344,10 +371,10 @@ def _split_over_devices(fn: Callable[..., Any], stacks: tuple, mesh: Any) -> Any
             return jax.sharding.reshard(x, NamedSharding(mesh, spec))
         return lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
-    split = PartitionSpec(tuple(mesh.axis_names))
-    out = jax.shard_map(lambda *xs: map_matrices(fn, *xs), mesh=mesh,
-                        in_specs=(split,) * len(stacks), out_specs=split,
-                        check_vma=False)(*(place(x, split) for x in stacks))
+    split, whole = PartitionSpec(tuple(mesh.axis_names)), PartitionSpec()
+    out = jax.shard_map(fn, mesh=mesh, in_specs=(split,) * len(stacks) + (whole,) * len(shared),
+                        out_specs=split, check_vma=False)(
+        *(place(x, split) for x in stacks), *(place(jnp.asarray(x), whole) for x in shared))
     return jax.tree.map(lambda y: place(y, PartitionSpec())[:k], out)
 
 

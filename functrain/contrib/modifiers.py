@@ -315,6 +315,8 @@ def trust_region_clip(lerp: float = 0.9, scale: float = 1.5) -> GradientTransfor
     about ``u`` for small components, growing only logarithmically for large ones, never
     beyond 2 in magnitude. Put it after an optimizer's direction, before the learning rate:
     ``chain(scale_by_adam(), trust_region_clip(), scale_by_learning_rate(lr))``.
+    Reference: Nestler, HeavyBall (PyTorch optimizer library, v3, 2026), its
+    ``trust_region_clip_``, the default update clipping of its PSGD optimizers.
 
     Args:
       lerp: in ``[0, 1]``, the weight of ``tanh`` against the logarithmic part.

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.linalg import PRECONDITIONINGS, newton_schulz
+from functrain.linalg import PRECONDITIONINGS, map_stacks, newton_schulz
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain import tree as ft
@@ -213,13 +213,15 @@ def _matrix_view(shape: tuple, red: tuple, out: tuple) -> _MatrixView:
 
 
 def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
-                        preconditioning: str, eps: Any, adaptive: bool, owner: str) -> Any:
+                        preconditioning: str, eps: Any, adaptive: bool, owner: str,
+                        mesh: Optional[jax.sharding.Mesh] = None) -> Any:
     """Muon's direction for every leaf of ``tree`` (``dims``: each array leaf's numbers).
 
     Every leaf is a stack of ``(rows, cols)`` matrices (transposed so that
     rows <= cols); the stacks of one shape and dtype are concatenated and run
     one Newton-Schulz loop of batched matmuls: a transformer's dozens of equal
-    matrices cost a few GEMMs, and the program does not grow with the leaves.
+    matrices cost a few GEMMs, and the program does not grow with the leaves. With ``mesh``
+    each stack is divided over its devices (:func:`functrain.linalg.map_stacks`).
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=ft.is_placeholder)
     dims = iter(dims)
@@ -244,7 +246,8 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
     done = {}
     for members in groups.values():
         stack = jnp.concatenate([o for _, o in members]) if len(members) > 1 else members[0][1]
-        result = newton_schulz(stack, coeffs, ns_steps, preconditioning, eps)
+        result = map_stacks(lambda s, c, e: newton_schulz(s, c, ns_steps, preconditioning, e),
+                            stack, mesh=mesh, shared=(coeffs, eps))
         start = 0
         for i, o in members:
             done[i] = result[start:start + o.shape[0]]
@@ -368,8 +371,8 @@ def _check_options(owner: str, ns_steps: Any, preconditioning: str) -> None:
 def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                   beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = True, adaptive: bool = False,
-                  preconditioning: str = "frobenius",
-                  weight_dimension_numbers: Any = None) -> GradientTransformation:
+                  preconditioning: str = "frobenius", weight_dimension_numbers: Any = None,
+                  mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """Rescale updates by Muon: orthogonalized momentum (Jordan, 2024).
 
     Update rule, per leaf: ``mu = beta mu + (1 - beta) g``; ``m = beta mu /
@@ -411,6 +414,9 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
         last two axes of every leaf), one :class:`MuonDimensionNumbers` for
         every leaf, a tree of them shaped like the params (or a prefix), or a
         function of the updates returning one.
+      mesh: a ``jax.sharding.Mesh`` (beyond optax): each stack of same-shape matrices is
+        divided over its devices for Newton-Schulz (each device orthogonalizes ``1/N`` of
+        them, the results are gathered); ``None``: every device does all of them.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`MuonState`.
@@ -458,7 +464,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                                        **extra_args)
         dims = _dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
         o = _orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,
-                                adaptive, owner)
+                                adaptive, owner, mesh)
         return jax.tree.map(lambda o, g: o if ft.is_placeholder(g) else o.astype(g.dtype),
                             o, updates, is_leaf=ft.is_placeholder), new_state
 
@@ -531,7 +537,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
          adam_eps_root: float = 0.0, adam_weight_decay: ScalarOrSchedule = 0.0,
          adam_learning_rate: Optional[ScalarOrSchedule] = None,
          muon_weight_dimension_numbers: Any = None,
-         consistent_rms: Optional[float] = None) -> GradientTransformation:
+         consistent_rms: Optional[float] = None,
+         mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """Muon (Jordan, 2024): orthogonalized momentum for matrices, AdamW for the other leaves.
 
     Update rule for a Muon leaf: ``O`` = :func:`scale_by_muon`'s orthogonalized
@@ -578,6 +585,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
         the params returning one.
       consistent_rms: ``None`` (width scaling) or the target RMS of the update
         (0.2 matches AdamW's).
+      mesh: divide Newton-Schulz over this mesh's devices (beyond optax; see
+        :func:`scale_by_muon`).
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the
@@ -605,7 +614,7 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
     muon_tx = chain(
         scale_by_muon(coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
                       adaptive=adaptive, preconditioning=preconditioning,
-                      weight_dimension_numbers=spec),
+                      weight_dimension_numbers=spec, mesh=mesh),
         _scale_by_shape(spec, consistent_rms),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))

@@ -63,11 +63,12 @@ def host_batch(t: int) -> tuple:
     return x, y
 
 
-def make_optimizer(name: str):
+def make_optimizer(name: str, mesh):
+    """adamw, or muon with its Newton-Schulz stacks divided over ``mesh``'s devices."""
     import functrain
     if name == "adamw":
         return functrain.adamw(1e-2, weight_decay=1e-2)
-    return functrain.contrib.muon(1e-2, weight_decay=1e-2, adam_learning_rate=1e-2)
+    return functrain.contrib.muon(1e-2, weight_decay=1e-2, adam_learning_rate=1e-2, mesh=mesh)
 
 
 class Run:
@@ -87,7 +88,7 @@ class Run:
         self.abstract_params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
                                                         sharding=self.replicated)
                                 for k, v in host.items()}
-        self.opts = {name: make_optimizer(name) for name in OPTIMIZERS}
+        self.opts = {name: make_optimizer(name, self.mesh) for name in OPTIMIZERS}
         self.state_shardings = {}
         self.steps = {}
         for name, opt in self.opts.items():
