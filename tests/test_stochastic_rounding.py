@@ -217,3 +217,5 @@ def test_the_benchmark_shows_the_difference():
     np.testing.assert_allclose(rows["float32"][start], rows["bf16 nearest"][start], rtol=1e-2)
     assert rtn > 0.7 * rows["bf16 nearest"][start]        # barely moved
     assert sr < 1.5 * f32 and f32 < 0.5 * rows["float32"][start]
+    assert rows["bf16 stochastic"]["weights changed"] > 0.9 * 64
+    assert rows["bf16 nearest"]["weights changed"] < 64
