@@ -91,7 +91,8 @@ def apply_updates_stochastic(params: Params, updates: Updates, key: jax.Array) -
     (``E[result] = params + updates``; Gupta et al., 2015, "Deep Learning with Limited
     Numerical Precision"): small updates accumulate in expectation. Leaves of any other
     dtype get :func:`apply_updates`' result exactly. Opt-in; ``apply_updates`` keeps
-    optax's signature.
+    optax's signature. Works under ``jax.jit`` and on sharded parameters (each leaf keeps
+    its layout; the random bits, JAX's, do not depend on it).
 
     Args:
       params: the parameter tree.

@@ -76,6 +76,38 @@ def test_unbiased_between_the_two_neighbours(param, update, lo, hi):
     check_unbiased(round_many(param, update), x, lo, hi)
 
 
+@pytest.mark.parametrize("n", [N + 1, 1])
+def test_unbiased_for_odd_and_scalar_leaves(n):
+    # Leaves with an even last dimension take two draws per 32-bit word; odd ones and
+    # scalars one 16-bit draw each: both unbiased. Scalars: many keys, one value each.
+    param, update, lo, hi = CASES[0]
+    x = float(np.float32(param) + np.float32(update))
+    if n > 1:
+        got = round_many(param, update, n=n)
+    else:
+        keys = jax.random.split(jax.random.key(4), 20_000)
+        fn = jax.jit(jax.vmap(lambda k: functrain.apply_updates_stochastic(
+            jnp.asarray(param, jnp.bfloat16), jnp.asarray(update, jnp.float32), k)))
+        got = np.asarray(fn(keys)).astype(np.float64)
+    check_unbiased(got, x, lo, hi)
+
+
+def test_sharded_params_keep_their_layout_and_numbers():
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    rng = np.random.default_rng(6)
+    params = jnp.asarray(rng.standard_normal((8, 6)), jnp.bfloat16)
+    updates = jnp.asarray(rng.standard_normal((8, 6)) * 1e-3, jnp.float32)
+    want = functrain.apply_updates_stochastic(params, updates, jax.random.key(2))
+    for axis_type in (AxisType.Explicit, AxisType.Auto):
+        mesh = jax.make_mesh((1,), ("data",), axis_types=(axis_type,))
+        sharding = NamedSharding(mesh, P("data"))
+        got = jax.jit(functrain.apply_updates_stochastic)(
+            jax.device_put(params, sharding), jax.device_put(updates, sharding),
+            jax.random.key(2))
+        assert got.sharding.is_equivalent_to(sharding, 2)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_round_to_nearest_fails_the_unbiasedness_check():
     # The check above can fail: apply_updates (round to nearest) never moves 1.0 by 1e-3.
     param, update, lo, hi = CASES[4]
