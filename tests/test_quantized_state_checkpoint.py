@@ -11,6 +11,12 @@
   device, each device 1/8 of the bytes. Ten jitted, donated steps give bit-identical
   parameters and state to one device's, and a checkpoint of the sharded state restores
   into both layouts.
+* Parameters split over the 8 devices (model parallel): state from ``jax.jit(opt.init)``,
+  ten steps bit-identical to one device's; with explicit mesh axes the blocks follow the
+  parameter's split where whole blocks line up.
+
+Each 8-device check runs with explicit mesh axes (``jax.make_mesh``'s default) and with
+automatic ones.
 
 The 8-device part runs this file as a script in a subprocess started with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (the flag works only before JAX
@@ -215,12 +221,39 @@ def zero1_run(name: str, axis_type: AxisType) -> None:
     assert_bit_identical(q8, q1, f"{name} continued")
 
 
+def split_params_run(name: str, axis_type: AxisType) -> None:
+    """Parameters split over 8 devices on their first dimension (model parallel): the
+    state comes from ``opt.init`` under jit, the step has no stated shardings, and ten
+    steps equal one device's bit for bit. With explicit axes, ``w``'s blocks follow its
+    split (whole blocks per shard) and ``odd``'s (a padded last block) are replicated."""
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,))
+    opt = OPTIMIZERS[name]()
+    params = make_params()
+    split = jax.device_put(params, NamedSharding(mesh, P("data")))
+    step = jax.jit(step_fn(opt))
+    p8, s8 = train(step, split, jax.jit(opt.init)(split), 0, 10)
+    p1, s1 = train(step, params, opt.init(params), 0, 10)
+    assert_bit_identical({"p": p8, "s": s8}, {"p": p1, "s": s1}, f"{name} split vs 1 device")
+    for k in params:
+        assert p8[k].sharding.is_equivalent_to(NamedSharding(mesh, P("data")), p8[k].ndim)
+    if axis_type == AxisType.Explicit:
+        for q in (s8[0].mu["w"], s8[0].nu["w"]):
+            assert q.codes.sharding.spec == P("data", None), q.codes.sharding
+            assert q.absmax.sharding.spec == P("data"), q.absmax.sharding
+        for q in (s8[0].mu["odd"], s8[0].nu["odd"]):
+            assert q.codes.sharding.is_fully_replicated, q.codes.sharding
+
+
 # Explicit axes (jax.make_mesh's default: sharding in types) and automatic ones.
 for _name in OPTIMIZERS:
     for _type in (AxisType.Explicit, AxisType.Auto):
         def _check(name: str = _name, axis_type: AxisType = _type) -> None:
             zero1_run(name, axis_type)
+
+        def _split(name: str = _name, axis_type: AxisType = _type) -> None:
+            split_params_run(name, axis_type)
         CHECKS[f"check_zero1_{_name}_{_type.name.lower()}"] = _check
+        CHECKS[f"check_split_params_{_name}_{_type.name.lower()}"] = _split
 
 
 def run_checks() -> dict:
