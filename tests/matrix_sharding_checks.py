@@ -122,3 +122,30 @@ def check_muon_newton_schulz_split_over_devices() -> None:
             for k in one:
                 np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
                                            err_msg=f"{k}, {kind}")
+
+
+@check
+def check_kron_factor_work_split_over_devices() -> None:
+    """kron(mesh=...) on 8 devices: the 13 (16, 16) leaves' factor updates, triangular solves
+    and ``P m`` run 2 leaves per device (the per-device program's factor products are on
+    (2, 16, 16) stacks, against (13, 16, 16) on one device), and the numbers are one
+    device's (float64; preconditioner updated every step; explicit and auto meshes)."""
+    rng = np.random.default_rng(3)
+    shapes = {f"w{i:02d}": (16, 16) for i in range(13)} | {"emb": (48, 16), "b": (16,)}
+    kw = dict(preconditioner_update_probability=1.0)
+
+    def stack_sizes(hlo: str) -> list:
+        return sorted({int(n) for n in re.findall(r"f64\[(\d+),16,16\]\{[^}]*\} dot", hlo)})
+
+    with jax.enable_x64(True):
+        params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
+        one, hlo_one = four_steps_and_program(ft.contrib.kron(1e-2, **kw), params)
+        assert 13 in stack_sizes(hlo_one) and 2 not in stack_sizes(hlo_one), \
+            stack_sizes(hlo_one)
+        for kind in (AxisType.Explicit, AxisType.Auto):
+            mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
+            split, hlo = four_steps_and_program(ft.contrib.kron(1e-2, mesh=mesh, **kw), params)
+            assert stack_sizes(hlo) == [2], (kind, stack_sizes(hlo))
+            for k in one:
+                np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{k}, {kind}")

@@ -23,8 +23,8 @@ A whole-tree transformation, not a ``LeafStage``: whether the preconditioner is
 updated is ONE coin flip for the tree (one ``lax.cond``, so a skipped step costs
 nothing), and leaves of one shape and factor structure are stacked into groups,
 so each group's factor updates, triangular solves (one matrix per LAPACK call on
-CPU, :func:`functrain.linalg.map_matrices`) and ``P m`` are batched operations;
-the state stays per leaf. :func:`kron` chains the engine's fused weight-decay
+CPU, :func:`functrain.linalg.map_matrices`) and ``P m`` are batched operations
+(:mod:`functrain.contrib.kron_factors`); the state stays per leaf. :func:`kron` chains the engine's fused weight-decay
 and learning-rate stages after it.
 
 References: Xi-Lin Li, 2018, "Preconditioned Stochastic Gradient Descent" (IEEE
@@ -42,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.linalg import map_matrices
+from functrain.contrib.kron_factors import precondition, whitening_step
+from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
@@ -56,8 +57,6 @@ Array = jax.Array
 __all__ = ["KronState", "precond_update_prob_schedule", "scale_by_kron", "kron"]
 
 _MEMORY_SAVE_MODES = (None, "one_diag", "smart_one_diag", "all_diag")
-# The damping of the preconditioner's input, as the reference: sqrt(float32 eps) * mean|h|.
-_DAMPING = float(np.sqrt(np.finfo(np.float32).eps))
 
 
 class KronState(NamedTuple):
@@ -158,87 +157,6 @@ _GROUP_SAME_SHAPES = True
 _MAX_GATHER_ROWS = 1 << 16
 
 
-def _bcast(d: Array, x: Array, axis: int = -1) -> Array:
-    """A diagonal factor stack ``(k, n)`` shaped to scale ``axis`` of the stack ``x``; a
-    ``(k,)`` one (per-leaf values) to scale each leaf."""
-    shape = [d.shape[0]] + [1] * (x.ndim - 1)
-    if d.ndim == 2:
-        shape[axis + 1] = -1
-    return d.reshape(shape)
-
-
-def _mode(q: Array, x: Array, axis: int, hermitian: bool = False) -> Array:
-    """``op(Q_i)`` along ``axis`` of every leaf, ``op`` the identity or ``^H``: one batched
-    GEMM (in place along the first and the last axis: no transpose), or elementwise."""
-    if q.ndim < 3:
-        return x * _bcast(jnp.conj(q) if hermitian else q, x, axis)
-    contract = 1 if hermitian else 2  # (Q^H)[a, b] = conj(Q[b, a]): contract Q's rows
-    q, batch = (jnp.conj(q) if hermitian else q), ((0,), (0,))
-    if axis + 1 == x.ndim - 1 and x.ndim > 2:
-        return jax.lax.dot_general(x, q, (((x.ndim - 1,), (contract,)), batch))
-    return jnp.moveaxis(jax.lax.dot_general(q, x, (((contract,), (axis + 1,)), batch)),
-                        1, axis + 1)
-
-
-def _solve_h(qs: dict, v: Array) -> Array:
-    """``Q_i^{-H}`` along each axis ``i`` in ``qs`` (triangular factors) of ONE leaf ``v``: a
-    triangular solve per axis, right-sided along the last (``Y conj(Q) = X``: nothing
-    transposed). :func:`_whitening_step` maps it over a group with ``map_matrices``: one
-    leaf per LAPACK call on CPU (a batched one can deadlock XLA:CPU,
-    docs/matrix_optimizers.md), all of a leaf's solves in one loop step."""
-    for i, q in qs.items():
-        d = v.shape[i]
-        if i == v.ndim - 1 and v.ndim > 1:
-            v = jax.lax.linalg.triangular_solve(q, v.reshape(-1, d), left_side=False,
-                                                lower=False, conjugate_a=True).reshape(v.shape)
-            continue
-        moved = jnp.moveaxis(v, i, 0)
-        sol = jax.lax.linalg.triangular_solve(q, moved.reshape(d, -1), left_side=True,
-                                              lower=False, transpose_a=True, conjugate_a=True)
-        v = jnp.moveaxis(sol.reshape(moved.shape), 0, i)
-    return v
-
-
-def _gram(x: Array, axis: int, diagonal: bool) -> Array:
-    """``X_i X_i^H`` per leaf (``X`` unfolded with ``axis`` as rows), or only its diagonal:
-    one batched GEMM contracting every other axis in place (no unfolding copy)."""
-    others = tuple(j for j in range(1, x.ndim) if j != axis + 1)
-    if diagonal:
-        return jnp.sum(abs_sq(x), axis=others)
-    return jax.lax.dot_general(x, jnp.conj(x), ((others, others), ((0,), (0,))))
-
-
-def _tiny(x: Array) -> Array:
-    return x + jnp.finfo(x.dtype).tiny
-
-
-def _norm_lower_bound(s: Array) -> Array:
-    """A cheap lower bound of each ``s``'s spectral norm (within about sqrt(2) of it): two
-    power-iteration steps from its row of largest norm. The scaling by the largest entry
-    (against overflow) goes to vectors and reductions, so ``s`` is never rewritten."""
-    top = jnp.max(jnp.abs(s), axis=(1, 2))
-    inv = (1 / jnp.where(top > 0, top, 1)).astype(s.dtype)
-    j = jnp.argmax(jnp.sum(abs_sq(s * inv[:, None, None]), axis=2), axis=1)
-    row = jnp.take_along_axis(s, j[:, None, None], axis=1)[:, 0] * inv[:, None]
-    x = jnp.einsum("kab,kb->ka", s, jnp.conj(row)) * inv[:, None]
-    x = x / jnp.maximum(jnp.linalg.norm(x, axis=1, keepdims=True), jnp.finfo(top.dtype).tiny)
-    return jnp.linalg.norm(jnp.einsum("kab,ka->kb", jnp.conj(s), x), axis=1)
-
-
-def _balance(qs: list) -> list:
-    """Per factor, the ``(k,)`` scales giving each leaf's factors equal largest entries
-    (product 1: ``Q`` is unchanged). The factor step is linear in the factor, so they are
-    applied to its result, one pass fewer over the factors."""
-    if len(qs) < 2:
-        return [None] * len(qs)
-    tops = jnp.stack([jnp.max(jnp.abs(q), axis=tuple(range(1, q.ndim)), initial=0.0)
-                      for q in qs])  # a zero-size factor: 0, so no rescaling
-    ok = jnp.all(tops > 0, axis=0)
-    safe = jnp.where(ok, tops, 1)
-    gmean = jnp.exp(jnp.mean(jnp.log(safe), axis=0))
-    return [jnp.where(ok, gmean / t, 1) for t in safe]
-
-
 def _noise(key: Array, like: list, groups: list) -> list:
     """Standard normal draws shaped like each group's stack, from ONE flat draw in the widest
     real dtype of ``like`` cut in leaf order (a complex leaf: two pieces, ``(re + i im) /
@@ -268,50 +186,6 @@ def _noise(key: Array, like: list, groups: list) -> list:
             w = (w[:, :x.size] + 1j * w[:, x.size:]) / np.sqrt(2)
         out.append(w.reshape((len(members),) + x.shape).astype(x.dtype))
     return out
-
-
-def _whitening_step(qs: list, h: Array, v: Array, lr: Any) -> list:
-    """One step of every factor of a group on PSGD's whitening criterion (then balanced)."""
-    scales = _balance(qs)
-    h = h + _DAMPING * jnp.mean(jnp.abs(h), axis=tuple(range(1, h.ndim)), keepdims=True) * v
-    a, b = h, v
-    for i, q in enumerate(qs):
-        a = _mode(q, a, i)
-        if q.ndim < 3:
-            b = b / _bcast(jnp.conj(q), b, i)
-    tri = [i for i, q in enumerate(qs) if q.ndim == 3]
-    if tri:
-        b = map_matrices(lambda x, *ts: _solve_h(dict(zip(tri, ts)), x), b,
-                         *[qs[i] for i in tri])
-    out = []
-    for i, (q, c) in enumerate(zip(qs, scales)):
-        diagonal = q.ndim < 3
-        t1, t2 = _gram(a, i, diagonal), _gram(b, i, diagonal)
-        if diagonal:
-            top = jnp.max(jnp.abs(t1 + t2), axis=tuple(range(1, t1.ndim)), initial=0.0)
-            step = _bcast(lr / _tiny(top), q) * (t1 - t2) * q
-        else:
-            step = _bcast(lr / _tiny(_norm_lower_bound(t1 + t2)), q) * \
-                (jnp.triu(t1 - t2) @ q)
-        new = q - step.astype(q.dtype)
-        out.append(new if c is None else new * _bcast(c.astype(q.dtype), new))
-    return out
-
-
-def _precondition(qs: list, x: Array) -> Array:
-    """``P x = Q^H Q x`` per leaf: a triangular factor no longer than the rest ``r`` of the
-    leaf forms ``Q_i^H Q_i`` (``2 d^3 + 2 d^2 r`` flops against ``4 d^2 r``, one pass over
-    ``x``), a longer one applies ``Q_i`` then ``Q_i^H``; a diagonal one ``|q|^2``."""
-    size = math.prod(x.shape[1:])
-    for i, q in enumerate(qs):
-        if q.ndim < 3:
-            x = _mode(abs_sq(q).astype(q.dtype), x, i)
-        elif q.shape[-1] ** 2 <= size:
-            p = jax.lax.dot_general(jnp.conj(q), q, (((1,), (1,)), ((0,), (0,))))
-            x = _mode(p, x, i)
-        else:
-            x = _mode(q, _mode(q, x, i), i, hermitian=True)
-    return x
 
 
 # --------------------------------------------------------------------------
@@ -346,7 +220,8 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                   momentum_into_precond_update: bool = True, precond_lr: float = 0.1,
                   precond_init_scale: float = 1.0, update_clip_rms: Optional[float] = 1.1,
                   mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
-                  seed: int = 0) -> GradientTransformation:
+                  seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None
+                  ) -> GradientTransformation:
     """PSGD Kron's preconditioned momentum (Li, 2018; the ``kron`` variant).
 
     Update rule, per leaf with gradient ``g`` at step ``t`` (from 1)::
@@ -401,6 +276,9 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
       precond_dtype: the factors' storage dtype; ``None``: the params'
         compute dtype (float32 for 16-bit params).
       seed: the seed of ``state.key``.
+      mesh: a ``jax.sharding.Mesh`` (beyond psgd-jax): each group's factor update
+        (triangular solves included) and ``P m`` are divided over its devices, each
+        taking ``1/N`` of the group's leaves; ``None``: every device does all of them.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`KronState`. Complex
@@ -523,13 +401,15 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
 
         def refresh(sq: list) -> list:
             vs = _noise(noise_key, hs, members)
-            return [_whitening_step(q, h, v, precond_lr)
+            return [map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
+                                                                  q_lr[-1]),
+                               h, v, *q, mesh=mesh, shared=(precond_lr,))
                     for q, h, v in zip(sq, stacked_h, vs)]
 
         stacked_q = jax.lax.cond(do_update, refresh, lambda sq: sq, stacked_q)
         out, new_qs = [None] * len(gs), [None] * len(gs)
         for idx, sq, m in zip(members, stacked_q, stacked_m):
-            u = _precondition(sq, m)
+            u = map_stacks(lambda m, *q: precondition(list(q), m), m, *sq, mesh=mesh)
             if update_clip_rms is not None:  # divided per leaf, after the slice
                 rms = jnp.sqrt(jnp.mean(abs_sq(u), axis=tuple(range(1, u.ndim))))
                 clip = jnp.maximum(1, rms / update_clip_rms)
@@ -566,7 +446,7 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          momentum_into_precond_update: bool = True, precond_lr: float = 0.1,
          precond_init_scale: float = 1.0, update_clip_rms: Optional[float] = 1.1,
          mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
-         seed: int = 0) -> GradientTransformation:
+         seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """PSGD Kron (Li, 2018): momentum preconditioned by learned Kronecker factors.
 
     Update rule: ``u = `` :func:`scale_by_kron` 's clipped ``Q^H Q m`` (``m``
@@ -604,6 +484,7 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
       mu_dtype: see :func:`scale_by_kron`.
       precond_dtype: see :func:`scale_by_kron`.
       seed: see :func:`scale_by_kron`.
+      mesh: see :func:`scale_by_kron`.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(KronState, <weight decay
@@ -628,12 +509,12 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
         scale_by_kron(b1, normalize_grads, preconditioner_update_probability,
                       max_size_triangular, max_skew_triangular, min_ndim_triangular,
                       memory_save_mode, momentum_into_precond_update, precond_lr,
-                      precond_init_scale, update_clip_rms, mu_dtype, precond_dtype, seed),
+                      precond_init_scale, update_clip_rms, mu_dtype, precond_dtype, seed, mesh),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))
 
 
 # Arguments that decide the state's shapes (or its key): inject_hyperparams keeps them static.
-_STATIC = ("max_size_triangular", "max_skew_triangular", "min_ndim_triangular", "seed")
+_STATIC = ("max_size_triangular", "max_skew_triangular", "min_ndim_triangular", "seed", "mesh")
 scale_by_kron.static_hyperparams = _STATIC  # type: ignore[attr-defined]
 kron.static_hyperparams = _STATIC  # type: ignore[attr-defined]

@@ -625,3 +625,7 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
 
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
+
+# A Mesh is callable: inject_hyperparams must not take it for a schedule.
+scale_by_muon.static_hyperparams = ("mesh",)  # type: ignore[attr-defined]
+muon.static_hyperparams = ("mesh",)  # type: ignore[attr-defined]
