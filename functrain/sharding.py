@@ -38,7 +38,10 @@ __all__ = ["state_shardings", "zero_shardings", "abstract_state", "per_device_by
 
 
 def _is_array(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype")
+    """An array-like leaf: a shape and a dtype, and no pytree children (``QuantizedArray``
+    has a shape and a dtype too, but is a node holding codes and scales)."""
+    return (hasattr(x, "shape") and hasattr(x, "dtype")
+            and jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x)))
 
 
 def _default_sharding() -> Sharding:
@@ -104,10 +107,14 @@ def state_shardings(opt: Any, params: PyTree) -> PyTree:
         for e, p, s in zip(entries, p_leaves, p_shardings):
             if ft.is_placeholder(e):
                 out.append(e)
-            elif not _is_array(e):
-                return None
-            else:  # a buffer of another shape (e.g. factored statistics): replicated
+            elif _is_array(e):  # a buffer of another shape (e.g. factored statistics):
                 out.append(s if tuple(e.shape) == tuple(np.shape(p)) else replicated)
+            else:  # a node per parameter (quantized state: codes and scales), leaf by leaf
+                parts, node = jax.tree_util.tree_flatten(e)
+                if not parts or not all(_is_array(x) for x in parts):
+                    return None
+                out.append(node.unflatten([s if tuple(x.shape) == tuple(np.shape(p))
+                                           else replicated for x in parts]))
         return treedef.unflatten(out)
 
     def assign(sub: Any) -> PyTree:

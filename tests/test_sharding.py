@@ -135,6 +135,24 @@ def test_state_shardings_follow_a_mesh_on_one_device() -> None:
     assert masked.inner_state[0].mu["w"].spec == P("data", "model")
 
 
+def test_state_shardings_of_quantized_state() -> None:
+    """adamw_8bit's state: a quantized leaf is a node (codes, scales) of other shapes, so
+    replicated; a small leaf left in float32 beside it keeps its parameter's sharding."""
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+    shapes = {"w": ((64, 128), P("data", "model")), "b": ((8,), P("model"))}
+    abstract = {k: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
+                for k, (shape, spec) in shapes.items()}
+    opt = functrain.adamw_8bit(1e-3, min_size=64)
+    shardings = fs.state_shardings(opt, abstract)
+    assert jax.tree.structure(shardings) == jax.tree.structure(jax.eval_shape(opt.init,
+                                                                               abstract))
+    assert isinstance(shardings[0].mu["w"], functrain.QuantizedArray)
+    assert shardings[0].mu["w"].codes.spec == P() and shardings[0].nu["w"].absmax.spec == P()
+    assert shardings[0].mu["b"].spec == P("model")
+    assert jax.tree.structure(fs.abstract_state(opt, abstract)) == jax.tree.structure(
+        jax.eval_shape(opt.init, abstract))
+
+
 def test_state_shardings_odd_shaped_buffers_are_replicated() -> None:
     # sm3 keeps, per matrix, one vector of row+column statistics (shape (7,) for a
     # (4, 3) weight): it has no parameter layout to follow, so it is replicated,
