@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
+from functrain.contrib.partition import block_grid, check_block_size, from_blocks, to_blocks
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.transforms.adam import corrections
@@ -95,14 +96,6 @@ class _Context(NamedTuple):
     precondition: Array
 
 
-def _split(size: int, block_size: Optional[int]) -> tuple[int, int]:
-    """``(k, b)``: ``size`` in ``k`` blocks of ``b = ceil(size / k)``, ``b <= block_size``."""
-    if not block_size or size <= block_size:
-        return 1, size
-    k = -(-size // block_size)
-    return k, -(-size // k)
-
-
 def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
             ) -> Optional[_Layout]:
     """The leaf's layout, or ``None`` for the diagonal fallback (rank < 2, or no side fits)."""
@@ -112,8 +105,7 @@ def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
     left, right = rows <= max_precond_dim, cols <= max_precond_dim
     if not (left or right) or rows * cols == 0:
         return None
-    kr, br = _split(rows, block_size) if left else (1, rows)
-    kc, bc = _split(cols, block_size) if right else (1, cols)
+    (kr, br), (kc, bc) = block_grid((rows, cols), block_size, split=(left, right))
     return _Layout(rows, cols, left, right, kr, br, kc, bc)
 
 
@@ -125,16 +117,8 @@ def _stat_shapes(lay: Optional[_Layout]) -> tuple[tuple, tuple]:
                                                          else (1,))
 
 
-def _to_blocks(m: Array, lay: _Layout) -> Array:
-    """``(rows, cols)`` -> ``(kr * kc, br, bc)``, zero-padded to whole blocks."""
-    m = jnp.pad(m, ((0, lay.kr * lay.br - lay.rows), (0, lay.kc * lay.bc - lay.cols)))
-    m = m.reshape(lay.kr, lay.br, lay.kc, lay.bc).transpose(0, 2, 1, 3)
-    return m.reshape(lay.kr * lay.kc, lay.br, lay.bc)
-
-
-def _from_blocks(b: Array, lay: _Layout) -> Array:
-    m = b.reshape(lay.kr, lay.kc, lay.br, lay.bc).transpose(0, 2, 1, 3)
-    return m.reshape(lay.kr * lay.br, lay.kc * lay.bc)[:lay.rows, :lay.cols]
+def _grid(lay: _Layout) -> tuple:
+    return ((lay.kr, lay.br), (lay.kc, lay.bc))
 
 
 def _ct(x: Array) -> Array:
@@ -228,8 +212,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
       eps: added to the diagonal optimizer's root (grafting and fallback).
       matrix_eps: the ridge of the inverse roots, relative to each block's
         largest eigenvalue, ``>= 0``.
-      block_size: the largest block along a dimension; ``None`` or ``0``:
-        no blocking.
+      block_size: the largest block along a dimension, an integer ``>= 1``
+        (:func:`functrain.contrib.partition.block_grid`); ``None``: no blocks.
       max_precond_dim: a matrix dimension above this gets no preconditioner.
       precondition_frequency: recompute the inverse roots every this many
         steps (``>= 1``), counted from ``start_preconditioning_step``.
@@ -260,8 +244,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     check_betas(owner, b1=b1)
     check_range("b2", b2, 0.0, 1.0, high_inclusive=True, owner=owner)
     check_nonnegative(owner, eps=eps, matrix_eps=matrix_eps)
-    if block_size is not None:
-        _check_int(owner, "block_size", block_size, 0)
+    block_size = check_block_size(owner, block_size)
     _check_int(owner, "max_precond_dim", max_precond_dim, 1)
     check_range("precondition_frequency", precondition_frequency, 1.0, owner=owner)
     check_range("start_preconditioning_step", start_preconditioning_step, 1.0, owner=owner)
@@ -372,7 +355,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             key = slot = None
             if lay is not None:
                 key = (lay.br, lay.bc, lay.left, lay.right)
-                blocks = _to_blocks(x.reshape(lay.rows, lay.cols), lay).astype(s[2].dtype)
+                blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay)).astype(s[2].dtype)
                 for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
                                       [blocks] + s[2:]):
                     lst.append(value)
@@ -391,7 +374,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                 part = [a[start:start + count] for a in done[key]]
                 s[2:] = [part[k] if on else s[k + 1] for k, on in
                          ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
-                d = _from_blocks(part[5], lay).reshape(x.shape).astype(x.dtype)
+                d = from_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                d = d.reshape(x.shape).astype(x.dtype)
                 if graft_type is not None:
                     d_norm = jnp.sqrt(jnp.sum(abs_sq(d)))
                     graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction)))

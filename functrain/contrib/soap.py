@@ -36,6 +36,7 @@ import numpy as np
 from jax import lax
 
 from functrain import tree as ft
+from functrain.contrib.partition import merged_shape
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.linalg import map_matrices
@@ -88,28 +89,12 @@ class _Layout(NamedTuple):
     rotated: tuple  # per axis of ``shape``: whether it has a statistic and a basis
 
 
-def _merged_shape(shape: tuple, max_dim: int) -> tuple:
-    """Neighbouring axes multiplied together while the product stays <= ``max_dim``."""
-    out, run = [], 1
-    for d in shape:
-        if run * d <= max_dim:
-            run *= d
-        elif run > 1:
-            out.append(run)
-            run = d
-        else:
-            out.append(d)
-    if run > 1 or not out:
-        out.append(run)
-    return tuple(out)
-
-
 def _layout(shape: tuple, max_dim: int, merge_dims: bool, precondition_1d: bool) -> _Layout:
     if len(shape) == 0 or math.prod(shape) == 0:
         return _Layout(tuple(shape), (False,) * len(shape))
     if len(shape) == 1:
         return _Layout(tuple(shape), (precondition_1d and shape[0] <= max_dim,))
-    merged = _merged_shape(tuple(shape), max_dim) if merge_dims else tuple(shape)
+    merged = merged_shape(shape, max_dim) if merge_dims else tuple(shape)
     return _Layout(merged, tuple(d <= max_dim for d in merged))
 
 
