@@ -16,6 +16,8 @@ The one copy of the rules that :mod:`functrain.contrib.shampoo`,
   the blocks without padding, grouped by shape (an axis split unevenly gives a
   shorter last block): SOAP and Kron precondition each block as a separate
   leaf of its own shape.
+* :func:`map_by_shape` runs a decomposition over many stacks of blocks (or leaves),
+  one :func:`functrain.linalg.map_matrices` call per matrix shape.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain.linalg import map_matrices
+
 Array = jax.Array
 
 __all__ = ["check_block_size", "merged_shape", "block_grid", "to_blocks", "from_blocks",
-           "block_groups", "gather_blocks", "scatter_blocks"]
+           "block_groups", "gather_blocks", "scatter_blocks", "map_by_shape"]
 
 
 def check_block_size(owner: str, block_size: Any) -> Optional[int]:
@@ -278,3 +282,38 @@ def scatter_blocks(stack: Array, idx: np.ndarray, values: Array) -> Array:
         return values.astype(stack.dtype)
     where = (jnp.asarray(idx),) + tuple(slice(0, s) for s in sub)
     return stack.at[where].set(values.astype(stack.dtype))
+
+
+def map_by_shape(fn: Any, items: list, mesh: Optional[jax.sharding.Mesh] = None) -> list:
+    """``fn`` of each matrix of each item, same-shape items joined into one call.
+
+    The items whose first stack has one matrix shape and dtype are concatenated
+    and go through one :func:`functrain.linalg.map_matrices` call (one matrix
+    at a time on CPU; divided over ``mesh``'s devices when given).
+
+    Args:
+      fn: a function of one matrix from each stack of an item.
+      items: tuples of stacks ``(n, d, d)`` (``n`` may differ between items).
+      mesh: a ``jax.sharding.Mesh`` to divide each call over, or ``None``.
+
+    Returns:
+      Per item, ``fn``'s outputs stacked over its ``n`` matrices.
+
+    >>> import jax.numpy as jnp
+    >>> items = [(2 * jnp.ones((1, 2, 2)),), (jnp.ones((3, 1, 1)),), (jnp.ones((2, 2, 2)),)]
+    >>> [y.shape for y in map_by_shape(lambda m: jnp.trace(m), items)]
+    [(1,), (3,), (2,)]
+    """
+    sizes: dict = {}
+    for i, item in enumerate(items):
+        sizes.setdefault((item[0].shape[1:], item[0].dtype), []).append(i)
+    out: list = [None] * len(items)
+    for members in sizes.values():
+        stacks = [jnp.concatenate([items[i][a] for i in members]) if len(members) > 1
+                  else items[members[0]][a] for a in range(len(items[members[0]]))]
+        done, at = map_matrices(fn, *stacks, mesh=mesh), 0
+        for i in members:
+            n = items[i][0].shape[0]
+            out[i] = jax.tree.map(lambda y, at=at, n=n: y[at:at + n], done)
+            at += n
+    return out

@@ -10,15 +10,15 @@ set from ``eigh`` of the first statistics, then refreshed every
 ``precondition_frequency`` steps by one step of power iteration and a QR
 decomposition. Axes longer than ``max_precond_dim`` are not rotated (the
 identity), and vectors and scalars get plain Adam unless ``precondition_1d``.
+With ``block_size``, each block of a split leaf is a leaf of its own here.
 
-Why a whole-tree transformation rather than a ``LeafStage``: a leaf's state
-holds a variable number of matrices (one statistic and one basis per axis),
-which the engine's one-array-per-field leaf state cannot carry. The per-leaf
-math is still a pure function of one leaf (:func:`_soap_leaf`), but for the
-refresh with ``mesh``: one conditional for the whole tree, whose same-size
-decompositions are stacked and divided over the mesh's devices; the update
-checks structures, shapes and dtypes before any array math, naming the leaf,
-and follows functrain's dtype policy (16-bit leaves computed in float32).
+A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one
+statistic and one basis per axis, which the engine's one-array-per-field leaf
+state cannot carry. The per-leaf math is a pure function of one leaf
+(:func:`_soap_leaf`); with ``mesh`` (and for split leaves) one conditional
+refreshes the tree, its same-size decompositions stacked (and divided over the
+mesh's devices). The update checks structures, shapes and dtypes first, naming
+the leaf, and follows functrain's dtype policy (16-bit leaves in float32).
 
 This optimizer has no optax counterpart: arguments and defaults are those of
 the authors' reference implementation (github.com/nikhilvyas/SOAP), tested
@@ -36,10 +36,11 @@ import numpy as np
 from jax import lax
 
 from functrain import tree as ft
-from functrain.contrib.partition import merged_shape
+from functrain.contrib.partition import (block_grid, block_groups, check_block_size,
+                                         from_blocks, gather_blocks, map_by_shape,
+                                         merged_shape, scatter_blocks, to_blocks)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain.linalg import map_matrices
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, state_compute_dtype)
@@ -64,7 +65,9 @@ class SoapState(NamedTuple):
         (entry ``[i, j]`` belongs to the ``i``-th / ``j``-th eigenvectors).
       stats: per leaf, a tuple with one Shampoo statistic ``(d, d)`` per axis of
         the (merged) leaf; a ``(1, 1)`` placeholder for axes that are not rotated (not
-        ``(0, 0)``: Orbax refuses to save zero-size arrays).
+        ``(0, 0)``: Orbax refuses to save zero-size arrays). A leaf split by
+        ``block_size``: a ``(blocks, b, b)`` stack per rotated axis, row-major block
+        order (a shorter last block in the leading corner, the rest zero).
       bases: per leaf, the eigenbases ``Q``, laid out like ``stats``.
 
     >>> import jax.numpy as jnp
@@ -80,31 +83,32 @@ class SoapState(NamedTuple):
     bases: Any
 
 
-# --------------------------------------------------------------------------
-# Per-leaf layout: the merged shape and which of its axes are rotated
-# --------------------------------------------------------------------------
+# Per-leaf layout: the merged shape, which of its axes are rotated, its blocks
 
 class _Layout(NamedTuple):
     shape: tuple    # the shape the matrix math sees (axes merged or not)
     rotated: tuple  # per axis of ``shape``: whether it has a statistic and a basis
+    grid: Optional[tuple] = None  # per axis of ``shape``, (blocks, length): a split leaf
 
 
-def _layout(shape: tuple, max_dim: int, merge_dims: bool, precondition_1d: bool) -> _Layout:
+def _layout(shape: tuple, max_dim: int, merge_dims: bool, precondition_1d: bool,
+            block_size: Optional[int] = None) -> _Layout:
+    """Merge (``merge_dims``), then split the rotated axes longer than ``block_size``."""
+    shape = tuple(shape)
     if len(shape) == 0 or math.prod(shape) == 0:
-        return _Layout(tuple(shape), (False,) * len(shape))
-    if len(shape) == 1:
-        return _Layout(tuple(shape), (precondition_1d and shape[0] <= max_dim,))
-    merged = merged_shape(shape, max_dim) if merge_dims else tuple(shape)
-    return _Layout(merged, tuple(d <= max_dim for d in merged))
+        return _Layout(shape, (False,) * len(shape))
+    merged = merged_shape(shape, max_dim) if merge_dims else shape
+    rotated = tuple(d <= max_dim and (len(shape) > 1 or precondition_1d) for d in merged)
+    grid = block_grid(merged, block_size, split=rotated)
+    return _Layout(merged, rotated, grid if any(k > 1 for k, _ in grid) else None)
 
 
 def _matrix_shapes(lay: _Layout) -> list:
-    return [(d, d) if r else (1, 1) for d, r in zip(lay.shape, lay.rotated)]
+    if lay.grid is None:
+        return [(d, d) if r else (1, 1) for d, r in zip(lay.shape, lay.rotated)]
+    k = math.prod(k for k, _ in lay.grid)
+    return [(k, b, b) if r else (1, 1) for (_, b), r in zip(lay.grid, lay.rotated)]
 
-
-# --------------------------------------------------------------------------
-# Per-leaf math
-# --------------------------------------------------------------------------
 
 def _rotate(x: Array, bases: tuple, lay: _Layout, back: bool) -> Array:
     """``x x_i Q_i^T`` over the rotated axes (into the eigenbasis), or ``x x_i Q_i`` back."""
@@ -133,71 +137,36 @@ def _power_step(s: Array, q: Array) -> tuple:
     return jnp.linalg.qr(sq[:, order])[0], order
 
 
-def _initial_bases(stats: tuple, bases: tuple, nu: Array, lay: _Layout) -> tuple:
-    """Eigenvectors of each statistic, largest eigenvalue first."""
-    return tuple(_top_eigenvectors(s) if on else q
-                 for s, q, on in zip(stats, bases, lay.rotated)), nu
-
-
-def _refreshed_bases(stats: tuple, bases: tuple, nu: Array, lay: _Layout) -> tuple:
-    """One power-iteration step and QR per axis; ``nu`` follows the sorted columns."""
-    new = []
-    for k, (s, q, on) in enumerate(zip(stats, bases, lay.rotated)):
-        if not on:
-            new.append(q)
-            continue
-        q, order = _power_step(s, q)
-        nu = jnp.take(nu, order, axis=k)
-        new.append(q)
-    return tuple(new), nu
-
-
-def _map_by_size(fn: Any, items: list, mesh: Any) -> list:
-    """``fn(*item)`` for each item (a tuple of matrices): the items whose first matrix has
-    one shape and dtype stacked into one :func:`map_matrices` call over ``mesh``."""
-    sizes: dict = {}
-    for i, item in enumerate(items):
-        sizes.setdefault((item[0].shape, item[0].dtype), []).append(i)
-    out: list = [None] * len(items)
-    for members in sizes.values():
-        stacks = [jnp.stack([items[i][a] for i in members]) for a in range(len(items[members[0]]))]
-        done = map_matrices(fn, *stacks, mesh=mesh)
-        for j, i in enumerate(members):
-            out[i] = jax.tree.map(lambda y, j=j: y[j], done)
-    return out
-
-
 def _split_refresh(leaves: list, count: Array, hp: _Hyper, mesh: Any) -> list:
-    """The bases and ``nu`` of every leaf after one conditional for the whole tree, each
-    refresh's decompositions divided over ``mesh``'s devices (:func:`map_matrices`).
+    """The bases and ``nu`` of every unit after one conditional for the whole tree, each
+    refresh's decompositions divided over ``mesh``'s devices (:func:`map_by_shape`).
 
-    ``leaves``: per leaf ``(stats, bases, nu, layout)``, ``nu`` in the layout's shape.
-    The same math as :func:`_initial_bases` / :func:`_refreshed_bases` per leaf.
+    ``leaves``: per unit (a leaf, or a leaf's same-shape blocks) ``(stats, bases, nu,
+    layout)``, each rotated axis' matrices stacked ``(n, d, d)`` and ``nu`` ``(n,) +
+    layout.shape``. The first call takes each statistic's eigenvectors (largest first), a
+    refresh one power-iteration step and QR (:func:`_power_step`).
     """
     axes = [(i, k) for i, (_, _, _, lay) in enumerate(leaves) for k, on in enumerate(lay.rotated)
             if on]
 
-    def keep(ops: list) -> list:
-        return [(q, v) for _, q, v in ops]
-
-    def initial(ops: list) -> list:
+    def run(ops: list, initial: bool) -> list:
         new = [[list(q), v] for _, q, v in ops]
-        done = _map_by_size(_top_eigenvectors, [(ops[i][0][k],) for i, k in axes], mesh)
+        done = map_by_shape(_top_eigenvectors if initial else _power_step,
+                            [(ops[i][0][k],) + (() if initial else (ops[i][1][k],))
+                             for i, k in axes], mesh)
         for (i, k), q in zip(axes, done):
+            if not initial:  # nu's entries follow the sorted columns
+                (q, order), v = q, new[i][1]
+                new[i][1] = jnp.take_along_axis(v, order.reshape(
+                    order.shape[:1] + (1,) * k + order.shape[1:] + (1,) * (v.ndim - k - 2)),
+                    axis=k + 1)
             new[i][0][k] = q
-        return [(tuple(q), v) for q, v in new]
-
-    def refreshed(ops: list) -> list:
-        new = [[list(q), v] for _, q, v in ops]
-        done = _map_by_size(_power_step, [(ops[i][0][k], ops[i][1][k]) for i, k in axes], mesh)
-        for (i, k), (q, order) in zip(axes, done):
-            new[i][0][k] = q
-            new[i][1] = jnp.take(new[i][1], order, axis=k)
         return [(tuple(q), v) for q, v in new]
 
     refresh = (count > 0) & (count % hp.precondition_frequency == 0)
     branch = jnp.where(count == 0, 1, jnp.where(refresh, 2, 0))
-    return lax.switch(branch, [keep, initial, refreshed],
+    return lax.switch(branch, [lambda ops: [(q, v) for _, q, v in ops],
+                               lambda ops: run(ops, True), lambda ops: run(ops, False)],
                       [(stats, bases, nu) for stats, bases, nu, _ in leaves])
 
 
@@ -211,14 +180,32 @@ class _Hyper(NamedTuple):
     correct_bias: bool
 
 
+def _adam_b2(count: Array, hp: _Hyper, dtype: Any) -> tuple:
+    """Adam's step number ``t``, ``b2`` at it and ``1 - prod b2`` (its bias correction)."""
+    t = jnp.maximum(count, 1)
+    if callable(hp.b2):
+        return t, hp.b2(t), hp.b2.bias_correction(t)
+    return t, hp.b2, 1 - hp.b2 ** t.astype(dtype)
+
+
+def _finish(n: Array, count: Array, hp: _Hyper) -> Array:
+    """A leaf's rotated-back direction ``n`` normalized, bias-corrected, zero on call 0."""
+    t, _, c2 = _adam_b2(count, hp, n.dtype)
+    if hp.normalize_grads:
+        n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n))))
+    if hp.correct_bias:
+        n = n * (jnp.sqrt(c2) / (1 - hp.b1 ** t.astype(n.dtype)))
+    return jnp.where(count == 0, jnp.zeros_like(n), n)
+
+
 def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
-               hp: _Hyper, lay: _Layout, refresh_here: bool = True) -> tuple:
-    """One SOAP step on one leaf (arrays in its compute dtype): ``(u, mu, nu, stats, bases)``.
+               hp: _Hyper, lay: _Layout) -> tuple:
+    """One SOAP step on one leaf (arrays in its compute dtype): ``(u, mu, nu, stats, bases)``
+    before the refresh of the bases (and ``nu``'s order: :func:`_split_refresh`).
 
     ``count`` is the number of earlier calls: the first call (0) only sets the
     statistics and bases (zero update, moments untouched); afterwards Adam's
-    step number is ``count``. ``refresh_here=False`` leaves the bases (and
-    ``nu``'s order) to the caller (:func:`_split_refresh`).
+    step number is ``count``.
     """
     shape = g.shape
     g, mu, nu = (x.reshape(lay.shape) for x in (g, mu, nu))
@@ -227,18 +214,11 @@ def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count
         g_rot = _rotate(g, bases, lay, back=False)
     else:
         g_rot = g
-    t = jnp.maximum(count, 1)  # Adam's step number
-    b2, c2 = ((hp.b2(t), hp.b2.bias_correction(t)) if callable(hp.b2)
-              else (hp.b2, 1 - hp.b2 ** t.astype(g.dtype)))
+    b2 = _adam_b2(count, hp, g.dtype)[1]
     new_mu = hp.b1 * mu + (1 - hp.b1) * g
     new_nu = b2 * nu + (1 - b2) * jnp.square(g_rot)
     direction = _rotate(new_mu, bases, lay, back=False) / (jnp.sqrt(new_nu) + hp.eps)
-    n = _rotate(direction, bases, lay, back=True)
-    if hp.normalize_grads:
-        n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n))))
-    if hp.correct_bias:
-        n = n * (jnp.sqrt(c2) / (1 - hp.b1 ** t.astype(g.dtype)))
-    u = jnp.where(first, jnp.zeros_like(n), n)
+    u = _finish(_rotate(direction, bases, lay, back=True), count, hp)
     mu = jnp.where(first, mu, new_mu)
     nu = jnp.where(first, nu, new_nu)
 
@@ -248,20 +228,56 @@ def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count
         beta = hp.shampoo_beta(count + 1) if callable(hp.shampoo_beta) else hp.shampoo_beta
         stats = tuple(beta * s + (1 - beta) * _gram(g, k) if on else s
                       for k, (s, on) in enumerate(zip(stats, lay.rotated)))
-    if any(lay.rotated) and refresh_here:
-        refresh = (count > 0) & (count % hp.precondition_frequency == 0)
-        branch = jnp.where(first, 1, jnp.where(refresh, 2, 0))
-        bases, nu = jax.lax.switch(
-            branch, [lambda s, q, v: (q, v),
-                     lambda s, q, v: _initial_bases(s, q, v, lay),
-                     lambda s, q, v: _refreshed_bases(s, q, v, lay)],
-            stats, bases, nu)
     return u.reshape(shape), mu.reshape(shape), nu.reshape(shape), stats, bases
 
 
-# --------------------------------------------------------------------------
+def _soap_blocks(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
+                 hp: _Hyper, lay: _Layout) -> list:
+    """A split leaf's blocks through :func:`_soap_leaf` (batched per block shape; no
+    refresh, normalization or bias correction: :func:`_assemble`): per group ``[idx,
+    layout, u, mu, nu, stats, bases]``, rotated axes' matrices stacked ``(n, b, b)``."""
+    inner = hp._replace(normalize_grads=False, correct_bias=False)
+    padded = [to_blocks(x.reshape(lay.shape), lay.grid) for x in (g, mu, nu)]
+    on = [k for k, r in enumerate(lay.rotated) if r]
+    out = []
+
+    def with_(matrices: tuple, rotated: list) -> tuple:  # placeholders, blocks' matrices
+        new = list(matrices)
+        for k, m in zip(on, rotated):
+            new[k] = m
+        return tuple(new)
+
+    for shape, idx in block_groups(lay.shape, lay.grid):
+        blay = _Layout(shape, lay.rotated)
+
+        def step(g: Array, mu: Array, nu: Array, st: list, qs: list, blay: _Layout = blay
+                 ) -> tuple:
+            u, mu, nu, st, _ = _soap_leaf(g, mu, nu, with_(stats, st), with_(bases, qs), count,
+                                          inner, blay)
+            return u, mu, nu, [st[k] for k in on]
+
+        cut = [[gather_blocks(m[k], idx, (shape[k],) * 2) for k in on] for m in (stats, bases)]
+        u, m1, m2, st = jax.vmap(step)(*(gather_blocks(x, idx, shape) for x in padded), *cut)
+        out.append([idx, blay, u, m1, m2, with_(stats, st), with_(bases, cut[1])])
+    return [(padded, stats, bases)] + out
+
+
+def _assemble(parts: list, shape: tuple, count: Array, hp: _Hyper, lay: _Layout) -> tuple:
+    """A split leaf's ``(u, mu, nu, stats, bases)`` from its refreshed block groups."""
+    (padded, stats, bases), groups = parts[0], parts[1:]
+    u, mu, nu = jnp.zeros_like(padded[0]), padded[1], padded[2]
+    stats, bases = list(stats), list(bases)
+    for idx, _, gu, gmu, gnu, gst, gq in groups:
+        u, mu, nu = (scatter_blocks(a, idx, b) for a, b in ((u, gu), (mu, gmu), (nu, gnu)))
+        for k, on in enumerate(lay.rotated):
+            if on:
+                stats[k] = scatter_blocks(stats[k], idx, gst[k])
+                bases[k] = scatter_blocks(bases[k], idx, gq[k])
+    u, mu, nu = (from_blocks(x, lay.shape, lay.grid).reshape(shape) for x in (u, mu, nu))
+    return _finish(u, count, hp), mu, nu, tuple(stats), tuple(bases)
+
+
 # The transformations
-# --------------------------------------------------------------------------
 
 def _check_int(owner: str, name: str, value: Any) -> None:
     check_range(name, value, 1.0, owner=owner)
@@ -289,8 +305,8 @@ def _check_options(owner: str, b1: Any, b2: Any, shampoo_beta: Any, eps: Any,
 
 
 def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
-    want = _matrix_shapes(lay)
     for field, value in (("stats", stats), ("bases", bases)):
+        want = _matrix_shapes(lay)
         got = [tuple(np.shape(m)) for m in value] if isinstance(value, tuple) else None
         if got != want:
             raise ValueError(f"{_OWNER}: updates leaf {where} (merged shape {lay.shape}) "
@@ -301,13 +317,13 @@ def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
 
 @hyperparameters(
     b1="number", b2="decay", shampoo_beta="number or None", eps="number",
-    precondition_frequency="number", max_precond_dim="number")
+    precondition_frequency="number", max_precond_dim="number", block_size="number or None")
 def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[float] = None,
                   eps: float = 1e-8, precondition_frequency: int = 10,
                   max_precond_dim: int = 10000, merge_dims: bool = False,
                   precondition_1d: bool = False, normalize_grads: bool = False,
-                  correct_bias: bool = True, *, mesh: Optional[jax.sharding.Mesh] = None
-                  ) -> GradientTransformation:
+                  correct_bias: bool = True, *, block_size: Optional[int] = None,
+                  mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
     """Rescale updates by SOAP: Adam in the eigenbasis of Shampoo's preconditioner.
 
     Update rule, per leaf ``G`` (a ``m x n`` matrix here; tensors rotate every
@@ -327,24 +343,20 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
 
     with ``s = shampoo_beta`` (``b2`` if ``None``). Axes longer than
     ``max_precond_dim`` keep the identity; a 1-D leaf is plain Adam unless
-    ``precondition_1d``; scalars are plain Adam. Reference: Vyas, Morwani,
-    Zhao, Kwun, Shapira, Brandfonbrener, Janson & Kakade, 2024, "SOAP:
-    Improving and Stabilizing Shampoo using Adam" (Algorithm 3), and the
+    ``precondition_1d``; scalars are plain Adam. Reference: Vyas et al., 2024,
+    "SOAP: Improving and Stabilizing Shampoo using Adam" (Algorithm 3), and the
     authors' reference implementation, whose defaults these are.
 
-    Memory per ``m x n`` leaf: ``2 m n`` (moments) ``+ 2 (m^2 + n^2)``
-    (statistics and bases). The statistics and bases of a sharded weight are
-    computed in the jitted step like any intermediate; their layout is XLA's
-    choice: only ``mu`` and ``nu`` follow the weight's sharding (on a 4x2 mesh,
-    XLA keeps the bases replicated and splits the rows of ``L_k`` like the
-    weight's axis ``k``).
+    Memory per ``m x n`` leaf: ``2 m n + 2 (m^2 + n^2)``. Only ``mu`` and
+    ``nu`` follow a sharded weight's sharding; the statistics' and bases'
+    layout is XLA's choice (on a 4x2 mesh: bases replicated, rows of ``L_k``
+    split like the weight's axis ``k``).
 
-    A property of the algorithm (the reference code's too): when a first
-    statistic is rank-deficient (``L = G G^T`` of an ``m x n`` gradient with
-    ``m > n``), ``eigh``'s basis of its null space is arbitrary, and later
-    updates depend on that choice (Adam's per-coordinate step is not rotation
-    invariant). Runs that differ only in rounding (another device count,
-    sharding or backend) can then differ by the size of a step.
+    A property of the algorithm (and the reference code): when a first statistic
+    is rank-deficient (``G G^T`` of an ``m x n`` gradient, ``m > n``), ``eigh``'s
+    basis of its null space is arbitrary, and later updates depend on it (Adam's
+    step is not rotation invariant): runs that differ only in rounding (device
+    count, sharding, backend) can then differ by the size of a step.
 
     Args:
       b1: decay of the first moment, in ``[0, 1)``.
@@ -360,18 +372,23 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         an integer ``>= 1``.
       merge_dims: merge neighbouring axes of tensors with 2 or more axes while
         the product stays ``<= max_precond_dim`` (a ``(4, 4, 64)`` kernel is
-        rotated as ``(16, 64)``).
+        rotated as ``(16, 64)``; :func:`functrain.contrib.partition.merged_shape`).
       precondition_1d: rotate 1-D leaves too (one ``(n, n)`` statistic each).
       normalize_grads: divide each leaf's rotated-back direction by its RMS.
       correct_bias: Adam's bias correction, ``sqrt(1 - b2^t) / (1 - b1^t)``,
         applied as a step-size factor (``eps`` is not rescaled), as in the paper.
+      block_size: split each rotated axis (after merging) longer than this into
+        ``ceil(d / block_size)`` blocks as Shampoo does (the last may be shorter,
+        never padded: :func:`functrain.contrib.partition.block_grid`); each block
+        is rotated as a separate leaf would be (own statistics, bases, ``nu``),
+        ``normalize_grads`` stays per leaf. A split leaf's ``stats`` and
+        ``bases`` are ``(blocks, b, b)`` per axis. ``None`` (the reference's): no blocks.
       mesh: a ``jax.sharding.Mesh``: one conditional refreshes every leaf's
-        bases, the decompositions (``eigh`` on the first call, one power step
-        and QR afterwards) of each size stacked and divided over all of the
-        mesh's devices (each device refreshes its share, then the bases are
-        gathered; :func:`functrain.linalg.map_matrices`), as distributed
-        Shampoo divides its work; the same numbers as one device. ``None``:
-        each leaf refreshes its own bases, on every device.
+        bases, the decompositions (``eigh`` on the first call, then power step
+        and QR) of each size stacked and divided over the mesh's devices (each
+        refreshes its share, then the bases are gathered), as distributed
+        Shampoo does; the same numbers as one device. ``None``: each leaf
+        refreshes its own bases, on every device.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`SoapState`. Complex
@@ -393,12 +410,13 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                  normalize_grads=normalize_grads, correct_bias=correct_bias)
     _check_options(_OWNER, b1, b2, shampoo_beta, eps, precondition_frequency,
                    max_precond_dim, flags)
+    block_size = check_block_size(_OWNER, block_size)
     hp = _Hyper(b1, b2, b2 if shampoo_beta is None else shampoo_beta, eps,
                 precondition_frequency, bool(normalize_grads), bool(correct_bias))
 
     def layout(x: Any) -> _Layout:
         return _layout(tuple(np.shape(x)), int(max_precond_dim), bool(merge_dims),
-                       bool(precondition_1d))
+                       bool(precondition_1d), block_size)
 
     def init_fn(params: Params) -> SoapState:
         paths, leaves, treedef = ft.flatten_with_paths(params)
@@ -420,50 +438,64 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         check_state_type(state, SoapState, _OWNER)
         paths, gs, treedef = ft.flatten_with_paths(updates)
         gs = [jnp.asarray(g) for g in gs]
-        active = [True] * len(gs)
+        active, ps = [True] * len(gs), [None] * len(gs)
         ft.check_leaf_dtypes(paths, gs, active, _OWNER, "updates", real_only=True)
         if params is not None:
             ft.check_structure(updates, params, "params", "updates")
             ps = [jnp.asarray(p) for p in treedef.flatten_up_to(params)]
             ft.check_shapes(paths, ps, gs, "updates", "params")
             ft.check_leaf_dtypes(paths, ps, active, _OWNER, "params", real_only=True)
-        else:
-            ps = [None] * len(gs)
-        fields = {}
-        for name in ("mu", "nu", "stats", "bases"):
-            fields[name] = ft.flatten_like(treedef, getattr(state, name),
-                                           f"{_OWNER} state .{name}", updates, "updates")
+        fields = {name: ft.flatten_like(treedef, getattr(state, name),
+                                        f"{_OWNER} state .{name}", updates, "updates")
+                  for name in ("mu", "nu", "stats", "bases")}
         for name in ("mu", "nu"):
             ft.check_shapes(paths, fields[name], gs, "updates", f"{_OWNER} state .{name}")
         lays = [layout(g) for g in gs]
         for where, lay, s, q in zip(paths, lays, fields["stats"], fields["bases"]):
             _check_leaf_state(where or "<root>", lay, s, q)
 
-        done = []
+        done, units, owners = [], [], []
+
+        def put(i: int, bases: tuple, nu: Array) -> None:  # a leaf's refreshed bases and nu
+            done[i][4] = tuple(q[0] if on else q for q, on in zip(bases, lays[i].rotated))
+            done[i][2] = nu[0].reshape(gs[i].shape)
+
         for i, (g, p, lay) in enumerate(zip(gs, ps, lays)):
             cd = leaf_compute_dtype(g, p)
             mu, nu, stats, bases = (fields[name][i] for name in fields)
             mu, nu = (x.astype(state_compute_dtype(x, cd)) for x in (mu, nu))
             stats, bases = (tuple(m.astype(state_compute_dtype(m, cd)) for m in x)
                             for x in (stats, bases))
-            done.append(list(_soap_leaf(g.astype(cd), mu, nu, stats, bases, state.count, hp,
-                                        lay, refresh_here=mesh is None)))
-        split = [i for i, lay in enumerate(lays) if mesh is not None and any(lay.rotated)]
-        if split:  # one conditional for the whole tree, its decompositions over the mesh
-            refreshed = _split_refresh([(done[i][3], done[i][4], done[i][2].reshape(
-                lays[i].shape), lays[i]) for i in split], state.count, hp, mesh)
-            for i, (bases, nu) in zip(split, refreshed):
-                done[i][4], done[i][2] = bases, nu.reshape(gs[i].shape)
+            args = (g.astype(cd), mu, nu, stats, bases, state.count, hp, lay)
+            if lay.grid is not None:  # split: its blocks join the tree's refresh
+                done.append(_soap_blocks(*args))
+                units += [(gr[5], gr[6], gr[4], gr[1]) for gr in done[-1][1:]]
+                owners += done[-1][1:]
+                continue
+            done.append(list(_soap_leaf(*args)))
+            if any(lay.rotated):
+                unit = (*(tuple(m[None] if on else m for m, on in zip(x, lay.rotated))
+                          for x in done[i][3:5]), done[i][2].reshape(lay.shape)[None], lay)
+                if mesh is None:  # the leaf's own conditional
+                    put(i, *_split_refresh([unit], state.count, hp, None)[0])
+                else:
+                    units.append(unit)
+                    owners.append(i)
+        if units:  # one conditional for the tree, its decompositions over the mesh's devices
+            for owner, (bases, nu) in zip(owners, _split_refresh(units, state.count, hp, mesh)):
+                if isinstance(owner, list):
+                    owner[6], owner[4] = bases, nu
+                else:
+                    put(owner, bases, nu)
+        for i, lay in enumerate(lays):
+            if lay.grid is not None:
+                done[i] = _assemble(done[i], gs[i].shape, state.count, hp, lay)
         out, new = [], {name: [] for name in fields}
         for i, (g, (u, *news)) in enumerate(zip(gs, done)):
-            olds = [fields[name][i] for name in fields]
             out.append(u.astype(g.dtype))
-            for name, n, o in zip(fields, news, olds):
-                if isinstance(o, tuple):
-                    n = tuple(a.astype(b.dtype) for a, b in zip(n, o))
-                else:
-                    n = n.astype(o.dtype)
-                new[name].append(n)
+            for name, n in zip(fields, news):
+                new[name].append(jax.tree.map(lambda a, b: a.astype(b.dtype), n,
+                                              fields[name][i]))
         new_state = SoapState(safe_increment(state.count),
                               **{name: treedef.unflatten(v) for name, v in new.items()})
         return treedef.unflatten(out), new_state
@@ -472,20 +504,21 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
 
 
 scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches
-    "precondition_frequency", "max_precond_dim", "mesh")
+    "precondition_frequency", "max_precond_dim", "block_size", "mesh")
 
 
 @hyperparameters(
     learning_rate="schedule", b1="number", b2="decay", shampoo_beta="number or None",
     eps="number", weight_decay="schedule", precondition_frequency="number",
-    max_precond_dim="number")
+    max_precond_dim="number", block_size="number or None")
 def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.95,
          shampoo_beta: Optional[float] = None, eps: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.01, precondition_frequency: int = 10,
          max_precond_dim: int = 10000, merge_dims: bool = False,
          precondition_1d: bool = False, normalize_grads: bool = False,
          correct_bias: bool = True, weight_decay_mask: Optional[MaskOrFn] = None, *,
-         mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+         block_size: Optional[int] = None, mesh: Optional[jax.sharding.Mesh] = None
+         ) -> GradientTransformation:
     """SOAP (Vyas et al., 2024): Adam in Shampoo's eigenbasis, with decoupled weight decay.
 
     Update rule: ``N`` = :func:`scale_by_soap`'s direction (Adam's step taken
@@ -495,25 +528,20 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
     update is only the weight decay) and are refreshed every
     ``precondition_frequency`` steps by one power-iteration step and a QR.
 
-    Reference: Vyas, Morwani, Zhao, Kwun, Shapira, Brandfonbrener, Janson &
-    Kakade, 2024, "SOAP: Improving and Stabilizing Shampoo using Adam"
-    (arXiv:2409.11321). The defaults are the authors' reference
+    Reference: Vyas et al., 2024, "SOAP: Improving and Stabilizing Shampoo
+    using Adam" (arXiv:2409.11321). The defaults are the authors' reference
     implementation's (``SOAP(lr=3e-3, betas=(.95, .95), weight_decay=.01,
-    precondition_frequency=10)``, as their README recommends for
-    transformers): ``b1 = b2 = 0.95`` as in their tuned Shampoo/Adam baselines;
-    ``shampoo_beta`` follows ``b2``; a refresh every 10 steps keeps the
-    ``O(d^3)`` QR cheap, and the paper finds SOAP degrades far less than
-    Shampoo as the frequency drops; ``max_precond_dim=10000`` rotates every
-    axis of ordinary layers while keeping each basis at most ``10^8`` numbers
-    (e.g. an embedding's vocabulary axis stays unrotated); vectors get plain
-    Adam (``precondition_1d=False``), as in the paper's experiments.
+    precondition_frequency=10)``, their README's for transformers): ``b1 = b2
+    = 0.95`` as in their tuned Shampoo/Adam baselines; ``shampoo_beta`` follows
+    ``b2``; a refresh every 10 steps keeps the ``O(d^3)`` QR cheap (SOAP degrades
+    far less than Shampoo as the frequency drops); ``max_precond_dim=10000``
+    rotates every axis of ordinary layers, each basis at most ``10^8`` numbers
+    (a vocabulary axis stays unrotated); vectors get plain Adam.
 
-    One difference from the reference code: the weight decay is optax-style,
-    ``W -= lr * (N + wd W)``, where the reference multiplies the already
-    updated weight by ``1 - lr wd`` (a difference of order ``lr^2 wd``), and
-    it also applies on the first call (the reference skips that step entirely).
-    Its ``data_format='channels_last'`` (a PyTorch memory layout) has no
-    counterpart.
+    Differences from the reference code: the weight decay is optax-style, ``W
+    -= lr * (N + wd W)`` (the reference multiplies the updated weight by ``1 -
+    lr wd``: a difference of order ``lr^2 wd``), also on the first call (which
+    the reference skips); its ``data_format='channels_last'`` has no counterpart.
 
     Args:
       learning_rate: the step size, a number or a schedule of the step count.
@@ -533,6 +561,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
       correct_bias: Adam's bias correction as a step-size factor.
       weight_decay_mask: where to apply the weight decay: a tree (or prefix)
         of bools or a function of the params; ``None``: every leaf.
+      block_size: split axes longer than this into blocks, each preconditioned
+        apart (see :func:`scale_by_soap`); ``None``: no blocks.
       mesh: divide each refresh's decompositions over this mesh's devices
         (see :func:`scale_by_soap`).
 
@@ -558,10 +588,11 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
     check_range("weight_decay", weight_decay, 0.0, owner="soap")
     return chain(scale_by_soap(b1, b2, shampoo_beta, eps, precondition_frequency,
                                max_precond_dim, merge_dims, precondition_1d,
-                               normalize_grads, correct_bias, mesh=mesh),
+                               normalize_grads, correct_bias, block_size=block_size,
+                               mesh=mesh),
                  add_decayed_weights(weight_decay, weight_decay_mask),
                  scale_by_learning_rate(learning_rate))
 
 
 soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches
-    "precondition_frequency", "max_precond_dim", "mesh")
+    "precondition_frequency", "max_precond_dim", "block_size", "mesh")

@@ -9,6 +9,8 @@ inject_hyperparams, bfloat16, MultiSteps, masked, eval_shape of init, and errors
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -505,3 +507,84 @@ def test_mesh_refreshes_the_tree_in_one_conditional():
     assert loops == {"eigh": [8], "qr": [8]}, loops
     per_leaf = [e for e in program().jaxpr.eqns if e.primitive.name == "cond"]
     assert len(per_leaf) == 6  # q, k, o, t3, t3b, wide
+
+
+# --------------------------------------------------------------------------
+# block_size: each block of a split leaf preconditioned as a separate leaf
+# --------------------------------------------------------------------------
+
+def _cut(x, rows, cols):
+    """The blocks of a matrix, keyed in row-major block order; rows, cols: the boundaries."""
+    return {f"w{i}{j}": x[r0:r1, c0:c1] for i, (r0, r1) in enumerate(zip(rows, rows[1:]))
+            for j, (c0, c1) in enumerate(zip(cols, cols[1:]))}
+
+
+@pytest.mark.parametrize("shape, block_size, rows, cols, kw", [
+    ((6, 9), 3, (0, 3, 6), (0, 3, 6, 9), {}),                        # (2b, 3b): 6 blocks
+    ((7, 5), 3, (0, 3, 6, 7), (0, 3, 5), {}),                        # shorter last blocks
+    ((6, 9), 3, (0, 3, 6), (0, 3, 6, 9), {"mesh": "one device"}),
+    ((2, 3, 9), 4, (0, 3, 6), (0, 3, 6, 9), {"merge_dims": True, "max_precond_dim": 10}),
+])
+def test_blocks_equal_separate_leaves_float64(shape, block_size, rows, cols, kw):
+    """SOAP with block_size on one leaf (a merged (6, 9) leaf in the last case) gives, block
+    by block, the updates and state of SOAP without blocks on the blocks as separate leaves
+    (12 steps: the first call's eigh and three refreshes), float64, to 1e-12."""
+    kw = dict(kw, precondition_frequency=3)
+    if kw.get("mesh"):
+        kw["mesh"] = _one_device_mesh()
+    with jax.enable_x64(True):
+        params = _tree({"w": shape}, jnp.float64, seed=5)
+        grads = _grads(params, steps=12, seed=6)
+        def matrix(x):  # the merged leaf (the last case), or the leaf
+            return x.reshape(x.shape[:x.ndim - len(shape)] + (math.prod(shape[:-1]), shape[-1]))
+        updates, _, state = _run(scale_by_soap(block_size=block_size, **kw), params, grads)
+        sep_params = _cut(matrix(params["w"]), rows, cols)
+        sep_grads = {k: jnp.stack([_cut(matrix(g), rows, cols)[k] for g in grads["w"]])
+                     for k in sep_params}
+        plain = {k: v for k, v in kw.items() if k != "merge_dims"}
+        want, _, want_state = _run(scale_by_soap(**plain), sep_params, sep_grads)
+    for t, (u, w) in enumerate(zip(updates, want)):
+        got = _cut(matrix(u["w"]), rows, cols)
+        for k in w:
+            np.testing.assert_allclose(got[k], w[k], rtol=1e-12, atol=1e-12,
+                                       err_msg=f"block {k} at step {t}")
+    assert max(np.abs(u["w"]).max() for u in updates[1:]) > 0.1
+    nu = _cut(matrix(np.asarray(state.nu["w"])), rows, cols)
+    for j, k in enumerate(sorted(want_state.stats)):
+        np.testing.assert_allclose(nu[k], want_state.nu[k], rtol=1e-12, atol=1e-12)
+        for field in ("stats", "bases"):
+            for axis, want_m in enumerate(getattr(want_state, field)[k]):
+                d = want_m.shape[0]
+                got_m = np.asarray(getattr(state, field)["w"][axis][j])[:d, :d]
+                np.testing.assert_allclose(got_m, want_m, rtol=1e-12, atol=1e-12,
+                                           err_msg=f".{field} of block {k}, axis {axis}")
+
+
+def test_block_size_state_layout_and_eval_shape():
+    params = _tree({"w": (7, 5), "small": (3, 3), "wide": (20, 3), "v": (7,)})
+    opt = scale_by_soap(block_size=3, max_precond_dim=10, precondition_1d=True)
+    state = opt.init(params)
+    assert [m.shape for m in state.stats["w"]] == [(6, 3, 3), (6, 3, 3)]  # 3 x 2 blocks
+    assert [m.shape for m in state.stats["small"]] == [(3, 3), (3, 3)]    # not split
+    assert [m.shape for m in state.stats["wide"]] == [(1, 1), (3, 3)]  # 20 > 10: not split
+    assert [m.shape for m in state.stats["v"]] == [(3, 3, 3)]             # 3 + 3 + 1
+    shapes = jax.eval_shape(opt.init, params)
+    assert [(x.shape, x.dtype) for x in jax.tree_util.tree_leaves(shapes)] == [
+        (x.shape, x.dtype) for x in jax.tree_util.tree_leaves(state)]
+    assert [m.shape for m in scale_by_soap(block_size=64).init(params).stats["w"]] == [
+        (7, 7), (5, 5)]  # no axis longer than block_size: today's layout
+
+
+def test_block_size_keeps_normalization_per_leaf():
+    params = _tree({"w": (6, 9)})
+    opt = scale_by_soap(block_size=3, normalize_grads=True, correct_bias=False)
+    for u in _updates(opt, params, _grads(params, steps=4))[1:]:
+        np.testing.assert_allclose(np.sqrt(np.mean(u["w"] ** 2)), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5])
+def test_bad_block_size_is_named(bad):
+    for factory in (scale_by_soap, soap):
+        with pytest.raises(ValueError, match=r"scale_by_soap: block_size must be None or an "
+                                             r"integer >= 1"):
+            factory(block_size=bad)
