@@ -1,9 +1,12 @@
 """A benchmark of small hard problems in the spirit of HeavyBall's LightBench (``make lightbench``).
 
 Every optimizer runs every task of ``benchmarks/lightbench_tasks.py`` at each learning rate
-of a small grid (one compile per task and optimizer: the learning rate is an argument of the
-jitted run, a ``lax.scan`` over the steps); a task counts as solved by an optimizer when any
-learning rate of the grid reaches the task's target within its step budget. Prints the solved
+of a small grid, held constant or decayed to 0 by a cosine over the task's budget (one compile
+per task and optimizer: the rate and the choice of schedule are arguments of the jitted run, a
+``lax.scan`` over the steps); a task counts as solved by an optimizer when any rate and
+schedule reaches the task's target within its step budget. The decay is searched because
+optimizers whose step does not shrink with the gradient (Kron, Lion, sign descent) cannot
+reach a tight target at a constant rate (docs/performance.md, "Why Kron solves fewer"). Prints the solved
 fraction per optimizer and per task, writes ``lightbench.{md,json}`` and a heatmap PNG, and
 puts LightBench's published success rates beside ours for the optimizers both have (the tasks,
 budgets and learning-rate search differ: LightBench tunes more and has ~70 tasks).
@@ -33,7 +36,7 @@ import functrain  # noqa: E402
 from functrain import contrib  # noqa: E402
 from lightbench_tasks import TASKS, Task  # noqa: E402
 
-#: name -> builder of the optimizer at a (traced) learning rate. Defaults otherwise.
+#: name -> builder of the optimizer at a learning-rate schedule. Defaults otherwise.
 OPTIMIZERS: dict[str, Callable[[Any], Any]] = {
     "adamw": lambda lr: functrain.adamw(lr, weight_decay=0.0),
     "cautious_adamw": lambda lr: contrib.cautious_adamw(lr, weight_decay=0.0),
@@ -59,12 +62,20 @@ QUICK_TASKS = ("quadratic_cond1e4", "rosenbrock", "saddle", "quadratic_sparse_gr
 QUICK_OPTS = ("adamw", "cautious_adamw", "sgd_momentum")
 QUICK_LRS = (1e-2, 1e-1)
 
+#: The schedules searched: the rate held constant, or decayed by a cosine to 0 at the budget.
+SCHEDULES = ("constant", "cosine")
+
 
 def make_run(task: Task, build: Callable[[Any], Any]) -> Callable:
-    """The jitted run of ``task`` for one optimizer: ``run(lr, key) -> final evaluation``."""
+    """The jitted run of ``task`` for one optimizer: ``run(lr, decay, key) -> final
+    evaluation``, ``decay`` 0.0 (constant rate) or 1.0 (cosine decay over ``task.steps``)."""
 
-    def run(lr: jax.Array, key: jax.Array) -> jax.Array:
-        opt = build(lr)
+    def run(lr: jax.Array, decay: jax.Array, key: jax.Array) -> jax.Array:
+        def schedule(count: jax.Array) -> jax.Array:
+            cosine = 0.5 * (1 + jnp.cos(jnp.pi * jnp.minimum(count, task.steps) / task.steps))
+            return lr * (1 - decay + decay * cosine)
+
+        opt = build(schedule)
         params = task.init()
         history = [params] * (task.delay + 1)   # gradients taken at the oldest
 
@@ -85,20 +96,23 @@ def make_run(task: Task, build: Callable[[Any], Any]) -> Callable:
 def bench(task_names: list, opt_names: list, lrs: tuple) -> dict:
     """Run every task with every optimizer and learning rate; the results as a dict."""
     tasks = {t.name: t for t in TASKS}
-    results: dict = {"tasks": {}, "learning_rates": list(lrs)}
+    results: dict = {"tasks": {}, "learning_rates": list(lrs), "schedules": list(SCHEDULES)}
     for tname in task_names:
         task = tasks[tname]
         row = {}
         for oname in opt_names:
             t0 = time.perf_counter()
             run = make_run(task, OPTIMIZERS[oname])
-            finals = [float(run(jnp.asarray(lr, jnp.float32), jax.random.PRNGKey(0)))
-                      for lr in lrs]
+            tried = [(lr, sched) for sched in SCHEDULES for lr in lrs]
+            finals = [float(run(jnp.asarray(lr, jnp.float32),
+                                jnp.asarray(float(sched == "cosine"), jnp.float32),
+                                jax.random.PRNGKey(0))) for lr, sched in tried]
             ok = [np.isfinite(f) and f <= task.target for f in finals]
             best = min((f for f in finals if np.isfinite(f)), default=float("nan"))
-            row[oname] = {"solved": any(ok), "best": best,
-                          "best_lr": lrs[int(np.nanargmin(np.where(np.isfinite(finals),
-                                                                   finals, np.inf)))],
+            at = int(np.argmin(np.where(np.isfinite(finals), finals, np.inf)))
+            solved_by = sorted({sched for (_, sched), o in zip(tried, ok) if o})
+            row[oname] = {"solved": any(ok), "best": best, "best_lr": tried[at][0],
+                          "best_schedule": tried[at][1], "solved_with": solved_by,
                           "seconds": time.perf_counter() - t0}
             print(f"{tname:24s} {oname:16s} {'solved' if any(ok) else '-':6s} "
                   f"best {best:.3g} (target {task.target:.3g}) "
@@ -108,22 +122,34 @@ def bench(task_names: list, opt_names: list, lrs: tuple) -> dict:
     return results
 
 
-def solved_fraction(results: dict, oname: str) -> float:
-    """The percentage of tasks ``oname`` solved."""
-    rows = [r["results"][oname]["solved"] for r in results["tasks"].values()]
+def solved_fraction(results: dict, oname: str, schedule: str | None = None) -> float:
+    """The percentage of tasks ``oname`` solved (with ``schedule`` only, when given)."""
+    rows = [r["results"][oname]["solved"] if schedule is None
+            else schedule in r["results"][oname].get("solved_with", [])
+            for r in results["tasks"].values()]
     return 100.0 * sum(rows) / len(rows)
+
+
+def _cell(r: dict) -> str:
+    """``yes`` (solved at a constant rate), ``cosine`` (only with the decay), or ``no``."""
+    if "constant" in r.get("solved_with", ["constant"] if r["solved"] else []):
+        return "yes"
+    return "cosine" if r["solved"] else "no"
 
 
 def markdown(results: dict, opt_names: list) -> str:
     """The tables: solved fraction per optimizer (with LightBench's), and per task."""
-    out = ["| optimizer | solved here | LightBench (published) |", "|---|---|---|"]
+    out = ["| optimizer | solved here | constant rate only | cosine decay only | "
+           "LightBench (published) |", "|---|---|---|---|---|"]
     for o in sorted(opt_names, key=lambda o: -solved_fraction(results, o)):
         pub = f"{PUBLISHED[o]:.1f}%" if o in PUBLISHED else "-"
-        out.append(f"| {o} | {solved_fraction(results, o):.0f}% | {pub} |")
+        out.append(f"| {o} | {solved_fraction(results, o):.0f}% | "
+                   f"{solved_fraction(results, o, 'constant'):.0f}% | "
+                   f"{solved_fraction(results, o, 'cosine'):.0f}% | {pub} |")
     out += ["", "| task | kind | " + " | ".join(opt_names) + " |",
             "|---|---|" + "---|" * len(opt_names)]
     for tname, t in results["tasks"].items():
-        cells = ["yes" if t["results"][o]["solved"] else "no" for o in opt_names]
+        cells = [_cell(t["results"][o]) for o in opt_names]
         out.append(f"| {tname} | {t['kind']} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

@@ -462,9 +462,7 @@ _beyond("trust_region_clip", dict(lerp=0.9, scale=1.5), tests=_MODIFIERS,
         real_only="tanh, sign and a clip to [-2, 2]: no complex version (as clip)",
         build=lambda m, **kw: m.chain(m.adam(1e-2), m.contrib.trust_region_clip(**kw)))
 _beyond("came", dict(learning_rate=1e-2), skip={
-    "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came"),
-    "zero_size": "BUG, reported: a zero-size leaf fails ('Cannot do a non-empty jnp.take() "
-                 "from an empty axis')"})
+    "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came")})
 _beyond("laprop", dict(learning_rate=1e-2))
 
 

@@ -47,6 +47,11 @@ def test_quick_run_writes_tables_and_heatmap(tmp_path):
             if r["solved"]:
                 assert r["best"] <= results["tasks"][name]["target"], (name, opt)
     assert results["tasks"]["quadratic_cond1e4"]["results"]["adamw"]["solved"]
+    assert results["schedules"] == ["constant", "cosine"]
+    for t in results["tasks"].values():  # solved exactly when some schedule solved it
+        for r in t["results"].values():
+            assert r["solved"] == bool(r["solved_with"]) and r["best_schedule"] in (
+                "constant", "cosine")
     assert results["tasks"]["rosenbrock"]["results"]["adamw"]["solved"]
     table = (tmp_path / "lightbench.md").read_text()
     assert "| adamw |" in table and "72.3%" in table  # LightBench's published row beside ours
@@ -59,3 +64,17 @@ def test_unknown_names_are_refused(capsys):
     with pytest.raises(SystemExit):
         lightbench.main(["--opts", "adamw,nosuch", "--no-plot"])
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_cosine_schedule_decays_to_zero_at_the_budget():
+    """The run's schedule: the grid's rate at step 0, half of it halfway, 0 at the end (and
+    the rate itself throughout with decay 0), read through sgd's update of a linear loss."""
+    task = lightbench.Task(name="linear", kind="test", init=lambda: {"x": jnp.zeros(())},
+                           loss=lambda p, k: p["x"], evaluate=lambda p: p["x"], target=0.0,
+                           steps=100)
+    run = lightbench.make_run(task, lambda lr: lightbench.functrain.sgd(lr))
+    constant = float(run(jnp.asarray(0.1), jnp.asarray(0.0), lightbench.jax.random.PRNGKey(0)))
+    cosine = float(run(jnp.asarray(0.1), jnp.asarray(1.0), lightbench.jax.random.PRNGKey(0)))
+    want = -sum(0.1 * 0.5 * (1 + np.cos(np.pi * t / 100)) for t in range(100))
+    np.testing.assert_allclose(constant, -0.1 * 100, rtol=1e-5)
+    np.testing.assert_allclose(cosine, want, rtol=1e-5)

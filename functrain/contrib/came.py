@@ -86,7 +86,7 @@ def _factored_rsqrt(row: Array, col: Array) -> Array:
 
 def _zeros_without_axis(p: Array, axis: int) -> Array:
     """Zeros shaped like ``p`` with ``axis`` removed, placed like that slice of ``p``."""
-    if isinstance(p, jax.ShapeDtypeStruct):
+    if isinstance(p, jax.ShapeDtypeStruct) or p.shape[axis] == 0:  # nothing to take from
         shape = p.shape[:axis % p.ndim] + p.shape[axis % p.ndim + 1:]
         return jnp.zeros(shape, p.dtype)
     return ft.zeros_like(jnp.take(p, 0, axis=axis))
@@ -150,6 +150,8 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
         return (ft.zeros_like(p), row, col, one, row, col)
 
     def leaf(g: Array, s: Any, p: Any, ctx: Any) -> tuple:
+        if g.size == 0:  # no entries: nothing to average (a mean would be NaN), state kept
+            return g, tuple(s)
         sq = abs_sq(g) + eps1
         factored = g.ndim >= 2
         if factored:

@@ -235,3 +235,18 @@ def test_errors_name_the_argument_or_leaf():
         opt.update(bad, state, bad)
     with pytest.raises(TypeError, match=r"\['i'\]"):
         opt.init({"i": jnp.ones((2, 2), jnp.int32)})
+
+
+def test_zero_size_leaves_pass_through_and_keep_finite_state():
+    """Empty leaves (0-row, 0-column, 0-length) beside a normal one: empty updates, the
+    normal leaf's numbers unchanged, and no NaN in the state (a mean over nothing)."""
+    params = {"w": jnp.ones((4, 3)), "z": jnp.zeros((0, 3)), "y": jnp.zeros((3, 0)),
+              "e": jnp.zeros((0,))}
+    opt = came(1e-2)
+    u, state = jax.jit(opt.update)(params, opt.init(params), params)
+    assert {k: v.shape for k, v in u.items()} == {k: v.shape for k, v in params.items()}
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(state))
+    alone = came(1e-2)
+    w_only = {"w": params["w"]}
+    want = jax.jit(alone.update)(w_only, alone.init(w_only), w_only)[0]["w"]
+    np.testing.assert_array_equal(u["w"], want)
