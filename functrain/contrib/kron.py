@@ -24,8 +24,8 @@ updated is ONE coin flip for the tree (one ``lax.cond``, so a skipped step costs
 nothing), and leaves of one shape and factor structure are stacked into groups,
 so each group's factor updates, triangular solves (one matrix per LAPACK call on
 CPU, :func:`functrain.linalg.map_matrices`) and ``P m`` are batched operations
-(:mod:`functrain.contrib.kron_factors`); the state stays per leaf. :func:`kron` chains the engine's fused weight-decay
-and learning-rate stages after it.
+(:mod:`functrain.contrib.kron_factors`); the state stays per leaf. With
+``block_size``, each block of a split leaf is a leaf of its own here.
 
 References: Xi-Lin Li, 2018, "Preconditioned Stochastic Gradient Descent" (IEEE
 TNNLS); Li, 2019, "Preconditioner on Matrix Lie Group for SGD"; the ``kron``
@@ -43,6 +43,9 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.contrib.kron_factors import precondition, whitening_step
+from functrain.contrib.partition import (block_grid, block_groups, check_block_size,
+                                         from_blocks, gather_blocks, merged_shape,
+                                         scatter_blocks, to_blocks)
 from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
@@ -69,7 +72,9 @@ class KronState(NamedTuple):
       mu: the momentum, a tree like the params (``mu_dtype`` or the params').
       qs: per leaf of the params, a tuple of its Kronecker factors: an
         upper-triangular ``(d, d)`` matrix or a ``(d,)`` vector (diagonal) per
-        axis, one ``()`` scalar for a scalar leaf.
+        axis (after ``merge_dims``), one ``()`` scalar for a scalar leaf. A leaf
+        split by ``block_size``: ``(blocks, b, b)`` / ``(blocks, b)`` per axis, row-major
+        block order (a shorter last block in the leading corner; the rest unused).
 
     >>> import jax.numpy as jnp, functrain
     >>> state = functrain.contrib.scale_by_kron().init({'w': jnp.zeros((3, 2))})
@@ -146,6 +151,16 @@ def _diagonal_axes(shape: tuple, max_size: int, max_skew: Optional[float], min_n
                  for d, f in zip(shape, forced))
 
 
+class _Plan(NamedTuple):
+    """How Kron sees one leaf (all static)."""
+
+    shape: tuple            # the leaf's shape, its axes merged with merge_dims
+    grid: Optional[tuple]   # per axis of ``shape``, (blocks, length); None: not split
+    lead: tuple             # (number of blocks,) for a split leaf, else ()
+    block: tuple            # a full-size block's shape (``shape`` when not split)
+    kinds: tuple            # per axis of ``block``: True where its factor is diagonal
+
+
 # Each function below works on a group: ``k`` leaves of one shape and factor structure
 # stacked along a new leading axis (a leaf alone is a group of one). A factor stack is
 # ``(k, d, d)`` (triangular), ``(k, d)`` (diagonal) or ``(k,)`` (scalar leaves); axis ``i``
@@ -165,7 +180,8 @@ def _noise(key: Array, like: list, groups: list) -> list:
     if not like:
         return []
     real = jnp.result_type(*[jnp.finfo(x.dtype).dtype for x in like])
-    sizes = [x.size * (2 if jnp.iscomplexobj(x) else 1) for x in like]
+    cplx = [jnp.issubdtype(x.dtype, jnp.complexfloating) for x in like]
+    sizes = [x.size * (2 if c else 1) for x, c in zip(like, cplx)]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     flat = jax.random.normal(key, (int(starts[-1]),), real)
     order = [i for members in groups for i in members]
@@ -182,7 +198,7 @@ def _noise(key: Array, like: list, groups: list) -> list:
         x, n = like[members[0]], sizes[members[0]]
         w = flat[at:at + n * len(members)].reshape(len(members), n)
         at += n * len(members)
-        if jnp.iscomplexobj(x):
+        if cplx[members[0]]:
             w = (w[:, :x.size] + 1j * w[:, x.size:]) / np.sqrt(2)
         out.append(w.reshape((len(members),) + x.shape).astype(x.dtype))
     return out
@@ -212,7 +228,7 @@ def _check_options(owner: str, max_size_triangular: Any, min_ndim_triangular: An
     b1="number", preconditioner_update_probability="schedule or None",
     max_size_triangular="number", max_skew_triangular="bound or None",
     min_ndim_triangular="number", precond_lr="number", precond_init_scale="number",
-    update_clip_rms="number or None", seed="number")
+    update_clip_rms="number or None", seed="number", block_size="number or None")
 def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                   preconditioner_update_probability: Optional[ScalarOrSchedule] = None,
                   max_size_triangular: int = 8192, max_skew_triangular: Optional[float] = None,
@@ -220,7 +236,8 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                   momentum_into_precond_update: bool = True, precond_lr: float = 0.1,
                   precond_init_scale: float = 1.0, update_clip_rms: Optional[float] = 1.1,
                   mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
-                  seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None
+                  seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None, *,
+                  block_size: Optional[int] = None, merge_dims: bool = False
                   ) -> GradientTransformation:
     """PSGD Kron's preconditioned momentum (Li, 2018; the ``kron`` variant).
 
@@ -244,12 +261,11 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
 
     Defaults are the reference's (Li's psgd_torch ``kron``, Walters' psgd_jax):
     ``b1=0.9``; ``precond_lr=0.1`` (the Lie-group step is normalized by
-    ``||S_i||``, so 0.1 is scale-free); update probability 1.0 for 500 steps
-    then annealed to 0.03 (:func:`precond_update_prob_schedule`, evaluated at
-    the steps taken so far), as the preconditioner is learned early;
-    triangular factors up to 8192 per axis on leaves with 2+ axes (vectors get
-    diagonal ones, like Adam's but whitened); the update's RMS is about 1 once
-    the preconditioner whitens, so it is clipped at 1.1 against spikes.
+    ``||S_i||``: scale-free); update probability 1.0 for 500 steps then
+    annealed to 0.03 (:func:`precond_update_prob_schedule`, at the steps taken
+    so far): the preconditioner is learned early; triangular factors up to 8192
+    per axis on leaves with 2+ axes (vectors: diagonal); the update's RMS is
+    about 1 once the preconditioner whitens, so it is clipped at 1.1.
 
     References: Xi-Lin Li, 2018, "Preconditioned Stochastic Gradient Descent";
     Li, 2019, "Preconditioner on Matrix Lie Group for SGD".
@@ -279,6 +295,15 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
       mesh: a ``jax.sharding.Mesh`` (beyond psgd-jax): each group's factor update
         (triangular solves included) and ``P m`` are divided over its devices, each
         taking ``1/N`` of the group's leaves; ``None``: every device does all of them.
+      block_size: split each axis (after merging) longer than this into ``ceil(d /
+        block_size)`` blocks, as Shampoo does (the last may be shorter, never padded:
+        :func:`functrain.contrib.partition.block_grid`); each block has its own
+        factors, as a separate leaf would (their kinds those of a full-size block), and
+        draws its noise in row-major block order, as separate leaves would; the clip
+        and ``normalize_grads`` stay per leaf. ``None`` (the reference's): no blocks.
+      merge_dims: merge neighbouring axes while the product stays ``<=
+        max_size_triangular`` (SOAP's rule: :func:`functrain.contrib.partition.merged_shape`),
+        then precondition the reshaped leaf (a ``(64, 64)`` matrix becomes one axis).
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`KronState`. Complex
@@ -305,25 +330,41 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                     0.0, 1.0, high_inclusive=True, owner=owner)
     _check_options(owner, max_size_triangular, min_ndim_triangular, max_skew_triangular,
                    memory_save_mode)
+    block_size = check_block_size(owner, block_size)
+    if not isinstance(merge_dims, (bool, np.bool_)):
+        raise TypeError(f"{owner}: merge_dims must be a bool, got {type(merge_dims).__name__} "
+                        f"{merge_dims!r:.40}.")
     prob = (precond_update_prob_schedule() if preconditioner_update_probability is None
             else preconditioner_update_probability)
 
+    def plan(shape: tuple) -> _Plan:
+        """Merge (``merge_dims``), then split the axes longer than ``block_size``."""
+        shape = tuple(shape)
+        merged = merged_shape(shape, max_size_triangular) if merge_dims else shape
+        grid = block_grid(merged, block_size)
+        if not any(k > 1 for k, _ in grid):
+            return _Plan(merged, None, (), merged, kinds(merged))
+        block = tuple(b for _, b in grid)
+        return _Plan(merged, grid, (math.prod(k for k, _ in grid),), block, kinds(block))
+
     def kinds(shape: tuple) -> tuple:
-        return _diagonal_axes(tuple(shape), max_size_triangular, max_skew_triangular,
+        return _diagonal_axes(shape, max_size_triangular, max_skew_triangular,
                               min_ndim_triangular, memory_save_mode)
 
     def factor_shapes(shape: tuple) -> list:
-        if not shape:
-            return [()]
-        return [(d,) if diag else (d, d) for d, diag in zip(shape, kinds(shape))]
+        lay = plan(shape)
+        return [lay.lead + ((d,) if diag else (d, d)) for d, diag in zip(lay.block, lay.kinds)
+                ] if lay.shape else [()]
 
     def q_dtype(x: Any) -> Any:
         return precond_dtype if precond_dtype is not None else ft.compute_dtype(x.dtype)
 
     def init_leaf(p: Any) -> tuple:
         shape, dtype = tuple(jnp.shape(p)), q_dtype(p)
-        s = precond_init_scale ** (1.0 / max(len(shape), 1))
-        base = [np.ones(fs) if len(fs) < 2 else np.eye(fs[0]) for fs in factor_shapes(shape)]
+        lay = plan(shape)
+        s = precond_init_scale ** (1.0 / max(len(lay.shape), 1))
+        base = [np.ones(fs) if diag else np.broadcast_to(np.eye(fs[-1]), fs)
+                for fs, diag in zip(factor_shapes(shape), lay.kinds)]
         if isinstance(s, (int, float, np.number)):  # numpy: no kernel compiled per shape
             return tuple(jnp.asarray(s * b, dtype) for b in base)
         return tuple((s * jnp.asarray(b, dtype)).astype(dtype) for b in base)  # injected
@@ -357,10 +398,12 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         ft.check_leaf_dtypes(paths, gs, [True] * len(gs), owner, "updates")
         mus = ft.flatten_like(treedef, state.mu, f"{owner} state .mu", updates, "updates")
         ft.check_shapes(paths, mus, gs, "updates", f"{owner} state .mu")
-        qs = treedef.flatten_up_to(state.qs) if _fits(treedef, state.qs) else None
-        if qs is None:
+        try:
+            qs = treedef.flatten_up_to(state.qs)
+        except (ValueError, TypeError):
             raise ValueError(f"{owner}: the state's .qs does not have the structure of the "
-                             f"updates ({treedef}): was it made by this transformation's init?")
+                             f"updates ({treedef}): was it made by this transformation's "
+                             f"init?") from None
         check_factors(paths, gs, qs)
 
         count = safe_increment(state.count)
@@ -383,24 +426,46 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
             ms.append(m)
             hs.append(m if momentum_into_precond_update else gc)
 
-        # Same-shape groups: leaves of one shape, factor structure and compute dtype.
+        # Units: a leaf (in its merged shape), or a split leaf's blocks of one shape; each
+        # block is a leaf of its own to the math below. ``like``: one shape per leaf or
+        # block, in leaf then row-major block order (the noise is drawn in that order).
+        units, like, pieces = [], [], {}
+        for i, (q, cd, lay) in enumerate(zip(qs, cds, map(plan, (g.shape for g in gs)))):
+            arrays = [x.reshape(lay.shape) for x in ([ms[i]] if momentum_into_precond_update
+                                                     else [ms[i], hs[i]])]
+            q = [x.astype(cd) for x in q]
+            if lay.grid is None:
+                units.append((i, None, [x[None] for x in arrays], [x[None] for x in q],
+                              [len(like)], tuple(x.ndim for x in q)))
+                like.append(jax.ShapeDtypeStruct(lay.shape, hs[i].dtype))
+                continue
+            padded, first = [to_blocks(x, lay.grid) for x in arrays], len(like)
+            pieces[i] = [lay, jnp.zeros_like(padded[0]), q]
+            like += [None] * math.prod(k for k, _ in lay.grid)
+            for shape, idx in block_groups(lay.shape, lay.grid):
+                for j in idx:
+                    like[first + j] = jax.ShapeDtypeStruct(shape, hs[i].dtype)
+                units.append((i, idx, [gather_blocks(x, idx, shape) for x in padded],
+                              [gather_blocks(x, idx, (d,) * (x.ndim - 1))
+                               for x, d in zip(q, shape)],
+                              [first + j for j in idx], tuple(x.ndim - 1 for x in q)))
+        # Same-shape groups: units of one shape, factor structure and compute dtype.
         groups: dict = {}
-        for i, (g, q, cd) in enumerate(zip(gs, qs, cds)):
-            gkey = (g.shape, tuple(x.ndim for x in q), jnp.dtype(cd))
-            groups.setdefault(gkey if _GROUP_SAME_SHAPES else i, []).append(i)
+        for n, (i, _, arrays, _, _, ndims) in enumerate(units):
+            gkey = (arrays[0].shape[1:], ndims, jnp.dtype(cds[i]))
+            groups.setdefault(gkey if _GROUP_SAME_SHAPES else n, []).append(units[n])
         members = list(groups.values())
 
         def stack(xs: list) -> Array:
-            return xs[0][None] if len(xs) == 1 else jnp.stack(xs)
+            return xs[0] if len(xs) == 1 else jnp.concatenate(xs)
 
-        stacked_q = [[stack([qs[i][f].astype(cds[i]) for i in idx])
-                      for f in range(len(qs[idx[0]]))] for idx in members]
-        stacked_m = [stack([ms[i] for i in idx]) for idx in members]
+        stacked_q = [[stack(list(f)) for f in zip(*[u[3] for u in us])] for us in members]
+        stacked_m = [stack([u[2][0] for u in us]) for us in members]
         stacked_h = (stacked_m if momentum_into_precond_update
-                     else [stack([hs[i] for i in idx]) for idx in members])
+                     else [stack([u[2][-1] for u in us]) for us in members])
 
         def refresh(sq: list) -> list:
-            vs = _noise(noise_key, hs, members)
+            vs = _noise(noise_key, like, [[j for u in us for j in u[4]] for us in members])
             return [map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
                                                                   q_lr[-1]),
                                h, v, *q, mesh=mesh, shared=(precond_lr,))
@@ -408,15 +473,30 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
 
         stacked_q = jax.lax.cond(do_update, refresh, lambda sq: sq, stacked_q)
         out, new_qs = [None] * len(gs), [None] * len(gs)
-        for idx, sq, m in zip(members, stacked_q, stacked_m):
+        for us, sq, m in zip(members, stacked_q, stacked_m):
             u = map_stacks(lambda m, *q: precondition(list(q), m), m, *sq, mesh=mesh)
             if update_clip_rms is not None:  # divided per leaf, after the slice
                 rms = jnp.sqrt(jnp.mean(abs_sq(u), axis=tuple(range(1, u.ndim))))
                 clip = jnp.maximum(1, rms / update_clip_rms)
-            for slot, i in enumerate(idx):
-                ui = u[slot] if update_clip_rms is None else u[slot] / clip[slot]
-                out[i] = ui.astype(gs[i].dtype)
-                new_qs[i] = tuple(s[slot].astype(x.dtype) for s, x in zip(sq, qs[i]))
+            at = 0
+            for i, idx, _, _, virtual, _ in us:
+                n = len(virtual)
+                if idx is not None:  # blocks of a split leaf: put back below
+                    pieces[i].append((idx, u[at:at + n], [s[at:at + n] for s in sq]))
+                else:
+                    ui = u[at] if update_clip_rms is None else u[at] / clip[at]
+                    out[i] = ui.reshape(gs[i].shape).astype(gs[i].dtype)
+                    new_qs[i] = tuple(s[at].astype(x.dtype) for s, x in zip(sq, qs[i]))
+                at += n
+        for i, (lay, ub, q, *parts) in pieces.items():
+            for idx, ui, qi in parts:
+                ub = scatter_blocks(ub, idx, ui)
+                q = [scatter_blocks(a, idx, b) for a, b in zip(q, qi)]
+            ui = from_blocks(ub, lay.shape, lay.grid).reshape(gs[i].shape)
+            if update_clip_rms is not None:  # the whole leaf's RMS
+                ui = ui / jnp.maximum(1, jnp.sqrt(jnp.mean(abs_sq(ui))) / update_clip_rms)
+            out[i] = ui.astype(gs[i].dtype)
+            new_qs[i] = tuple(a.astype(x.dtype) for a, x in zip(q, qs[i]))
         return treedef.unflatten(out), KronState(count=count, key=key,
                                                  mu=treedef.unflatten(new_mus),
                                                  qs=treedef.unflatten(new_qs))
@@ -424,19 +504,12 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     return GradientTransformation(init_fn, update_fn)
 
 
-def _fits(treedef: Any, tree: Any) -> bool:
-    try:
-        treedef.flatten_up_to(tree)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
 @hyperparameters(
     learning_rate="schedule", b1="number", weight_decay="schedule",
     preconditioner_update_probability="schedule or None", max_size_triangular="number",
     max_skew_triangular="bound or None", min_ndim_triangular="number", precond_lr="number",
-    precond_init_scale="number", update_clip_rms="number or None", seed="number")
+    precond_init_scale="number", update_clip_rms="number or None", seed="number",
+    block_size="number or None")
 def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,
          normalize_grads: bool = False,
@@ -446,7 +519,9 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          momentum_into_precond_update: bool = True, precond_lr: float = 0.1,
          precond_init_scale: float = 1.0, update_clip_rms: Optional[float] = 1.1,
          mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
-         seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+         seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None, *,
+         block_size: Optional[int] = None, merge_dims: bool = False
+         ) -> GradientTransformation:
     """PSGD Kron (Li, 2018): momentum preconditioned by learned Kronecker factors.
 
     Update rule: ``u = `` :func:`scale_by_kron` 's clipped ``Q^H Q m`` (``m``
@@ -485,6 +560,8 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
       precond_dtype: see :func:`scale_by_kron`.
       seed: see :func:`scale_by_kron`.
       mesh: see :func:`scale_by_kron`.
+      block_size: see :func:`scale_by_kron`.
+      merge_dims: see :func:`scale_by_kron`.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(KronState, <weight decay
@@ -509,12 +586,14 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
         scale_by_kron(b1, normalize_grads, preconditioner_update_probability,
                       max_size_triangular, max_skew_triangular, min_ndim_triangular,
                       memory_save_mode, momentum_into_precond_update, precond_lr,
-                      precond_init_scale, update_clip_rms, mu_dtype, precond_dtype, seed, mesh),
+                      precond_init_scale, update_clip_rms, mu_dtype, precond_dtype, seed, mesh,
+                      block_size=block_size, merge_dims=merge_dims),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))
 
 
 # Arguments that decide the state's shapes (or its key): inject_hyperparams keeps them static.
-_STATIC = ("max_size_triangular", "max_skew_triangular", "min_ndim_triangular", "seed", "mesh")
+_STATIC = ("max_size_triangular", "max_skew_triangular", "min_ndim_triangular", "seed", "mesh",
+           "block_size")
 scale_by_kron.static_hyperparams = _STATIC  # type: ignore[attr-defined]
 kron.static_hyperparams = _STATIC  # type: ignore[attr-defined]

@@ -545,3 +545,55 @@ def test_bad_inputs_name_the_leaf():
     with pytest.raises(ValueError, match=r"\['a'\]\['w'\].*Kronecker factors of shapes"):
         opt.update({"a": {"w": jnp.zeros((3, 2))}}, bad_q)
     assert isinstance(state, KronState)
+
+
+# block_size, merge_dims: kron on one leaf against kron on its blocks (or reshaped self) as
+# separate leaves named in row-major block order, the order the one flat noise draw is cut
+# in: each block gets its separate leaf's draw. update_clip_rms=None: the clip is per leaf.
+def _blocks(x, rows, cols):
+    return {f"w{i}{j}": x[..., r0:r1, c0:c1] for i, (r0, r1) in enumerate(zip(rows, rows[1:]))
+            for j, (c0, c1) in enumerate(zip(cols, cols[1:]))}
+
+
+@pytest.mark.parametrize("shape", [(6, 9), (7, 9)])  # six (3, 3) blocks; then (1, 3) ones too
+def test_blocks_equal_separate_leaves_float64(shape):
+    rows, cols = ([*range(0, d, 3), d] for d in shape)  # block_size=3
+    kw = dict(learning_rate=0.05, preconditioner_update_probability=1.0, update_clip_rms=None,
+              seed=2, max_size_triangular=4)  # 9 > 4: the unsplit leaf's axis would be diagonal
+    with jax.enable_x64(True):
+        params, *grads = [{"w": jnp.asarray(x)}
+                          for x in np.random.default_rng(1).standard_normal((7,) + shape)]
+        got, state = run_jitted(kron(block_size=3, **kw), params, grads)
+        want, want_state = run_jitted(kron(**kw), _blocks(params["w"], rows, cols),
+                                      [_blocks(g["w"], rows, cols) for g in grads])
+    for t, (a, b) in enumerate(zip(got, want)):
+        for k, v in _blocks(a["w"], rows, cols).items():
+            np.testing.assert_allclose(v, b[k], rtol=1e-10, atol=1e-12, err_msg=f"{t}, {k}")
+    assert [q.shape for q in state[0].qs["w"]] == [(len(rows[1:]) * 3, 3, 3)] * 2
+    for j, k in enumerate(sorted(want_state[0].qs)):
+        if want_state[0].qs[k][0].shape == (3, 3):  # the full-size blocks
+            for q, q_want in zip(state[0].qs["w"], want_state[0].qs[k]):
+                np.testing.assert_allclose(q[j], q_want, rtol=1e-10, atol=1e-12)
+    assert np.any(np.triu(np.asarray(state[0].qs["w"][0][0]), 1))  # the factors moved
+
+
+def test_merge_dims_equals_the_reshaped_leaf_float64():
+    kw = dict(learning_rate=0.05, preconditioner_update_probability=1.0, seed=3,
+              max_size_triangular=8)
+    with jax.enable_x64(True):
+        params, *grads = [{"w": jnp.asarray(x)}
+                          for x in np.random.default_rng(2).standard_normal((6, 2, 3, 8))]
+        got, state = run_jitted(kron(merge_dims=True, **kw), params, grads)
+        flat = lambda t: {"w": t["w"].reshape(6, 8)}  # noqa: E731
+        want, want_state = run_jitted(kron(**kw), flat(params), [flat(g) for g in grads])
+    assert [q.shape for q in state[0].qs["w"]] == [(6, 6), (8, 8)]  # (2, 3, 8) -> (6, 8)
+    pairs = [(a["w"].reshape(6, 8), b["w"]) for a, b in zip(got, want)]
+    for a, b in pairs + list(zip(state[0].qs["w"], want_state[0].qs["w"])):  # params, factors
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_block_size_clips_per_leaf():
+    opt = scale_by_kron(block_size=4, preconditioner_update_probability=1.0)
+    g = {"w": 100.0 * jnp.arange(63.).reshape(7, 9)}
+    u, _ = jax.jit(opt.update)(g, opt.init(g))
+    assert abs(float(jnp.sqrt(jnp.mean(u["w"] ** 2))) - 1.1) < 1e-5  # the leaf's RMS: clipped

@@ -3,10 +3,12 @@ expectations written out by hand."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import functrain
 from functrain.contrib.partition import (block_grid, block_groups, check_block_size,
                                          from_blocks, gather_blocks, merged_shape,
                                          scatter_blocks, to_blocks)
@@ -109,3 +111,55 @@ def test_bad_block_size_is_named(bad):
 def test_good_block_sizes():
     assert check_block_size("opt", None) is None
     assert check_block_size("opt", np.int64(4)) == 4 and check_block_size("opt", 1) == 1
+
+
+# --------------------------------------------------------------------------
+# The three optimizers: one block_size check, blocked states that save and restore
+# --------------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "shampoo": lambda **kw: functrain.contrib.shampoo(1e-2, start_preconditioning_step=1, **kw),
+    "soap": lambda **kw: functrain.contrib.soap(1e-2, precondition_frequency=2, **kw),
+    "kron": lambda **kw: functrain.contrib.kron(1e-2, preconditioner_update_probability=1.0,
+                                                **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_every_matrix_optimizer_names_a_bad_block_size(name, bad):
+    with pytest.raises(ValueError, match=f"scale_by_{name}: block_size must be None or an "
+                                         f"integer >= 1"):
+        OPTIMIZERS[name](block_size=bad)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_blocked_state_layout_eval_shape_and_orbax(name, tmp_path):
+    """A (7, 9) leaf in blocks of 4 (rows 4 + 3, columns 3 x 3: six blocks, per-block
+    matrices (6, 4, 4) and (6, 3, 3)): jax.eval_shape(init) gives the state's shapes, and an
+    Orbax checkpoint restores into it and continues with the same numbers."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    opt = OPTIMIZERS[name](block_size=4)
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.standard_normal((7, 9)), jnp.float32), "b": jnp.zeros(9)}
+    grads = [jax.tree.map(lambda x: jnp.asarray(rng.standard_normal(x.shape), x.dtype), params)
+             for _ in range(4)]
+    step = jax.jit(lambda p, s, g: opt.update(g, s, p))
+    state = opt.init(params)
+    per_block = {"shampoo": lambda s: [s.stats_l["w"], s.stats_r["w"]],
+                 "soap": lambda s: s.stats["w"], "kron": lambda s: s.qs["w"]}[name](state[0])
+    assert [m.shape for m in per_block] == [(6, 4, 4), (6, 3, 3)]
+    target = jax.eval_shape(opt.init, params)
+    assert [(x.shape, x.dtype) for x in jax.tree.leaves(target)] == [
+        (x.shape, x.dtype) for x in jax.tree.leaves(state)]
+    for g in grads[:2]:
+        _, state = step(params, state, g)
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(tmp_path / "ckpt", state)
+    checkpointer.wait_until_finished()
+    restored = checkpointer.restore(tmp_path / "ckpt", target)
+    for g in grads[2:]:
+        u, state = step(params, state, g)
+        u_restored, restored = step(params, restored, g)
+        for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(u_restored)):
+            np.testing.assert_array_equal(a, b)
