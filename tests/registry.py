@@ -446,9 +446,7 @@ _beyond("kron", dict(learning_rate=1e-2), own={
     "converges": "with a constant step Kron ends 30000 steps circling Rosenbrock's minimum, "
                  "outside optax's 3e-2 bar: (0.968, 0.932) at lr=1e-2, (0.916, 0.942) at "
                  "3e-2 (measured); test_contrib_kron.py checks it trains an ill-conditioned "
-                 "least-squares problem better than Adam",
-    "zero_size": "BUG, reported: a zero-size leaf fails ('zero-size array to reduction "
-                 "operation max which has no identity')"})
+                 "least-squares problem better than Adam"})
 _beyond("mars", dict(learning_rate=1e-2), skip={
     "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came")})
 _MODIFIERS = "tests/contrib/test_contrib_modifiers.py"

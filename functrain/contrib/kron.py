@@ -531,9 +531,10 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
     learning_rate * (u + weight_decay * p)`` (decoupled weight decay).
 
     Defaults are the reference's (Li's psgd_torch ``kron``; Walters' psgd_jax
-    used in AlgoPerf): ``learning_rate=0.001`` (the update's RMS is about 1,
-    like Adam's, so Adam's learning rates carry over; the reference suggests
-    up to 3x higher), ``b1=0.9``, ``precond_lr=0.1``, update probability 1.0
+    used in AlgoPerf): ``learning_rate=0.001`` (the update's RMS stays about 1
+    even near a minimum, where Adam's shrinks: decay the rate, and expect the
+    best constant rate 3-10x below Adam's on small problems; docs/performance.md),
+    ``b1=0.9``, ``precond_lr=0.1``, update probability 1.0
     for 500 steps annealed to 0.03, triangular factors up to 8192 per axis,
     RMS clip 1.1; see :func:`scale_by_kron` for every option.
 
