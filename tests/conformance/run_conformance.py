@@ -42,6 +42,7 @@ import fnmatch
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,7 @@ def collect_results(tmp: pathlib.Path) -> dict[str, dict]:
             t["seconds"] += row.get("duration") or 0.0
         if row["reached"]:
             t["reached"] = True
+            t.setdefault("first_functrain_call", row.get("first"))
         if row["when"] == "call" and not row["subtest"]:
             t["ran"] = True
         if row["outcome"] == "failed":
@@ -131,6 +133,7 @@ def collect_results(tmp: pathlib.Path) -> dict[str, dict]:
                 t["messages"].append(row["message"])
         elif row["outcome"] == "skipped" and t["outcome"] == "passed" and not row["subtest"]:
             t["outcome"] = "skipped"
+            t["skip_reason"] = row["message"]
     return tests
 
 
@@ -175,20 +178,31 @@ def analyse(root, files, tests, differences, names):
     return per_file, new, listed, stale, unmatched
 
 
-def table(per_file):
-    head = ("| file | tests | reached functrain | passed | skipped | failed | listed "
-            "differences | new failures | optax names swapped / optax-only | test seconds |")
-    lines = [head, "|" + "---|" * 10]
+COLUMNS = [  # (heading, counter key); the list columns are left out of the baseline's table
+    ("tests", "tests"), ("reached functrain", "reached"), ("passed", "passed"),
+    ("skipped", "skipped"), ("failed", "failed"), ("listed differences", "listed"),
+    ("new failures", "new")]
+
+
+def table(per_file, baseline: bool = False):
+    """The per-file table as Markdown lines, and the totals."""
+    columns = [c for c in COLUMNS if not (baseline and c[1] in ("listed", "new"))]
+    lines = ["| file | " + " | ".join(h for h, _ in columns)
+             + " | optax names swapped / optax-only | test seconds |",
+             "|" + "---|" * (len(columns) + 3)]
     total = collections.Counter()
     for f, c in per_file.items():
-        total.update({k: v for k, v in c.items()})
-        lines.append(f"| `{f}` | {c['tests']} | {c['reached']} | {c['passed']} | "
-                     f"{c['skipped']} | {c['failed']} | {c['listed']} | {c['new']} | "
-                     f"{c['names_swapped']} / {c['names_optax']} | {c['seconds']:.0f} |")
-    lines.append(f"| **total** | {total['tests']} | {total['reached']} | {total['passed']} | "
-                 f"{total['skipped']} | {total['failed']} | {total['listed']} | "
-                 f"{total['new']} | | {total['seconds']:.0f} |")
+        total.update(c)
+        lines.append(f"| `{f}` | " + " | ".join(str(c[k]) for _, k in columns)
+                     + f" | {c['names_swapped']} / {c['names_optax']} | {c['seconds']:.0f} |")
+    lines.append("| **total** | " + " | ".join(str(total[k]) for _, k in columns)
+                 + f" | | {total['seconds']:.0f} |")
     return lines, total
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def verify_upstream(root, listed, workers, tmp) -> list[tuple[str, dict]]:
@@ -220,19 +234,20 @@ def main(argv=None) -> int:
     differences = load_differences()
     tmp = args.keep or pathlib.Path(tempfile.mkdtemp(prefix="conformance-"))
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _children_cpu()
     rc = run_pytest(root, files, args.workers, tmp, swap=not args.no_swap)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
     tests = collect_results(tmp)
     names = {}
     for p in tmp.glob("names-*.json"):
         names.update(json.loads(p.read_text()))
     per_file, new, listed, stale, unmatched = analyse(root, files, tests, differences, names)
-    lines, total = table(per_file)
+    lines, total = table(per_file, baseline=args.no_swap)
     print("\n".join(lines))
     where = "pure optax (nothing swapped)" if args.no_swap else "functrain swapped in"
     print(f"\n{total['tests']} tests in {len(per_file)} files from optax {optax.__version__}, "
-          f"{where}, in {seconds:.0f} s ({args.workers} workers); {total['reached']} reached "
+          f"{where}, in {seconds:.0f} s ({args.workers} workers, {cpu:.0f} s of CPU); "
+          f"{total['reached']} reached "
           f"functrain code; {total['failed']} failed.")
     pytest_error = rc not in (0, 1) or not tests
     if pytest_error:
@@ -264,24 +279,30 @@ def main(argv=None) -> int:
         print(f"UNMATCHED (listed, no such test ran): {d['test']}")
 
     if args.out:
-        write_outputs(args.out, lines, total, tests, new, listed, stale, unmatched, seconds,
-                      args.workers, optax.__version__)
+        write_outputs(args.out, per_file, lines, total, tests, new, listed, stale, unmatched,
+                      (seconds, cpu), args.workers, optax.__version__)
         print(f"wrote {args.out / 'conformance.md'} and {args.out / 'conformance.json'}")
     failed = (bool(new) or bool(unmatched) or bool(upstream_passing) or pytest_error
               or (args.strict and bool(stale)))
     return 1 if failed else 0
 
 
-def write_outputs(out, lines, total, tests, new, listed, stale, unmatched, seconds, workers,
-                  version):
+def write_outputs(out, per_file, lines, total, tests, new, listed, stale, unmatched, timing,
+                  workers, version):
+    """``out/conformance.md`` (the table, the failures) and ``out/conformance.json``."""
+    import jax
     out.mkdir(parents=True, exist_ok=True)
+    seconds, cpu = timing
+    pure = sorted(n for n, t in tests.items() if not t["reached"] and t["outcome"] != "skipped")
     md = [f"# Conformance: optax {version}'s tests against functrain", "",
           "Written by `make conformance` (tests/conformance/run_conformance.py); "
           "docs/conformance.md explains it.", "",
+          f"optax {version}, jax {jax.__version__}, {time.strftime('%Y-%m-%d')}: "
           f"{total['tests']} tests, {total['reached']} reached functrain code, "
           f"{total['passed']} passed, {total['skipped']} skipped, {total['failed']} failed "
-          f"({total['listed']} listed differences, {total['new']} new). "
-          f"{seconds:.0f} s with {workers} pytest-xdist workers.", "", *lines, ""]
+          f"({total['listed']} listed differences, {total['new']} new). {len(pure)} tests ran "
+          f"without calling functrain (listed in conformance.json). {seconds:.0f} s with "
+          f"{workers} pytest-xdist workers ({cpu:.0f} s of CPU).", "", *lines, ""]
     if listed:
         md += ["## Failures on the list of deliberate differences", "",
                "| test | category | reason |", "|---|---|---|"]
@@ -293,9 +314,18 @@ def write_outputs(out, lines, total, tests, new, listed, stale, unmatched, secon
     if stale or unmatched:
         md += ["## Stale list entries", ""] + [f"- `{d['test']}`" for d in stale + unmatched]
     (out / "conformance.md").write_text("\n".join(md) + "\n")
-    (out / "conformance.json").write_text(json.dumps(
-        {"optax": version, "seconds": round(seconds, 1), "workers": workers,
-         "totals": dict(total), "tests": tests}, indent=1, sort_keys=True) + "\n")
+    summary = {
+        "optax": version, "jax": jax.__version__, "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1), "workers": workers,
+        "totals": {k: round(v, 1) for k, v in total.items()},
+        "files": {f: {k: round(v, 1) for k, v in c.items()} for f, c in per_file.items()},
+        "failed": {n: {"category": d["category"], "messages": tests[n]["messages"]}
+                   for n, d in listed} | {n: {"category": None, "messages": m} for n, m in new},
+        "ran_without_functrain": pure,
+        "skipped": {n: t.get("skip_reason") for n, t in sorted(tests.items())
+                    if t["outcome"] == "skipped"},
+    }
+    (out / "conformance.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

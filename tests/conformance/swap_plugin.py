@@ -113,9 +113,36 @@ def _functrain_object(module_name: str, name: str):
     return None, None
 
 
+class _SameAnnotation:
+    """optax's ``ScalarOrSchedule`` alias, equal also to functrain's spelling of it.
+
+    Two optax tests (contrib/_common_test.py, schedules/_schedule_test.py) skip an
+    optimizer unless ``inspect.signature(opt).parameters['learning_rate'].annotation``
+    is ``optax._src.base.ScalarOrSchedule``. functrain annotates the same argument with
+    its own ``ScalarOrSchedule``, which ``inspect`` shows as the string
+    ``'ScalarOrSchedule'`` (functrain's modules use postponed annotations); without this
+    those tests would skip every functrain optimizer.
+    """
+
+    def __init__(self, original: object, *spellings: str):
+        self.original, self.spellings = original, spellings
+
+    def __eq__(self, other: object) -> bool:
+        return other is self.original or other == self.original or other in self.spellings
+
+    def __hash__(self) -> int:
+        return hash(self.original)
+
+    def __repr__(self) -> str:
+        return f"{self.original!r} (or {', '.join(map(repr, self.spellings))})"
+
+
 def swap() -> list[dict]:
     """Replace optax's public objects by functrain's; returns the table of what was done."""
     table = []
+    if not NO_SWAP:
+        from optax._src import base
+        base.ScalarOrSchedule = _SameAnnotation(base.ScalarOrSchedule, "ScalarOrSchedule")
     for module_name in optax_modules():
         try:
             module = importlib.import_module(module_name)
@@ -146,11 +173,17 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 # --- per-test: did functrain code run? ------------------------------------------------
 
 class _Reach:
+    """A trace function that notes the first call into functrain's code, then stops."""
     reached = False
+    first = None
 
     def tracer(self, frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(FUNCTRAIN_DIR):
+        code = frame.f_code
+        # A module body running is an import, not a use of functrain.
+        if event == "call" and code.co_filename.startswith(FUNCTRAIN_DIR) and \
+                code.co_name != "<module>":
             self.reached = True
+            self.first = f"{code.co_filename[len(FUNCTRAIN_DIR):]}:{code.co_qualname}"
             sys.settrace(None)
             threading.settrace(None)
         return None
@@ -176,6 +209,7 @@ def pytest_runtest_makereport(item, call):
     reach = getattr(item, "_functrain_reach", None)
     if reach is not None and call.when in ("setup", "call"):
         report.user_properties.append(("functrain_reached", reach.reached))
+        report.user_properties.append(("functrain_first", reach.first))
 
 
 # --- per-module: which optax names does the test file refer to? -----------------------
@@ -264,10 +298,13 @@ def pytest_runtest_logreport(report):
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
         message = crash.message if crash is not None else str(report.longrepr)[-2000:]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        message = str(report.longrepr[2])
     reached = [v for k, v in report.user_properties if k == "functrain_reached"]
+    first = [v for k, v in report.user_properties if k == "functrain_first" and v]
     row = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
            "subtest": type(report).__name__ != "TestReport",
            "reached": reached[-1] if reached else None, "message": message,
-           "duration": round(report.duration, 3)}
+           "duration": round(report.duration, 3), "first": first[0] if first else None}
     with open(pathlib.Path(OUT) / "reports.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
