@@ -425,12 +425,10 @@ _OWN_SHARDING = ("its own 8-device check in tests/sharding_checks.py (check_soap
                  "false match")
 _OWN_CHECK = "its own 8-device check: {} (the generic one would repeat it, at 8-device cost)"
 _EIGH = "its preconditioners are real symmetric matrices (G G^T, their roots or eigenbases)"
-_beyond("shampoo", dict(learning_rate=1e-2), real_only=_EIGH, own={
+_beyond("shampoo", dict(learning_rate=1e-2), own={
     "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
     "multisteps": "test_multisteps_equals_the_mean_gradient"}, skip={
-    "sharding": _OWN_CHECK.format("tests/matrix_sharding_checks.py, check_shampoo_*"),
-    "complex_error": "BUG, reported: a complex leaf is cast to real silently (JAX's 'Casting "
-                     "from complex to real' warning) instead of refused with an error naming it"})
+    "sharding": _OWN_CHECK.format("tests/matrix_sharding_checks.py, check_shampoo_*")})
 _beyond("soap", dict(learning_rate=1e-2), real_only=_EIGH, own={
     "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
     "multisteps": "test_multisteps_averages_gradients"}, skip={"sharding": _OWN_SHARDING,

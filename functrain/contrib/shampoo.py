@@ -291,12 +291,12 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     def precondition_groups(groups: dict, ctx: _Context) -> dict:
         """Statistics, inverse roots and ``P_L G P_R`` of every group of same-size blocks.
 
-        ``groups`` maps ``(br, bc, left, right)`` to ``[blocks, L, R, P_L, P_R]``
+        ``groups`` maps ``(br, bc, left, right, dtype)`` to ``[blocks, L, R, P_L, P_R]``
         stacked over the group's blocks (all leaves). One ``lax.cond`` refreshes
         every group's roots.
         """
         weight = jnp.where(b2 == 1, 1.0, 1.0 - b2)
-        for (_, _, left, right), g in groups.items():
+        for (_, _, left, right, _), g in groups.items():
             if left:
                 g[1] = b2 * g[1] + weight * jnp.matmul(g[0], _ct(g[0]), precision=_HIGHEST)
             if right:
@@ -304,7 +304,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
 
         def roots(stats: list) -> list:
             out = []
-            for (_, _, left, right), (sl, sr, pl, pr) in zip(groups, stats):
+            for (_, _, left, right, _), (sl, sr, pl, pr) in zip(groups, stats):
                 exponent = 2 * (int(left) + int(right))
                 out.append((_inverse_root(sl, exponent, matrix_eps, mesh) if left else pl,
                             _inverse_root(sr, exponent, matrix_eps, mesh) if right else pr))
@@ -313,7 +313,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         stats = [tuple(g[1:]) for g in groups.values()]
         new_roots = jax.lax.cond(ctx.refresh, roots,
                                  lambda stats: [(pl, pr) for _, _, pl, pr in stats], stats)
-        for ((_, _, left, right), g), (pl, pr) in zip(groups.items(), new_roots):
+        for ((_, _, left, right, _), g), (pl, pr) in zip(groups.items(), new_roots):
             d = g[0]
             if left:
                 d = jnp.matmul(pl, d, precision=_HIGHEST)
@@ -354,7 +354,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             direction, s[1] = diagonal(x, s[1], ctx)
             key = slot = None
             if lay is not None:
-                key = (lay.br, lay.bc, lay.left, lay.right)
+                # one dtype per group: a complex leaf never stacks with a real one
+                key = (lay.br, lay.bc, lay.left, lay.right, jnp.result_type(x, s[2]))
                 blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay)).astype(s[2].dtype)
                 for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
                                       [blocks] + s[2:]):

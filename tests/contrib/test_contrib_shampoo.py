@@ -186,6 +186,26 @@ def test_complex_params_match_numpy_pseudo_code():
                 np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-9, err_msg=k)
 
 
+def test_real_and_complex_leaves_of_one_shape_are_each_their_own():
+    """A real and a complex leaf with the same blocks are not stacked into one group (the
+    real one came back through a complex-to-real cast, with JAX's warning): each equals
+    its run alone, and nothing warns."""
+    import warnings
+    with jax.enable_x64(True), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        real, cplx = _tree(np.float64, seed=4), _tree(np.complex128, seed=5)
+        params = {"r": real["w"], "c": cplx["w"]}
+        grads = [{"r": a["w"], "c": b["w"]} for a, b in zip(_grads(real), _grads(cplx))]
+        kw = dict(block_size=4, start_preconditioning_step=2)
+        both = _run_functrain(shampoo(0.05, **kw), params, grads)
+        for k in params:
+            alone = _run_functrain(shampoo(0.05, **kw), {k: params[k]},
+                                   [{k: g[k]} for g in grads])
+            for a, b in zip(both, alone):
+                assert a[k].dtype == params[k].dtype
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
 def test_single_step_is_the_orthogonal_factor():
     # b2=0, no grafting, no momentum: (G G^T)^(-1/4) G (G^T G)^(-1/4) = U V^T.
     rng = np.random.default_rng(5)
