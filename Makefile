@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/beyond_optax.py
 	$(PY) benchmarks/matrix_optimizers.py
+	$(PY) benchmarks/matrix_ceilings.py
 
 # The documentation site, into docs/_build/html: strict (-W: warnings are errors; -n: every
 # cross-reference must resolve). The notebooks are executed and cached in docs/_build.

@@ -47,6 +47,7 @@ import functrain  # noqa: E402
 from run_stress import small_transformer_shapes  # noqa: E402
 from beyond_optax import save_table  # noqa: E402
 from run import build_step, copy_tree, machine_info, make_tree  # noqa: E402
+from matrix_ceilings import kernel_rates, throughput  # noqa: E402
 
 LR = 1e-3
 
@@ -91,18 +92,13 @@ MODELS = {
 
 def matmul_gflops(n: int, batch: int = 0, calls: int = 40) -> float:
     """Median GFLOP/s of a jitted float32 (n, n) @ (n, n), or a batch of them."""
-    shape = (batch, n, n) if batch else (n, n)
-    a = jax.random.normal(jax.random.PRNGKey(0), shape)
-    f = jax.jit(lambda a, b: a @ b).lower(a, a).compile()
-    jax.block_until_ready(f(a, a))
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            out = f(a, a)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - t0) / calls)
-    return 2 * n ** 3 * max(batch, 1) / statistics.median(times) / 1e9
+    a = jax.random.normal(jax.random.PRNGKey(0), (batch, n, n) if batch else (n, n))
+    return throughput(lambda a: a @ a, (a,), 2.0 * n ** 3 * max(batch, 1), calls=calls)
+
+
+#: The matrices each tree's optimizers mostly work on, for its kernel ceilings
+#: (``matrix_ceilings.kernel_rates``): (how many, size).
+KERNEL_SIZES = {"transformer": (16, 128), "100layers": (100, 64)}
 
 
 # Flops of the LAPACK-backed primitives XLA does not count, per matrix (Golub & Van Loan,
@@ -129,20 +125,31 @@ def counted_flops(jaxpr: Any, branch_weights: Any = None) -> float:
     LAPACK call), elementwise work left out. A conditional counts as its branches weighted
     by how often each runs (``branch_weights``, one weight per branch, for every
     conditional with that many branches), else as its costliest branch."""
+    return sum(flops_by_kind(jaxpr, branch_weights).values())
+
+
+#: The kinds :func:`flops_by_kind` counts: matmuls and the LAPACK calls XLA does not count.
+KINDS = ("matmul", "eigh", "qr", "triangular_solve")
+
+
+def flops_by_kind(jaxpr: Any, branch_weights: Any = None) -> dict:
+    """:func:`counted_flops` split by kind (``KINDS``; QR's two LAPACK calls as ``qr``)."""
     import numpy as np
 
-    def walk(jp: Any) -> float:
-        total = 0.0
+    def walk(jp: Any) -> np.ndarray:
+        total = np.zeros(len(KINDS))
         for e in jp.eqns:
             name = e.primitive.name
             if name == "dot_general":
                 (lc, rc), (lb, _) = e.params["dimension_numbers"]
-                lhs, rhs = e.invars[0].aval.shape, e.invars[1].aval.shape
+                lhs = e.invars[0].aval.shape
                 contract = np.prod([lhs[a] for a in lc]) if lc else 1
                 out = np.prod(e.outvars[0].aval.shape)
-                total += 2.0 * out * contract
+                total[0] += 2.0 * out * contract
             elif name in ("eigh", "qr", "geqrf", "householder_product", "triangular_solve"):
-                total += _lapack_flops(name, [tuple(v.aval.shape) for v in e.invars])
+                kind = "qr" if name in ("geqrf", "householder_product") else name
+                total[KINDS.index(kind)] += _lapack_flops(
+                    name, [tuple(v.aval.shape) for v in e.invars])
             elif name == "scan":
                 total += e.params["length"] * walk(e.params["jaxpr"].jaxpr)
             elif name == "while":
@@ -151,7 +158,7 @@ def counted_flops(jaxpr: Any, branch_weights: Any = None) -> float:
                 costs = [walk(b.jaxpr) for b in e.params["branches"]]
                 weights = (branch_weights or {}).get(len(costs))
                 total += (sum(w * c for w, c in zip(weights, costs)) if weights
-                          else max(costs))
+                          else max(costs, key=lambda c: c.sum()))
             else:
                 for v in e.params.values():
                     inner = getattr(v, "jaxpr", v)
@@ -159,7 +166,7 @@ def counted_flops(jaxpr: Any, branch_weights: Any = None) -> float:
                         total += walk(inner)
         return total
 
-    return walk(jaxpr.jaxpr)
+    return dict(zip(KINDS, (float(x) for x in walk(jaxpr.jaxpr))))
 
 
 def build(name: str, params: Any, grads: Any) -> dict:
@@ -168,14 +175,16 @@ def build(name: str, params: Any, grads: Any) -> dict:
     opt = make()
     lib = {"make": lambda _: opt, "apply": apply, "ctx": contextlib.nullcontext}
     built = build_step(lib, "", params, grads)
-    built["counted_flops"] = counted_flops(jax.make_jaxpr(
+    built["flops_by_kind"] = flops_by_kind(jax.make_jaxpr(
         lambda p, s, g: apply(p, opt.update(g, s, p)[0]))(params, built["state"], grads),
         BRANCH_WEIGHTS.get(name))
+    built["counted_flops"] = sum(built["flops_by_kind"].values())
     return built
 
 
 def bench_model(model: str, names: list, blocks: int, peak: float) -> dict:
     shapes = MODELS[model]()
+    rates = kernel_rates(*KERNEL_SIZES[model])
     params0, grads = make_tree(shapes, 0, 1.0), make_tree(shapes, 1, 1e-2)
     built, carry, times = {}, {}, {}
     for name in names:
@@ -204,6 +213,11 @@ def bench_model(model: str, names: list, blocks: int, peak: float) -> dict:
                       "counted_gflop": b["counted_flops"] / 1e9,
                       "gflops": b["counted_flops"] / step / 1e9,
                       "of_peak": b["counted_flops"] / step / 1e9 / peak,
+                      # the time its matmuls and LAPACK calls would take at their kernels'
+                      # own measured speed, over the step's time
+                      "of_ceiling": sum(f / 1e9 / rates[k] for k, f in
+                                        b["flops_by_kind"].items()) / step,
+                      "flops_by_kind": b["flops_by_kind"],
                       "xla_mb_accessed": b["xla_bytes_accessed"] / 1e6}
     base = rows.get("adam")
     for r in rows.values():
@@ -215,7 +229,8 @@ def bench_model(model: str, names: list, blocks: int, peak: float) -> dict:
             rows[mine]["step_vs_peer"] = rows[mine]["step_s"] / rows[peer]["step_s"]
             rows[mine]["compile_vs_peer"] = rows[mine]["compile_s"] / rows[peer]["compile_s"]
     n = sum(int(jnp.prod(jnp.asarray(s))) for s in shapes.values())
-    return {"model": model, "params": n, "leaves": len(shapes), "rows": rows}
+    return {"model": model, "params": n, "leaves": len(shapes), "rows": rows,
+            "kernel_rates": rates, "kernel_size": KERNEL_SIZES[model]}
 
 
 def markdown(results: dict) -> str:
@@ -225,11 +240,16 @@ def markdown(results: dict) -> str:
              f"{results['batched_matmul_gflops']:.0f} GFLOP/s (16 x 128x128). Medians of "
              f"{results['blocks']} blocks of 10 steps.", ""]
     for mod in results["models"]:
-        lines += [f"**{mod['model']}** ({mod['params']:,} params, {mod['leaves']} leaves)", "",
+        k, n = mod["kernel_size"]
+        r8 = mod["kernel_rates"]
+        lines += [f"**{mod['model']}** ({mod['params']:,} params, {mod['leaves']} leaves; its "
+                  f"kernels on {k} x {n}x{n}, GFLOP/s: GEMM {r8['matmul']:.0f}, eigh "
+                  f"{r8['eigh']:.1f}, QR {r8['qr']:.1f}, triangular solve "
+                  f"{r8['triangular_solve']:.1f})", "",
                   "| optimizer | compile s | compile / adam | step ms | step / adam | "
                   "GFLOP/step (counted; XLA's) | GFLOP/s | of matmul peak | "
-                  "vs peer (step, compile) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "of its kernels' ceiling | vs peer (step, compile) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for name, r in mod["rows"].items():
             peer = (f"{r['step_vs_peer']:.2f}x, {r['compile_vs_peer']:.2f}x"
                     if "step_vs_peer" in r else "")
@@ -237,7 +257,7 @@ def markdown(results: dict) -> str:
                 f"| {name} | {r['compile_s']:.2f} | {r.get('compile_vs_adam', 0):.1f} | "
                 f"{1e3 * r['step_s']:.2f} | {r.get('step_vs_adam', 0):.1f} | "
                 f"{r['counted_gflop']:.2f}; {r['xla_gflop']:.2f} | {r['gflops']:.0f} | "
-                f"{100 * r['of_peak']:.0f}% | "
+                f"{100 * r['of_peak']:.0f}% | {100 * r['of_ceiling']:.0f}% | "
                 f"{peer} |")
         lines.append("")
     return "\n".join(lines)

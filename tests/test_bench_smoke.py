@@ -62,3 +62,7 @@ def test_matrix_benchmark_counts_loops_conditionals_and_lapack():
     assert counted_flops(cond, {2: (0.5, 0.5)}) == 1.5 * 2 * 8 ** 3  # weighted
     eigh = jax.make_jaxpr(lambda x: jnp.linalg.eigh(x)[0])(jnp.ones((3, 8, 8)))
     assert counted_flops(eigh) == 3 * 9 * 8 ** 3
+    from matrix_optimizers import flops_by_kind
+    both = jax.make_jaxpr(lambda x: jnp.linalg.eigh(x @ x)[0])(jnp.ones((3, 8, 8)))
+    assert flops_by_kind(both) == {"matmul": 3 * 2 * 8 ** 3, "eigh": 3 * 9 * 8 ** 3,
+                                   "qr": 0.0, "triangular_solve": 0.0}
