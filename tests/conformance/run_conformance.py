@@ -20,18 +20,23 @@ to were swapped.
 
 What it checks: every failing test must match an entry of ``known_differences.toml``
 (a glob over pytest's node id, with a category and a reason). The run exits 1 when a
-failure matches no entry (a *new* failure), or when pytest itself errors. Entries that
+failure matches no entry (a *new* failure), when an entry matches no test that ran, when a
+failure listed as ``upstream`` passes on pure optax, or when pytest itself errors. Entries that
 match only passing tests are reported as *stale* but do not fail the run (``--strict``
-makes them fail): a stale entry only makes the list too permissive, and a few listed
-differences depend on random draws, so failing on them would make CI flaky.
+makes them fail): a stale entry only makes the list more permissive than it needs to be,
+and failing on it would make the commit that fixes a ``BUG:`` entry fail CI unless it edits
+the list too.
 
 Usage::
 
     .venv/bin/python tests/conformance/run_conformance.py [--out benchmarks/results]
-        [-n 2] [--strict] [--files _src/alias_test.py ...] [--json-only]
+        [-n 2] [--strict] [--files _src/alias_test.py ...] [--keep DIR] [--no-swap]
 
 ``--out DIR`` writes ``DIR/conformance.md`` (the per-file table and the failures) and
-``DIR/conformance.json`` (every test's outcome). Two pytest-xdist workers by default.
+``DIR/conformance.json`` (the failures' messages, the skipped tests with optax's reasons, the
+tests that ran without calling functrain). Two pytest-xdist workers by default. ``--no-swap``
+runs the same files on pure optax (the baseline; no list check). Every run also re-runs the
+failures listed as ``upstream`` on pure optax, to check that they fail there too.
 """
 
 from __future__ import annotations
