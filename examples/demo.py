@@ -108,13 +108,16 @@ def make_optimizer(name: str, total_steps: int, warmup_steps: int):
     raise ValueError(f"unknown optimizer {name!r}")
 
 
-def train(name: str, data, *, seed: int, epochs: int, batch_size: int, quiet: bool):
+def train(name: str, data, *, seed: int, epochs: int, batch_size: int, quiet: bool,
+          make=None):
+    """``make(name, total_steps, warmup_steps)`` builds the optimizer (default
+    ``make_optimizer``; benchmarks/quantized_accuracy.py passes its own)."""
     from tqdm.auto import tqdm
 
     x_train, x_test, y_train, y_test = data
     steps_per_epoch = len(x_train) // batch_size
     total_steps = epochs * steps_per_epoch
-    opt = make_optimizer(name, total_steps, warmup_steps=max(1, total_steps // 10))
+    opt = (make or make_optimizer)(name, total_steps, warmup_steps=max(1, total_steps // 10))
 
     init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
     params = init_mlp(init_key)

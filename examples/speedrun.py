@@ -269,11 +269,15 @@ def make_optimizer(name: str, lr: float, steps: int, adamw_lr: float, params: di
 
 # ----------------------------------------------------------------------------- training
 def train(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw_lr: float,
-          quiet: bool = False) -> dict:
-    """Train one optimizer; validation loss every ``cfg.eval_every`` steps and at the end."""
+          quiet: bool = False, make: Optional[Callable] = None) -> dict:
+    """Train one optimizer; validation loss every ``cfg.eval_every`` steps and at the end.
+
+    ``make`` builds the optimizer from ``(name, lr, steps, adamw_lr, params)`` (default
+    ``make_optimizer``; benchmarks/quantized_accuracy.py passes its own).
+    """
     n_head = cfg.n_head
     params = init_params(jax.random.PRNGKey(cfg.seed), cfg, len(data["vocab"]))
-    opt = make_optimizer(name, lr, steps, adamw_lr, params)
+    opt = (make or make_optimizer)(name, lr, steps, adamw_lr, params)
     state = opt.init(params)  # distinct buffers (tested), so the step can donate it
     val = jnp.asarray(data["val"])
     windows = batch_starts(cfg, len(data["train"]), steps)[:, :, None] + np.arange(cfg.context + 1)
