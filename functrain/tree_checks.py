@@ -59,12 +59,15 @@ def is_placeholder(x: Any) -> bool:
       x: any pytree node or leaf.
 
     Returns:
-      ``True`` for ``None`` and :class:`MaskedNode`, else ``False``.
+      ``True`` for ``None``, :class:`MaskedNode` and optax's ``MaskedNode`` (an empty
+      tuple class of that name: states made by optax's ``masked`` are read as they are),
+      else ``False``.
 
     >>> is_placeholder(MaskedNode()), is_placeholder(None), is_placeholder(0.0)
     (True, True, False)
     """
-    return x is None or isinstance(x, MaskedNode)
+    return x is None or isinstance(x, MaskedNode) or (
+        type(x).__name__ == "MaskedNode" and isinstance(x, tuple) and not x)
 
 
 # --------------------------------------------------------------------------

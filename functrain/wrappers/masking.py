@@ -51,6 +51,71 @@ def _mask_tree(tree: PyTree, flags: list[bool]) -> PyTree:
     return treedef.unflatten([x if on else ft.MaskedNode() for x, on in zip(leaves, flags)])
 
 
+def _folding(mask: MaskOrFn, params: PyTree, wrapper: str) -> Optional[tuple]:
+    """``(params' structure, folded structure, mask tree)`` when ``mask`` switches off a whole
+    subtree of ``params`` with one bool (optax then keeps one ``MaskedNode`` for it in the
+    state, where the engine keeps one per leaf); ``None`` when there is nothing to fold."""
+    if mask is None or params is None or ft.is_params_placeholder(params):
+        return None
+    tree = mask(params) if ft.is_mask_function(mask) else mask
+    if isinstance(tree, (bool, np.bool_)) or not jax.tree_util.tree_leaves(tree):
+        return None
+    ft.resolve_mask(tree, params, wrapper)  # fits params (or raise naming the paths)
+    prefix = jax.tree_util.tree_structure(tree)
+    subtrees = prefix.flatten_up_to(params)
+    if all(bool(m) or jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(
+            s, is_leaf=ft.is_placeholder)) for m, s in zip(prefix.flatten_up_to(tree),
+                                                         subtrees)):
+        return None
+    folded = prefix.unflatten([s if bool(m) else ft.MaskedNode()
+                               for m, s in zip(prefix.flatten_up_to(tree), subtrees)])
+    return (jax.tree_util.tree_structure(params), jax.tree_util.tree_structure(folded), tree)
+
+
+def _refold(state: PyTree, folding: Optional[tuple], fold: bool) -> PyTree:
+    """Every params-shaped part of ``state`` with each switched-off subtree as one
+    ``MaskedNode`` (``fold``: optax's layout) or as one per leaf (the engine's). Reading
+    (``fold=False``) also takes optax's own ``MaskedNode`` class."""
+    if folding is None:
+        return state
+    full, folded, tree = folding
+    prefix = jax.tree_util.tree_structure(tree)
+    flags = [bool(m) for m in prefix.flatten_up_to(tree)]
+    params_like = full.unflatten([0] * full.num_leaves)
+    source, target = (full, folded) if fold else (folded, full)
+
+    def fits(structure: Any, node: PyTree) -> bool:
+        try:
+            structure.flatten_up_to(node)
+            return True
+        except (ValueError, TypeError):
+            return False
+
+    def convert(node: PyTree) -> PyTree:
+        if fold:
+            return prefix.unflatten([p if on else ft.MaskedNode()
+                                     for on, p in zip(flags, prefix.flatten_up_to(node))])
+        return jax.tree_util.tree_map(  # each MaskedNode standing for a subtree, per leaf
+            lambda n, p: jax.tree_util.tree_map(lambda _: ft.MaskedNode(), p)
+            if ft.is_placeholder(n) else n, node, params_like, is_leaf=ft.is_placeholder)
+
+    def walk(node: PyTree) -> PyTree:
+        if ft.is_placeholder(node) or fits(target, node):
+            return node
+        if fits(source, node):
+            return convert(node)
+        children, node_def = jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)
+        if node_def.num_nodes == 1:  # a leaf
+            return node
+        return node_def.unflatten([walk(c) for c in children])
+
+    if not fold:  # optax's MaskedNode class -> functrain's, so the structures compare
+        state = jax.tree_util.tree_map(
+            lambda x: ft.MaskedNode() if x is not None and ft.is_placeholder(x) else x,
+            state, is_leaf=ft.is_placeholder)
+    return walk(state)
+
+
 def _merge(new_masked: PyTree, old: PyTree, flags: list[bool]) -> PyTree:
     """Leaves of ``new_masked`` where ``flags`` is True, of ``old`` elsewhere."""
     old_leaves, treedef = jax.tree_util.tree_flatten(old)
@@ -220,15 +285,21 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
         return stage_transform(_masked_stage(plan[0][1], mask, "masked"))
     part = _masked_part(inner, mask, "masked", mask_compatible_extra_args)
 
+    # optax's layout: where the mask switches off a whole subtree with one bool, the inner
+    # state holds one MaskedNode for it (the engine works with one per leaf in between).
+    def init_fn(params: Params) -> MaskedState:
+        return MaskedState(_refold(part.init(params), _folding(mask, params, "masked"), True))
+
     def update_fn(updates: Updates, state: MaskedState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, MaskedState]:
         check_state_type(state, MaskedState, "masked")
-        new_updates, inner_state = part.update(updates, state.inner_state, params,
-                                               **extra_args)
-        return new_updates, MaskedState(inner_state)
+        folding = _folding(mask, params if params is not None else updates, "masked")
+        new_updates, inner_state = part.update(
+            updates, _refold(state.inner_state, folding, False), params, **extra_args)
+        return new_updates, MaskedState(_refold(inner_state, folding, True))
 
     setattr(update_fn, _MASKED, (inner, mask, mask_compatible_extra_args))
-    return GradientTransformation(lambda params: MaskedState(part.init(params)), update_fn)
+    return GradientTransformation(init_fn, update_fn)
 
 
 # --------------------------------------------------------------------------

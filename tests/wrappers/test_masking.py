@@ -178,3 +178,44 @@ def test_selective_transform_errors_name_the_argument():
         ft.selective_transform(ft.sgd(0.1), freeze_mask={"w": "yes"})
     with pytest.raises(TypeError):
         ft.selective_transform(ft.sgd(0.1), {"w": True})  # keyword-only, as in optax
+
+
+def _keys_and_nodes(tree):
+    """The tree's paths, with optax's and functrain's MaskedNode both shown as 'MaskedNode'."""
+    leaves = jax.tree_util.tree_flatten_with_path(
+        tree, is_leaf=lambda x: type(x).__name__ == "MaskedNode")[0]
+    return [(jax.tree_util.keystr(k), "MaskedNode" if type(v).__name__ == "MaskedNode"
+             else np.shape(v)) for k, v in leaves]
+
+
+def test_prefix_mask_state_has_optax_layout_and_reads_optax_state():
+    """A mask switching off a whole subtree with one bool: one MaskedNode for it in the state,
+    as optax's masked keeps (conformance: optax's test_masked_state_structure); a state made
+    by optax's masked is read by functrain's update, and both continue with optax's numbers."""
+    params = {"a": jnp.ones(2), "b": {"c": jnp.ones(3), "d": jnp.ones(4)}}
+    mask = {"a": True, "b": False}
+    ours = ft.masked(ft.sgd(0.1, momentum=0.9), mask)
+    theirs = optax.masked(optax.sgd(0.1, momentum=0.9), mask)
+    s_ft, s_ox = ours.init(params), theirs.init(params)
+    assert isinstance(s_ft.inner_state[0].trace["b"], MaskedNode)
+    assert _keys_and_nodes(s_ft) == _keys_and_nodes(s_ox)
+    s_mixed = s_ox  # optax's state, continued by functrain
+    for t in range(3):
+        g = jax.tree.map(lambda x: jnp.sin(x * (t + 1.0)), params)
+        u_ox, s_ox = theirs.update(g, s_ox, params)
+        u_ft, s_ft = jax.jit(ours.update)(g, s_ft, params)
+        u_mx, s_mixed = ours.update(g, s_mixed, params)
+        for u in (u_ft, u_mx):
+            for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(u_ox)):
+                np.testing.assert_allclose(a, b, rtol=1e-6)
+        assert _keys_and_nodes(s_ft) == _keys_and_nodes(s_ox)
+        assert _keys_and_nodes(s_mixed) == _keys_and_nodes(s_ox)
+
+
+def test_full_mask_reads_optax_state():
+    """optax's MaskedNode class in a state (a per-leaf mask) is a placeholder here too."""
+    p, m = {"a": jnp.ones(2), "b": jnp.ones(3)}, {"a": True, "b": False}
+    state = optax.masked(optax.sgd(0.1, momentum=0.9), m).init(p)
+    u, _ = ft.masked(ft.sgd(0.1, momentum=0.9), m).update(p, state, p)
+    np.testing.assert_allclose(u["a"], -0.1 * p["a"])
+    np.testing.assert_array_equal(u["b"], p["b"])
