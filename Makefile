@@ -30,9 +30,10 @@ soak: $(STAMP)
 	$(PY) tests/soak/run_soak.py --out benchmarks/results
 
 # optax 0.2.8's own test files, run from the installed wheel with functrain's functions
-# swapped in; every failure must be on tests/conformance's list of deliberate differences.
+# swapped in; every failure must be on tests/conformance's list of deliberate differences
+# (about 4-7 minutes on 2 cores).
 conformance: $(STAMP)
-	$(PY) tests/conformance/run_conformance.py --out benchmarks/results
+	$(PY) tests/conformance/run_conformance.py -n $(TEST_WORKERS) --out benchmarks/results
 
 # The declared floors, tested: a separate venv with the lowest versions of jax, jaxlib,
 # optax, chex and absl-py that pyproject.toml allows, and the extras the suite uses (their
