@@ -68,6 +68,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/beyond_optax.py
 	$(PY) benchmarks/matrix_optimizers.py
 	$(PY) benchmarks/matrix_ceilings.py
+	$(PY) benchmarks/quantized_state.py
 
 # The documentation site, into docs/_build/html: strict (-W: warnings are errors; -n: every
 # cross-reference must resolve). The notebooks are executed and cached in docs/_build.

@@ -35,10 +35,12 @@ NOTEBOOKS = [
     "04_scaling_out.ipynb",
     "05_performance.ipynb",
     "06_muon_schedule_free.ipynb",
+    "07_low_bit_state.ipynb",
 ]
 # Notebooks that must draw at least this many figures.
 FIGURES = {"01_quickstart.ipynb": 3, "03_lamb_lars_large_batch.ipynb": 2,
-           "04_scaling_out.ipynb": 1, "06_muon_schedule_free.ipynb": 3}
+           "04_scaling_out.ipynb": 1, "06_muon_schedule_free.ipynb": 3,
+           "07_low_bit_state.ipynb": 2}
 
 
 def execute(name: str) -> nbformat.NotebookNode:
