@@ -37,13 +37,24 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     """
     if params is None:  # as optax: no parameters, nothing to update
         return None
+    ps, us, treedef = _leaf_pairs(params, updates)
+    return treedef.unflatten([None if p is None else _add(p, u) for p, u in zip(ps, us)])
+
+
+def _leaf_pairs(params: Params, updates: Updates) -> tuple[list, list, Any]:
+    """``(param leaves, update leaves, treedef)``, the trees' structures and shapes checked
+    first (errors name the key path)."""
     ft.check_structure(params, updates, "updates", "params")
     paths, ps, treedef = ft.flatten_with_paths(params)
     us = treedef.flatten_up_to(updates)
     ft.check_shapes(paths, ps, us, "updates", "params")
-    return treedef.unflatten(
-        [None if p is None else (jnp.asarray(p) + u).astype(jnp.asarray(p).dtype)
-         for p, u in zip(ps, us)])
+    return ps, us, treedef
+
+
+def _add(p: Any, u: Any) -> jax.Array:
+    """``p + u`` in the parameter's dtype."""
+    p = jnp.asarray(p)
+    return (p + u).astype(p.dtype)
 
 
 def _check_key(key: Any) -> None:
@@ -116,22 +127,15 @@ def apply_updates_stochastic(params: Params, updates: Updates, key: jax.Array) -
     _check_key(key)
     if params is None:  # as apply_updates: no parameters, nothing to update
         return None
-    ft.check_structure(params, updates, "updates", "params")
-    paths, ps, treedef = ft.flatten_with_paths(params)
-    us = treedef.flatten_up_to(updates)
-    ft.check_shapes(paths, ps, us, "updates", "params")
+    ps, us, treedef = _leaf_pairs(params, updates)
     keys = jax.random.split(key, max(len(ps), 1))
     out = []
     for i, (p, u) in enumerate(zip(ps, us)):
-        if p is None:
-            out.append(None)
+        if p is None or jnp.result_type(p) != jnp.bfloat16:
+            out.append(None if p is None else _add(p, u))
             continue
-        p = jnp.asarray(p)
-        if p.dtype == jnp.bfloat16:
-            total = p.astype(jnp.float32) + jnp.asarray(u).astype(jnp.float32)
-            out.append(_round_to_bf16_stochastically(total, keys[i]))
-        else:
-            out.append((p + u).astype(p.dtype))
+        total = jnp.asarray(p).astype(jnp.float32) + jnp.asarray(u).astype(jnp.float32)
+        out.append(_round_to_bf16_stochastically(total, keys[i]))
     return treedef.unflatten(out)
 
 
