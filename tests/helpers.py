@@ -8,6 +8,8 @@ Test files anywhere under ``tests/`` import them as ``from helpers import ...``
 * Against optax: :func:`trajectory` and :func:`assert_same_trajectory`, every step compared.
 * Against a formula by hand: :func:`check_against_formula` on ``FORMULA_P0``/``FORMULA_GRADS``.
 * Wrappers and combinators: :func:`assert_empty_params_step`, :func:`assert_state_donatable`.
+* Multi-device checks: :func:`run_on_eight_devices`, a script's JSON results from a subprocess
+  with 8 simulated CPU devices.
 
 Elsewhere: every optimizer is declared once in ``tests/registry.py``; the checks each
 ``tests/optimizers/`` family file runs on its optimizers are in ``tests/optimizer_checks.py``.
@@ -287,3 +289,36 @@ def assert_state_donatable(opt: Any) -> None:
     for _ in range(2):
         _, state = step(params, state, {"w": jnp.ones((2, 2)), "b": jnp.ones(2)})
     jax.block_until_ready(state)
+
+
+def run_on_eight_devices(script: Any, timeout: int = 900) -> dict:
+    """Run ``script`` (a path) in a subprocess with 8 simulated CPU devices; its last stdout
+    line starting with ``{``, as JSON (``--xla_force_host_platform_device_count`` only works
+    before JAX starts, and the pytest process already has one device).
+
+    The repository root is the working directory and on ``PYTHONPATH``; XLA's backend
+    optimization level 0 halves XLA:CPU's compile time for these checks. A non-zero exit or
+    no JSON line fails with the subprocess's output.
+    """
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "",
+                   os.environ.get("XLA_FLAGS", ""))
+    env = dict(os.environ,
+               XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count=8 "
+                         f"--xla_backend_optimization_level=0".strip(),
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, (
+        f"{Path(script).name} exited with {proc.returncode}\n"
+        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}")
+    return json.loads(lines[-1])

@@ -27,10 +27,6 @@ script prints one JSON line ``{check: {"ok": bool, "error": str}}``.
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 import tempfile
 import traceback
 from pathlib import Path
@@ -46,6 +42,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import functrain
 from functrain import sharding as fs
 from functrain.quantized_state import QuantizedArray
+from helpers import run_on_eight_devices
 
 OPTIMIZERS: dict[str, Callable[[], Any]] = {
     "8bit": lambda: functrain.adamw_8bit(1e-2, weight_decay=1e-2, min_size=64),
@@ -270,21 +267,7 @@ def run_checks() -> dict:
 
 @pytest.fixture(scope="module")
 def eight_device_results() -> dict:
-    root = Path(__file__).resolve().parent.parent
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "",
-                   os.environ.get("XLA_FLAGS", ""))
-    env = dict(os.environ,
-               XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count=8 "
-                         f"--xla_backend_optimization_level=0".strip(),
-               JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve())], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=900)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, (
-        f"exited with {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-        f"stderr:\n{proc.stderr[-6000:]}")
-    return json.loads(lines[-1])
+    return run_on_eight_devices(Path(__file__).resolve())
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))

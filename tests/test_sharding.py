@@ -10,11 +10,6 @@ device.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -25,9 +20,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import functrain
 from functrain import sharding as fs
+from helpers import run_on_eight_devices
 
 CHECKS_FILE = Path(__file__).with_name("sharding_checks.py")
-ROOT = CHECKS_FILE.parent.parent
 
 
 def _load_check_names() -> list[str]:
@@ -42,21 +37,7 @@ CHECK_NAMES = _load_check_names()
 
 @pytest.fixture(scope="module")
 def eight_device_results() -> dict:
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "",
-                   os.environ.get("XLA_FLAGS", ""))
-    env = dict(os.environ,
-               # 8 CPU devices; backend opt level 0 halves XLA:CPU compile time here.
-               XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count=8 "
-                         f"--xla_backend_optimization_level=0".strip(),
-               JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(CHECKS_FILE)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, (
-        f"sharding_checks.py exited with {proc.returncode}\n"
-        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}")
-    return json.loads(lines[-1])
+    return run_on_eight_devices(CHECKS_FILE)
 
 
 @pytest.mark.parametrize("name", CHECK_NAMES)
