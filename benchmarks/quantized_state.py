@@ -46,6 +46,9 @@ import numpy as np
 import functrain
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+from speedrun import load_average  # noqa: E402  (one copy, the speedrun's)
 OPTIMIZERS = ("adamw", "lion", "muon")
 VARIANTS = ("float32", "bf16", "8-bit", "4-bit", "fp8")
 LR = 1e-3
@@ -254,13 +257,6 @@ def markdown(rows: list, meta: dict) -> str:
             lines.append(f"| {b['piece']} | {b['ms']:.2f} | {b['ms'] / ema:.1f} |")
         lines.append("")
     return "\n".join(lines)
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def main(argv=None) -> list:
