@@ -51,10 +51,18 @@ def _mask_tree(tree: PyTree, flags: list[bool]) -> PyTree:
     return treedef.unflatten([x if on else ft.MaskedNode() for x, on in zip(leaves, flags)])
 
 
+def _fold_subtrees(prefix: Any, flags: list[bool], node: PyTree) -> PyTree:
+    """``node`` (a tree with ``prefix`` as a prefix) with one ``MaskedNode`` for each
+    subtree at a False flag."""
+    return prefix.unflatten([sub if on else ft.MaskedNode()
+                             for on, sub in zip(flags, prefix.flatten_up_to(node))])
+
+
 def _folding(mask: MaskOrFn, params: PyTree, wrapper: str) -> Optional[tuple]:
-    """``(params' structure, folded structure, mask tree)`` when ``mask`` switches off a whole
-    subtree of ``params`` with one bool (optax then keeps one ``MaskedNode`` for it in the
-    state, where the engine keeps one per leaf); ``None`` when there is nothing to fold."""
+    """``(params' structure, folded structure, the mask's structure, its flags)`` when
+    ``mask`` switches off a whole subtree of ``params`` with one bool (optax then keeps one
+    ``MaskedNode`` for it in the state, where the engine keeps one per leaf); ``None`` when
+    there is nothing to fold."""
     if mask is None or params is None or ft.is_params_placeholder(params):
         return None
     tree = mask(params) if ft.is_mask_function(mask) else mask
@@ -62,14 +70,14 @@ def _folding(mask: MaskOrFn, params: PyTree, wrapper: str) -> Optional[tuple]:
         return None
     ft.resolve_mask(tree, params, wrapper)  # fits params (or raise naming the paths)
     prefix = jax.tree_util.tree_structure(tree)
-    subtrees = prefix.flatten_up_to(params)
-    if all(bool(m) or jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(
-            s, is_leaf=ft.is_placeholder)) for m, s in zip(prefix.flatten_up_to(tree),
-                                                         subtrees)):
+    flags = [bool(m) for m in prefix.flatten_up_to(tree)]
+    if all(on or jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(
+            sub, is_leaf=ft.is_placeholder)) for on, sub in zip(flags,
+                                                                prefix.flatten_up_to(params))):
         return None
-    folded = prefix.unflatten([s if bool(m) else ft.MaskedNode()
-                               for m, s in zip(prefix.flatten_up_to(tree), subtrees)])
-    return (jax.tree_util.tree_structure(params), jax.tree_util.tree_structure(folded), tree)
+    folded = _fold_subtrees(prefix, flags, params)
+    return (jax.tree_util.tree_structure(params), jax.tree_util.tree_structure(folded),
+            prefix, flags)
 
 
 def _refold(state: PyTree, folding: Optional[tuple], fold: bool) -> PyTree:
@@ -78,9 +86,7 @@ def _refold(state: PyTree, folding: Optional[tuple], fold: bool) -> PyTree:
     (``fold=False``) also takes optax's own ``MaskedNode`` class."""
     if folding is None:
         return state
-    full, folded, tree = folding
-    prefix = jax.tree_util.tree_structure(tree)
-    flags = [bool(m) for m in prefix.flatten_up_to(tree)]
+    full, folded, prefix, flags = folding
     params_like = full.unflatten([0] * full.num_leaves)
     source, target = (full, folded) if fold else (folded, full)
 
@@ -93,8 +99,7 @@ def _refold(state: PyTree, folding: Optional[tuple], fold: bool) -> PyTree:
 
     def convert(node: PyTree) -> PyTree:
         if fold:
-            return prefix.unflatten([p if on else ft.MaskedNode()
-                                     for on, p in zip(flags, prefix.flatten_up_to(node))])
+            return _fold_subtrees(prefix, flags, node)
         return jax.tree_util.tree_map(  # each MaskedNode standing for a subtree, per leaf
             lambda n, p: jax.tree_util.tree_map(lambda _: ft.MaskedNode(), p)
             if ft.is_placeholder(n) else n, node, params_like, is_leaf=ft.is_placeholder)
