@@ -27,7 +27,8 @@ guessed from values.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+import functools
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,7 @@ from functrain.arg_checks import (check_range, check_transformation, hyperparame
 from functrain.optimizers.adam_family import adam, adamw
 from functrain.transforms.base import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, Updates, call_update)
+from functrain.transforms.engine import fusion_plan, run_plan
 
 Array = jax.Array
 PyTree = Any
@@ -261,11 +263,15 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
     return QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
 
 
-def dequantize_blockwise(q: QuantizedArray) -> Array:
+def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Array:
     """The array a :class:`QuantizedArray` stands for: ``code[index] * absmax``.
 
     Args:
       q: the quantized array.
+      after: ``None``, or a boolean scalar computed from arrays that must exist before
+        this decode starts; the result is the same whatever its value (it only picks
+        between two copies of the code table, or of the scale), but XLA cannot start
+        the decode earlier.
 
     Returns:
       An array of ``q.shape`` and ``q.dtype``.
@@ -277,14 +283,18 @@ def dequantize_blockwise(q: QuantizedArray) -> Array:
            [0.25, 0.25, 0.25]], dtype=float32)
     """
     table, bits = CODES[q.code]
+    absmax = q.absmax if after is None else jnp.where(after, q.absmax, jnp.abs(q.absmax))
     if table is None:
-        blocks = q.codes.astype(jnp.float32) * (q.absmax / FP8_MAX)[:, None]
+        blocks = q.codes.astype(jnp.float32) * (absmax / FP8_MAX)[:, None]
     else:
         index = q.codes
         if bits == 4:
             index = jnp.stack([index >> 4, index & 15], axis=-1).reshape(index.shape[0], -1)
-        # a uint8 index into 2**bits values: always in bounds (see nearest_code_index)
-        blocks = jnp.asarray(table).at[index].get(mode="promise_in_bounds") * q.absmax[:, None]
+        if after is not None:  # the table twice; ``after`` picks the copy
+            table = np.concatenate([table, table])
+            index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
+        # an index into the table: always in bounds (see nearest_code_index)
+        blocks = jnp.asarray(table).at[index].get(mode="promise_in_bounds") * absmax[:, None]
     size = int(np.prod(q.shape, dtype=np.int64))
     return blocks.reshape(-1)[:size].reshape(q.shape).astype(q.dtype)
 
@@ -322,13 +332,13 @@ def _quantize(x: Array, code: str, block_size: int, like: Optional[QuantizedArra
                                   out_sharding=out)(x)
 
 
-def _dequantize(q: QuantizedArray) -> Array:
+def _dequantize(q: QuantizedArray, after: Optional[Array] = None) -> Array:
     sharding = _explicit(q.codes)
     if sharding is None:
-        return dequantize_blockwise(q)
+        return dequantize_blockwise(q, after)
     spec = _aligned(sharding, q.shape, q.codes.shape[0], _block_size(q))
     return jax.sharding.auto_axes(dequantize_blockwise,
-                                  out_sharding=NamedSharding(sharding.mesh, spec))(q)
+                                  out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
 
 
 # --------------------------------------------------------------------------
@@ -434,32 +444,69 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
         return ft.distinct_buffers(jax.tree_util.tree_map(
             lambda kind, x: quantize(x, kind, shapes), field_codes(state), state))
 
+    plan = fusion_plan(optimizer)
+
     def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, OptState]:
-        is_q = lambda x: isinstance(x, QuantizedArray)  # noqa: E731
-        paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_q)
+        paths_leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_quantized)[0]
         for path, leaf in paths_leaves:
-            if is_q(leaf):
+            if _is_quantized(leaf):
                 _check_quantized(leaf, path)
-        leaves = [leaf for _, leaf in paths_leaves]
-        inner = treedef.unflatten([_dequantize(x) if is_q(x) else x for x in leaves])
-        new_updates, new_inner = call_update(optimizer, updates, inner, params, extra_args)
+        return run_plan(plan, updates, state, params, extra_args, _CODEC)
+
+    return GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def _is_quantized(x: Any) -> bool:
+    return isinstance(x, QuantizedArray)
+
+
+class _Codec:
+    """How the engine reads and writes quantized state (see ``engine.run_block``).
+
+    Stages (adam's, lion's, ...) get each leaf's state decoded and re-encoded inside
+    the engine's per-leaf pass; any other transformation (optax's, a wrapper) gets its
+    whole state decoded before its ``update`` and encoded after it.
+    """
+
+    is_coded = staticmethod(_is_quantized)
+
+    @staticmethod
+    def decode(x: Any, written: Sequence[Any] = ()) -> Any:
+        """``x`` dequantized; after the quantized arrays in ``written`` exist, if any."""
+        if not _is_quantized(x):
+            return x
+        # Always true (a maximum of absolute values is not negative), unknown to XLA:
+        # a data dependency that orders the decodes leaf after leaf.
+        marks = [w.absmax[0] >= -1.0 for w in written if _is_quantized(w) and w.absmax.size]
+        return _dequantize(x, functools.reduce(jnp.logical_and, marks) if marks else None)
+
+    @staticmethod
+    def encode(new: Any, old: Any, where: str = "") -> Any:
+        if not _is_quantized(old):
+            return new
+        if tuple(np.shape(new)) != old.shape:
+            raise state_mismatch_error("quantized_state", f"state leaf {where} came back with "
+                                       f"shape {np.shape(new)}, not {old.shape}")
+        return _quantize(new, old.code, _block_size(old), old)
+
+    @staticmethod
+    def update_opaque(tx: Any, updates: Updates, state: OptState, params: Optional[Params],
+                      extra_args: dict) -> tuple[Updates, OptState]:
+        paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(state,
+                                                                     is_leaf=_is_quantized)
+        inner = treedef.unflatten([_Codec.decode(x) for _, x in paths_leaves])
+        new_updates, new_inner = call_update(tx, updates, inner, params, extra_args)
         new_leaves, new_def = jax.tree_util.tree_flatten(new_inner)
         if new_def != jax.tree_util.tree_structure(inner):
             raise state_mismatch_error("quantized_state", "the optimizer's update returned a "
                                        "state of another structure than it was given")
-        out = []
-        for (path, old), new in zip(paths_leaves, new_leaves):
-            if is_q(old):
-                if tuple(np.shape(new)) != old.shape:
-                    raise state_mismatch_error(
-                        "quantized_state", f"state leaf {jax.tree_util.keystr(path)} came back "
-                        f"with shape {np.shape(new)}, not {old.shape}")
-                new = _quantize(new, old.code, _block_size(old), old)
-            out.append(new)
-        return new_updates, treedef.unflatten(out)
+        return new_updates, treedef.unflatten([
+            _Codec.encode(new, old, jax.tree_util.keystr(path))
+            for (path, old), new in zip(paths_leaves, new_leaves)])
 
-    return GradientTransformationExtraArgs(init_fn, update_fn)
+
+_CODEC = _Codec()
 
 
 def _block_size(q: QuantizedArray) -> int:

@@ -62,9 +62,15 @@ class PlannedUpdate:
 
 
 def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[OptState],
-              params: Optional[Params], extra_args: Optional[dict] = None
-              ) -> tuple[Updates, list[OptState]]:
+              params: Optional[Params], extra_args: Optional[dict] = None,
+              codec: Any = None) -> tuple[Updates, list[OptState]]:
     """Apply ``stages`` in sequence to every leaf in one pass over the tree.
+
+    With a ``codec`` (how :func:`~functrain.quantized_state` stores state), each
+    per-leaf state entry is read through ``codec.decode`` and the new one stored
+    through ``codec.encode(new, old)`` inside the leaf's pass; the codec is also given
+    what the previous leaf with coded state stored, so that it can make its decode wait
+    for it (one leaf's decoded state alive at a time).
 
     Args:
       stages: the stages of the block, in order.
@@ -73,6 +79,9 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
       params: the parameters, or ``None``.
       extra_args: ``update``'s extra keyword arguments; a stage's ``prepare``
         receives those named in its ``extra_args``.
+      codec: ``None``, or an object with ``decode(stored, written)`` (``written``: what
+        the previous leaf with coded state stored), ``encode(new, stored)`` and
+        ``is_coded(stored)``.
 
     Returns:
       ``(new_updates, new_states)``.
@@ -133,6 +142,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     new_fields = [[[] for _ in s.leaf_fields] for s in stages]
     recomputing = recompute.applies(_saved_by_recompute(stages, plans, gs, ps))
     jaxprs: dict = {}  # the recompute's prefix jaxprs, shared by same-shaped leaves
+    written: list = []  # the coded state the last leaf with coded state wrote
     for i, (g, p) in enumerate(zip(gs, ps)):
         cd = leaf_compute_dtype(g, p)
         x = g.astype(cd)
@@ -141,9 +151,10 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
         ran: list = []  # per stage: None (masked) or (olds in compute dtype, new states)
         for k, stage in enumerate(stages):
             active, fields, ctx, _ = plans[k]
-            olds = tuple(f[i] for f in fields)
+            stored = tuple(f[i] for f in fields)
+            olds = stored if codec is None else tuple(codec.decode(o, written) for o in stored)
             if not active[i]:
-                news = olds
+                news = stored
                 ran.append(None)
             else:
                 olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
@@ -156,9 +167,15 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
                 x, news = stage.update_leaf(x, olds_c, pc, ctx, **extra)
                 ran.append((olds_c, news))
                 news = tuple(n.astype(o.dtype) for n, o in zip(news, olds))
+                if codec is not None:
+                    news = tuple(codec.encode(n, o) for n, o in zip(news, stored))
             for lst, n in zip(new_fields[k], news):
                 lst.append(n)
         out_updates.append(x.astype(g.dtype))
+        if codec is not None:
+            mine = [lst[i] for stage_fields in new_fields for lst in stage_fields]
+            if any(codec.is_coded(n) for n in mine):
+                written = mine
 
     new_states = []
     for stage, state, (_, _, _, new_global), fields in zip(stages, states, plans, new_fields):
@@ -304,29 +321,55 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
                 f"chain of {len(transforms)} transformations",
                 f"got a state of type {type(state).__name__} with "
                 f"{len(state) if isinstance(state, tuple) else '?'} entries", "this chain")
-        i = 0
-        while i < len(plan):
-            path, item = plan[i]
-            if not isinstance(item, LeafStage):
-                updates, new = call_update(item, updates, ft.get_path(state, path), params,
-                                           extra_args)
-                state = ft.set_path(state, path, new)
-                i += 1
-                continue
-            j = i + 1
-            while (j < len(plan) and isinstance(plan[j][1], LeafStage)
-                   and not plan[j][1].needs_updates):
-                j += 1
-            block = plan[i:j]
-            updates, news = run_block([s for _, s in block], updates,
-                                      [ft.get_path(state, p) for p, _ in block], params,
-                                      extra_args)
-            for (p, _), new in zip(block, news):
-                state = ft.set_path(state, p, new)
-            i = j
-        return updates, state
+        return run_plan(plan, updates, state, params, extra_args)
 
     return GradientTransformationExtraArgs(init_fn, PlannedUpdate(update_fn, plan))
+
+
+def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Params],
+             extra_args: dict, codec: Any = None) -> tuple[Updates, OptState]:
+    """Run a fusion plan (see :func:`fusion_plan`): each block of stages in one pass.
+
+    Args:
+      plan: ``((state path, LeafStage or transformation), ...)``.
+      updates: the incoming updates.
+      state: the state the plan's paths point into.
+      params: the parameters, or ``None``.
+      extra_args: ``update``'s extra keyword arguments.
+      codec: as for :func:`run_block`; a transformation that is not a stage gets its
+        state through ``codec.update_opaque(tx, updates, state, params, extra_args)``.
+
+    Returns:
+      ``(new_updates, new_state)``.
+
+    >>> import jax.numpy as jnp
+    >>> run_plan(fusion_plan(identity()), [jnp.ones(1)], identity().init(None), None, {})
+    ([Array([1.], dtype=float32)], EmptyState())
+    """
+    i = 0
+    while i < len(plan):
+        path, item = plan[i]
+        if not isinstance(item, LeafStage):
+            sub = ft.get_path(state, path)
+            if codec is None:
+                updates, new = call_update(item, updates, sub, params, extra_args)
+            else:
+                updates, new = codec.update_opaque(item, updates, sub, params, extra_args)
+            state = ft.set_path(state, path, new)
+            i += 1
+            continue
+        j = i + 1
+        while (j < len(plan) and isinstance(plan[j][1], LeafStage)
+               and not plan[j][1].needs_updates):
+            j += 1
+        block = plan[i:j]
+        updates, news = run_block([s for _, s in block], updates,
+                                  [ft.get_path(state, p) for p, _ in block], params,
+                                  extra_args, codec)
+        for (p, _), new in zip(block, news):
+            state = ft.set_path(state, p, new)
+        i = j
+    return updates, state
 
 
 def named_chain(*transforms: tuple[str, GradientTransformation]
@@ -391,5 +434,5 @@ def identity() -> GradientTransformation:
                                      any_dtype=True))
 
 
-__all__ = ["run_block", "stage_transform", "chain", "named_chain", "identity", "fusion_plan",
+__all__ = ["run_block", "run_plan", "stage_transform", "chain", "named_chain", "identity", "fusion_plan",
            "PlannedUpdate", "leaf_compute_dtype", "state_compute_dtype"]
