@@ -116,7 +116,10 @@ def test_nearest_code_index_is_searchsorted_on_the_midpoints(name):
     mid = ((code[1:] + code[:-1]) / 2).astype(np.float32)
     rng = np.random.default_rng(1)
     x = np.concatenate([mid, np.nextafter(mid, 2), np.nextafter(mid, -2), code, [0.0, -0.0],
-                        rng.uniform(-1, 1, 5000), 10.0 ** rng.uniform(-9, 0, 5000)])
+                        rng.uniform(-1, 1, 5000), 10.0 ** rng.uniform(-9, 0, 5000),
+                        # tiny and subnormal values of both signs (they share a bucket)
+                        -(10.0 ** rng.uniform(-44, 0, 5000)), 10.0 ** rng.uniform(-44, -6, 5000),
+                        np.nextafter(np.float32([2.0 ** -24, -2.0 ** -24]), 0)])
     x = np.clip(x, -1, 1).astype(np.float32)
     got = np.asarray(nearest_code_index(jnp.asarray(x), name))
     np.testing.assert_array_equal(got, np.searchsorted(mid, x, side="left"))
