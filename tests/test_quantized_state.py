@@ -198,6 +198,24 @@ def test_fp8_round_trip_relative_error():
     assert np.all(err[~normal] <= 2.0 ** -10 * (1 + 1e-5))
 
 
+def test_fp8_encoding_is_the_cast_bit_for_bit():
+    # ml_dtypes (numpy's float8 types, independent of functrain) rounds to nearest even
+    import ml_dtypes
+    from functrain.quantized_state import to_e4m3fn
+    rng = np.random.default_rng(5)
+    every = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    values = np.unique(every[np.isfinite(every)])
+    mid = ((values[1:] + values[:-1]) / 2).astype(np.float32)       # the ties
+    sign = rng.choice([-1, 1], 200_000)
+    y = np.concatenate([rng.uniform(-448, 448, 200_000),
+                        10.0 ** rng.uniform(-12, np.log10(448), 200_000) * sign,
+                        values, mid, np.nextafter(mid, 500), np.nextafter(mid, -500),
+                        [0.0, -0.0, 448.0, -448.0]]).astype(np.float32)
+    got = np.asarray(to_e4m3fn(jnp.asarray(y))).view(np.uint8)
+    np.testing.assert_array_equal(got, y.astype(ml_dtypes.float8_e4m3fn).view(np.uint8))
+    assert np.isnan(np.asarray(to_e4m3fn(jnp.array([np.nan, -np.nan])), np.float32)).all()
+
+
 def test_quantized_array_is_a_pytree_with_static_shape():
     q = quantize_blockwise(jnp.ones((3, 5)), "dynamic8_signed", 4)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(q)

@@ -434,5 +434,5 @@ def identity() -> GradientTransformation:
                                      any_dtype=True))
 
 
-__all__ = ["run_block", "run_plan", "stage_transform", "chain", "named_chain", "identity", "fusion_plan",
-           "PlannedUpdate", "leaf_compute_dtype", "state_compute_dtype"]
+__all__ = ["run_block", "run_plan", "stage_transform", "chain", "named_chain", "identity",
+           "fusion_plan", "PlannedUpdate", "leaf_compute_dtype", "state_compute_dtype"]
