@@ -185,8 +185,8 @@ def breakdown(n: int = 2 ** 22, reps: int = 15) -> list:
     elementwise EMA pass ``0.9 m + 0.1 g`` (what the unquantized moment update costs);
     medians of ``reps`` interleaved calls, in ms.
     """
-    from functrain.quantized_state import (DEFAULT_BLOCK, _blocks, dequantize_blockwise,
-                                           nearest_code_index, quantize_blockwise)
+    from functrain.quantization import (DEFAULT_BLOCK, _blocks, dequantize_blockwise,
+                                        nearest_code_index, quantize_blockwise)
     g = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (n,))
     fns = {"ema pass (float32)": (jax.jit(lambda a, b: 0.9 * a + 0.1 * b), (g, g))}
     for code, bits in (("dynamic8_signed", 8), ("dynamic8_unsigned", 8),

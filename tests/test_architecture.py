@@ -94,7 +94,8 @@ def allowed_imports(module: str) -> Optional[object]:
         return TREE
     if module in {"functrain.grad", "functrain.ivy_updates", "functrain.sharding",
                   "functrain.schedules", "functrain.projections", "functrain.microbatching",
-                  "functrain.linalg", "functrain.param_updates", "functrain.tree_utils"}:
+                  "functrain.linalg", "functrain.param_updates", "functrain.tree_utils",
+                  "functrain.quantization"}:
         return TREE | NUMERICS
     if module == BASE:
         return TREE | NUMERICS
@@ -118,7 +119,8 @@ def allowed_imports(module: str) -> Optional[object]:
                                or target.startswith(("functrain.transforms.",
                                                      "functrain.whole_tree.")))
     if module == "functrain.quantized_state":  # a wrapper whose presets name optimizers
-        return lambda target: (target in TREE | NUMERICS | {BASE, ENGINE}
+        return lambda target: (target in TREE | NUMERICS | {BASE, ENGINE,
+                                                            "functrain.quantization"}
                                or target.startswith("functrain.optimizers."))
     return None
 

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 import functrain
-from functrain.quantized_state import (QuantizedArray, dequantize_blockwise,
-                                       quantize_blockwise)
+from functrain.quantization import QuantizedArray, dequantize_blockwise, quantize_blockwise
 
 
 def opaque(tx):

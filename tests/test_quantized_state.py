@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 import functrain
-from functrain.quantized_state import (CODES, FIELD_CODES, QuantizedArray,
-                                       dequantize_blockwise, dynamic_code, field_codes,
-                                       linear_code, nearest_code_index, quantize_blockwise)
+from functrain.quantization import (CODES, QuantizedArray, dequantize_blockwise,
+                                    dynamic_code, linear_code, nearest_code_index,
+                                    quantize_blockwise, to_e4m3fn)
+from functrain.quantized_state import FIELD_CODES, field_codes
 
 
 # --------------------------------------------------------------------------
@@ -201,7 +202,6 @@ def test_fp8_round_trip_relative_error():
 def test_fp8_encoding_is_the_cast_bit_for_bit():
     # ml_dtypes (numpy's float8 types, independent of functrain) rounds to nearest even
     import ml_dtypes
-    from functrain.quantized_state import to_e4m3fn
     rng = np.random.default_rng(5)
     every = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     values = np.unique(every[np.isfinite(every)])

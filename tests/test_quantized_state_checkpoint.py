@@ -41,7 +41,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import functrain
 from functrain import sharding as fs
-from functrain.quantized_state import QuantizedArray
+from functrain.quantization import QuantizedArray
 from helpers import run_on_eight_devices
 
 OPTIMIZERS: dict[str, Callable[[], Any]] = {
