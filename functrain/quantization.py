@@ -168,8 +168,8 @@ def nearest_code_index(scaled: Array, code: str) -> Array:
     """
     key = _order_key(jax.lax.bitcast_convert_type(scaled.astype(jnp.float32), jnp.int32))
     # in bounds: _bucket_index clips, and saying so spares XLA's bounds handling
-    entry = jnp.asarray(_BUCKETS[code]).at[_bucket_index(key >> _SHIFT)].get(
-        mode="promise_in_bounds")
+    row = _bucket_index(key >> _SHIFT).astype(jnp.uint32)  # unsigned: no negative wrap
+    entry = jnp.asarray(_BUCKETS[code]).at[row].get(mode="promise_in_bounds")
     return ((entry + (key & (_NONE - 1))) >> 16).astype(jnp.uint8)
 
 
@@ -279,7 +279,10 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
     """
     table, bits = CODES[code]
     blocks = _blocks(x, block_size)
-    absmax = jnp.max(jnp.abs(blocks), axis=1)
+    # max |x| as the max of the sign-cleared bits (the same order for non-negative floats;
+    # a NaN stays a NaN): an integer reduction XLA:CPU fuses with the values' producer
+    magnitude = jax.lax.bitcast_convert_type(blocks, jnp.int32) & 0x7FFFFFFF
+    absmax = jax.lax.bitcast_convert_type(jnp.max(magnitude, axis=1), jnp.float32)
     scaled = blocks / jnp.where(absmax > 0, absmax, 1.0)[:, None]
     if table is None:
         codes = to_e4m3fn(scaled * FP8_MAX)
