@@ -196,8 +196,9 @@ class _Codec:
         """``x`` dequantized; after the quantized arrays in ``written`` exist, if any."""
         if not _is_quantized(x):
             return x
-        # Always true (a maximum of absolute values is not negative), unknown to XLA:
-        # a data dependency that orders the decodes leaf after leaf.
+        # True unless a block maximum is NaN (it is never negative), which XLA cannot know;
+        # either way the decode gives the same values (dequantize_blockwise's ``after``).
+        # A data dependency that orders the decodes leaf after leaf.
         marks = [w.absmax[0] >= -1.0 for w in written if _is_quantized(w) and w.absmax.size]
         return dequantize_like(x, functools.reduce(jnp.logical_and, marks) if marks else None)
 
