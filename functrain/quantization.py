@@ -117,12 +117,12 @@ def _order_key(bits: Any, xp: Any = jnp) -> Any:
     return xp.where(bits < 0, -(2 ** 31) - bits - 1, bits)
 
 
-def _bucket_of(v: float) -> int:
-    bits = np.array([v], np.float32).view(np.int32).astype(np.int64)
-    return int(_order_key(bits, np)[0] >> _SHIFT)
+def _np_keys(values: Any) -> np.ndarray:
+    """``_order_key`` of float32 values, in numpy (int64), for building the tables."""
+    return _order_key(np.asarray(values, np.float32).view(np.int32).astype(np.int64), np)
 
 
-_TOP, _BOTTOM = _bucket_of(1.0), _bucket_of(2.0 ** -_TINY)  # positive buckets used
+_TOP, _BOTTOM = (int(b) for b in _np_keys([1.0, 2.0 ** -_TINY]) >> _SHIFT)  # positive buckets
 _HALF = _TOP - _BOTTOM + 1                                    # buckets per sign
 
 
@@ -135,7 +135,7 @@ def _bucket_index(bucket: Any, xp: Any = jnp) -> Any:
 
 def _bucket_table(table: np.ndarray) -> np.ndarray:
     midpoints = ((table[1:] + table[:-1]) / 2).astype(np.float32)
-    keys = _order_key(midpoints.view(np.int32).astype(np.int64), np)
+    keys = _np_keys(midpoints)
     assert np.all(np.abs(midpoints) >= 2.0 ** (1 - _TINY)), "a midpoint below 2**(1-_TINY)"
     rows = _bucket_index(keys >> _SHIFT, np)
     assert np.all(np.diff(rows) > 0), "two midpoints share a bucket"
