@@ -309,8 +309,9 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
            [0.25, 0.25, 0.25]], dtype=float32)
     """
     table, bits = CODES[q.code]
-    absmax = q.absmax if after is None else jnp.where(after, q.absmax, jnp.abs(q.absmax))
     if table is None:
+        # the scale, or its absolute value (the same: a maximum of absolute values)
+        absmax = q.absmax if after is None else jnp.where(after, q.absmax, jnp.abs(q.absmax))
         blocks = q.codes.astype(jnp.float32) * (absmax / FP8_MAX)[:, None]
     else:
         index = q.codes
@@ -320,7 +321,7 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
             table = np.concatenate([table, table])
             index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
         # an index into the table: always in bounds (see nearest_code_index)
-        blocks = jnp.asarray(table).at[index].get(mode="promise_in_bounds") * absmax[:, None]
+        blocks = jnp.asarray(table).at[index].get(mode="promise_in_bounds") * q.absmax[:, None]
     size = int(np.prod(q.shape, dtype=np.int64))
     return blocks.reshape(-1)[:size].reshape(q.shape).astype(q.dtype)
 
