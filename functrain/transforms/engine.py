@@ -152,11 +152,12 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
         for k, stage in enumerate(stages):
             active, fields, ctx, _ = plans[k]
             stored = tuple(f[i] for f in fields)
-            olds = stored if codec is None else tuple(codec.decode(o, written) for o in stored)
             if not active[i]:
                 news = stored
                 ran.append(None)
             else:
+                olds = stored if codec is None else tuple(codec.decode(o, written)
+                                                          for o in stored)
                 olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
                 extra = {}
                 if stage.norm_of_input and recomputing and any(r is not None for r in ran):
