@@ -46,6 +46,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import functrain  # noqa: E402
+from functrain.jax_compat import enable_x64
 from lightbench import LEARNING_RATES, make_run  # noqa: E402
 from lightbench_tasks import TASKS  # noqa: E402
 
@@ -92,7 +93,7 @@ def step_by_step(pk, tasks: dict, names: tuple, steps: int = 30, lr: float = 0.0
         return [jnp.stack([vs[i] for i in members]) for members in groups]
 
     rows, original = [], fk._noise
-    with jax.enable_x64(True), contextlib.redirect_stdout(io.StringIO()):
+    with enable_x64(True), contextlib.redirect_stdout(io.StringIO()):
         fk._noise = noise
         try:
             for name in names:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from functrain import tree as ft
+from functrain import jax_compat, tree as ft
 
 Array = jax.Array
 PyTree = Any
@@ -368,12 +368,13 @@ def map_stacks(fn: Callable[..., Any], *stacks: Array,
 
     def place(x: Array, spec: PartitionSpec) -> Array:
         if explicit:  # a mesh with explicit axes: the sharding is part of the type
-            return jax.sharding.reshard(x, NamedSharding(mesh, spec))
+            return jax_compat.reshard(x, NamedSharding(mesh, spec))
         return lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
     split, whole = PartitionSpec(tuple(mesh.axis_names)), PartitionSpec()
-    out = jax.shard_map(fn, mesh=mesh, in_specs=(split,) * len(stacks) + (whole,) * len(shared),
-                        out_specs=split, check_vma=False)(
+    out = jax_compat.shard_map(fn, mesh=mesh,
+                               in_specs=(split,) * len(stacks) + (whole,) * len(shared),
+                               out_specs=split)(
         *(place(x, split) for x in stacks), *(place(jnp.asarray(x), whole) for x in shared))
     return jax.tree.map(lambda y: place(y, PartitionSpec())[:k], out)
 

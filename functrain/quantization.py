@@ -30,6 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+from functrain import jax_compat
+
 Array = jax.Array
 
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
@@ -370,7 +372,7 @@ def quantize_like(x: Array, code: str, block_size: int, like: Optional[Quantized
     else:
         codes, absmax = sharding, jax.typeof(like.absmax).sharding
     out = QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
-    return jax.sharding.auto_axes(lambda v: quantize_blockwise(v, code, block_size),
+    return jax_compat.auto_axes(lambda v: quantize_blockwise(v, code, block_size),
                                   out_sharding=out)(x)
 
 
@@ -388,7 +390,7 @@ def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
     if sharding is None:
         return dequantize_blockwise(q, after)
     spec = _aligned(sharding, q.shape, q.codes.shape[0], block_size_of(q))
-    return jax.sharding.auto_axes(dequantize_blockwise,
+    return jax_compat.auto_axes(dequantize_blockwise,
                                   out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
 
 

@@ -89,8 +89,8 @@ def state_shardings(opt: Any, params: PyTree) -> PyTree:
     >>> params = {'w': jax.ShapeDtypeStruct((4, 2), jnp.float32,
     ...                                     sharding=NamedSharding(mesh, P(None, 'model')))}
     >>> shardings = state_shardings(functrain.adam(1e-3), params)
-    >>> shardings[0].mu['w'].spec, shardings[0].count.spec
-    (P(None, 'model'), P())
+    >>> tuple(shardings[0].mu['w'].spec), tuple(shardings[0].count.spec)
+    ((None, 'model'), ())
     """
     abstract = jax.eval_shape(opt.init, params)
     _, p_leaves, treedef = ft.flatten_with_paths(params)
@@ -232,8 +232,8 @@ def zero_shardings(state: PyTree, mesh: Any, axis: str = "data", *,
     >>> opt = functrain.adam(1e-3)
     >>> state = jax.eval_shape(opt.init, {'w': jnp.zeros((6, 4)), 'b': jnp.zeros(3)})
     >>> shardings = zero_shardings(state, mesh)
-    >>> shardings[0].mu['w'].spec, shardings[0].count.spec
-    (P('data', None), P())
+    >>> tuple(shardings[0].mu['w'].spec), tuple(shardings[0].count.spec)
+    (('data', None), ())
     >>> state = jax.device_put(opt.init({'w': jnp.zeros((6, 4)), 'b': jnp.zeros(3)}), shardings)
     """
     if axis not in mesh.shape:

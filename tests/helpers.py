@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 import functrain as ft
+from functrain.jax_compat import enable_x64
 
 # functrain's type aliases (``typing.Any`` or a ``Callable[...]`` at run time): no
 # docstring of their own; the reference documents them by path (docs/api/building_blocks).
@@ -102,6 +103,29 @@ STEPS = 50
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
+def lapack_calls(compiled_text: str) -> tuple[list, list]:
+    """The LAPACK custom calls of a compiled CPU program (``jitted.lower(...).compile()
+    .as_text()``), split into ``(unbatched, batched)`` by their ``num_batch_dims``.
+
+    The compiled program, not the lowered one: JAX before 0.6 lowers
+    ``lax.platform_dependent`` to a conditional holding every platform's branch, which XLA
+    then removes for the platform compiled for.
+    """
+    import re
+    calls = [line.strip() for line in compiled_text.splitlines()
+             if "custom-call(" in line and "lapack_" in line]
+    split: tuple[list, list] = ([], [])
+    for call in calls:
+        split[not re.search(r'num_batch_dims\s*=\s*"0"', call)].append(call[:200])
+    return split
+
+
+def fast_jit(fn: Callable) -> Callable:
+    """``jax.jit(fn, compiler_options=FAST_COMPILE)``, usable as a plain decorator (JAX before
+    0.6 has no ``jax.jit(**options)`` decorator factory)."""
+    return jax.jit(fn, compiler_options=FAST_COMPILE)
+
+
 def trajectory(opt: Any, apply_updates: Callable, params: Any, grads: Any,
                steps: Optional[int] = None, with_value: bool = False) -> Any:
     """Params after each step of one jitted step function, stacked over the steps.
@@ -118,7 +142,7 @@ def trajectory(opt: Any, apply_updates: Callable, params: Any, grads: Any,
     if steps is None:
         steps = STEPS if callable(grads) else jax.tree_util.tree_leaves(grads)[0].shape[0]
 
-    @jax.jit(compiler_options=FAST_COMPILE)
+    @fast_jit
     def step(p, s, g):
         if callable(grads):
             g = grads(p)
@@ -136,9 +160,11 @@ def trajectory(opt: Any, apply_updates: Callable, params: Any, grads: Any,
 
 def assert_same_trajectory(ours: Any, theirs: Any, *, params: Any = None, grads: Any = None,
                            steps: Optional[int] = None, with_value: bool = False,
-                           name: str = "", rtol: float = 2e-5, atol: float = 1e-6,
+                           name: str = "", rtol: Optional[float] = None,
+                           atol: Optional[float] = None,
                            apply_ours: Callable = ft.apply_updates,
-                           apply_theirs: Callable = optax.apply_updates) -> None:
+                           apply_theirs: Callable = optax.apply_updates,
+                           float64: bool = False) -> None:
     """``ours`` and ``theirs`` give the same params at every step, and the params really moved.
 
     Args:
@@ -149,11 +175,26 @@ def assert_same_trajectory(ours: Any, theirs: Any, *, params: Any = None, grads:
       steps: the number of steps.
       with_value: pass a loss ``value`` to ``update``.
       name: named in failure messages.
-      rtol, atol: the tolerance at every step (optax parity: 2e-5, 1e-6).
+      rtol, atol: the tolerance at every step (optax parity in float32: 2e-5, 1e-6; with
+        ``float64``: 1e-9, 1e-11).
       apply_ours, apply_theirs: how each side applies its updates.
+      float64: run both in float64 (complex128): float32 (complex64) leaves of ``params``
+        and ``grads`` are widened under ``enable_x64``. For optimizers that amplify
+        rounding (Newton-Schulz iterations over many steps), where float32 results of two
+        correct programs that sum in another order drift apart by more than float32
+        parity's tolerance (seen with another XLA version: 4e-6 after 20 Muon steps); in
+        float64 that drift is ~1e-13, so 1e-9 keeps a margin of thousands either way.
     """
     params = make_params() if params is None else params
     grads = make_grads(params, steps or STEPS) if grads is None else grads
+    if float64:
+        with enable_x64():
+            return assert_same_trajectory(
+                ours, theirs, params=widen(params), grads=grads if callable(grads) else
+                widen(grads), steps=steps, with_value=with_value, name=name,
+                rtol=1e-9 if rtol is None else rtol, atol=1e-11 if atol is None else atol,
+                apply_ours=apply_ours, apply_theirs=apply_theirs)
+    rtol, atol = 2e-5 if rtol is None else rtol, 1e-6 if atol is None else atol
     a = trajectory(ours, apply_ours, params, grads, steps, with_value)
     b = trajectory(theirs, apply_theirs, params, grads, steps, with_value)
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b), name
@@ -169,6 +210,13 @@ def assert_same_trajectory(ours: Any, theirs: Any, *, params: Any = None, grads:
                                    err_msg=f"{where}: first differs at step {first}")
         moved |= bool(np.any(x[-1] != np.asarray(p0)))
     assert moved, f"{name} never moved the params: the comparison would be vacuous"
+
+
+def widen(tree: Any) -> Any:
+    """float32 leaves as float64 and complex64 as complex128 (call under ``enable_x64``)."""
+    wider = {np.dtype(np.float32): np.float64, np.dtype(np.complex64): np.complex128}
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(np.asarray(x), wider.get(np.dtype(x.dtype), x.dtype)), tree)
 
 
 _STEP_FNS: dict = {}  # id(opt) -> (opt, its jitted step): one compile per optimizer object

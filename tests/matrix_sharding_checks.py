@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import AxisType
 
 import functrain as ft
+from functrain.jax_compat import enable_x64
 
 CHECKS: dict[str, Callable[[], None]] = {}
 
@@ -58,7 +59,7 @@ def check_shampoo_refresh_split_over_devices() -> None:
     shapes = {f"w{i:02d}": (16, 16) for i in range(13)} | {"emb": (48, 16), "b": (16,)}
     kw = dict(block_size=16, start_preconditioning_step=1, precondition_frequency=2)
 
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
         one, hlo_one = four_steps_and_program(ft.contrib.shampoo(1e-2, **kw), params)
         assert loop_trip_counts(hlo_one) == [16, 16], loop_trip_counts(hlo_one)
@@ -84,7 +85,7 @@ def check_soap_refresh_split_over_devices() -> None:
                                                             "b": (16,)}
     kw = dict(precondition_frequency=2, max_precond_dim=16)
 
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
         one, _ = four_steps_and_program(ft.contrib.soap(1e-2, **kw), params)
         single = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
@@ -111,7 +112,7 @@ def check_muon_newton_schulz_split_over_devices() -> None:
     def stack_sizes(hlo: str) -> list:
         return sorted({int(n) for n in re.findall(r"f64\[(\d+),16,16\]\{[^}]*\} dot", hlo)})
 
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
         one, hlo_one = four_steps_and_program(ft.contrib.muon(1e-2), params)
         assert stack_sizes(hlo_one) == [13], stack_sizes(hlo_one)
@@ -137,7 +138,7 @@ def check_kron_factor_work_split_over_devices() -> None:
     def stack_sizes(hlo: str) -> list:
         return sorted({int(n) for n in re.findall(r"f64\[(\d+),16,16\]\{[^}]*\} dot", hlo)})
 
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
         one, hlo_one = four_steps_and_program(ft.contrib.kron(1e-2, **kw), params)
         assert 13 in stack_sizes(hlo_one) and 2 not in stack_sizes(hlo_one), \

@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 import functrain as ft
+from functrain.jax_compat import enable_x64
 from helpers import loss_value
 from registry import REGISTRY
 
@@ -70,7 +71,7 @@ def check_float64_params_stay_float64(name: str) -> None:
     factory, kwargs = getattr(ft, name), dict(REGISTRY[name].args)
     if name == "adafactor":  # its momentum is float32 unless told otherwise (as optax)
         kwargs = dict(kwargs, dtype_momentum=jnp.float64)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         scalar = name != "sm3"  # optax's sm3 fails on scalar leaves
         params = small_tree(jnp.float64, scalar)
         grads = small_grads(jnp.float64, steps=2, scalar=scalar)

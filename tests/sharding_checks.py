@@ -25,6 +25,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import functrain as ft
 import matrix_sharding_checks  # noqa: E402  (tests/ is on sys.path: pytest and `python tests/...`)
 from functrain import sharding as fs
+from functrain.jax_compat import enable_x64
 
 # rtol as issue 6 asks; atol for entries that cross zero (params are O(1)).
 RTOL, ATOL = 2e-5, 1e-6
@@ -680,7 +681,7 @@ def check_soap() -> None:
     mesh = mesh_2d(AxisType.Auto)
     p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
     opt = ft.contrib.soap(1e-2, precondition_frequency=2, max_precond_dim=16)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         xs, ys = (np.asarray(a, np.float64) for a in make_batches())
         start = {k: np.asarray(v, np.float64) for k, v in model_params().items()}
         run = jax.jit(make_step(opt))

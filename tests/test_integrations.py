@@ -22,6 +22,7 @@ suite fails; nothing is skipped.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -143,6 +144,10 @@ class NnxMLP(nnx.Module):
         return self.dense2(nnx.relu(self.norm(self.dense1(x))))
 
 
+# flax 0.11 made the model update's first argument: update(model, grads), was update(grads).
+NNX_UPDATE_TAKES_MODEL = "model" in inspect.signature(nnx.Optimizer.update).parameters
+
+
 def nnx_train(tx, steps):
     model = NnxMLP(nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
@@ -151,7 +156,10 @@ def nnx_train(tx, steps):
     @nnx.jit
     def step(model, optimizer):
         loss, grads = nnx.value_and_grad(lambda m: xent(m(x), y))(model)
-        optimizer.update(model, grads)
+        if NNX_UPDATE_TAKES_MODEL:
+            optimizer.update(model, grads)
+        else:  # flax before 0.11: the optimizer holds the model
+            optimizer.update(grads)
         return loss
 
     losses = [float(step(model, optimizer)) for _ in range(steps)]
@@ -175,7 +183,8 @@ def test_flax_nnx_optimizer_with_functrain_adamw_matches_optax_adamw():
     # Optimizer state holds moments for the 6 Param arrays only (not the BatchStat).
     mu = optimizer.opt_state[0].mu
     assert len(jax.tree_util.tree_leaves(mu)) == 6
-    assert_trees_close(nnx.state(optimizer, nnx.OptState), nnx.state(ref_optimizer, nnx.OptState))
+    opt_state_type = nnx.training.optimizer.OptState  # nnx.OptState from flax 0.11
+    assert_trees_close(nnx.state(optimizer, opt_state_type), nnx.state(ref_optimizer, opt_state_type))
 
 
 # ----------------------------------------------------------------------------- Equinox

@@ -8,6 +8,7 @@ import pytest
 
 import functrain
 from functrain import linalg
+from helpers import lapack_calls
 
 RNG = np.random.default_rng(0)
 
@@ -103,11 +104,10 @@ def test_map_matrices_makes_no_batched_lapack_call_on_cpu():
     s = _spd_stack(4, 8)
     f = jax.jit(lambda s, p: jax.lax.cond(
         p, lambda s: linalg.map_matrices(jnp.linalg.eigh, s)[1], lambda s: s, s))
-    text = f.lower(s, True).as_text()
-    calls = [line for line in text.splitlines() if "lapack_" in line]
-    assert calls and all('num_batch_dims = "0"' in line for line in calls), calls
-    unsafe = jax.jit(lambda s: jnp.linalg.eigh(s)[1]).lower(s).as_text()
-    assert 'num_batch_dims = "1"' in unsafe  # the check above can fail
+    unbatched, batched = lapack_calls(f.lower(s, True).compile().as_text())
+    assert unbatched and not batched, batched
+    unsafe = jax.jit(lambda s: jnp.linalg.eigh(s)[1]).lower(s).compile().as_text()
+    assert lapack_calls(unsafe)[1]  # the check above can fail
 
 
 def test_set_lapack_threads_sets_and_returns_the_previous_count():

@@ -33,7 +33,7 @@ with every shape and dtype (an explicit example: hypothesis' first drawn
 example is always the simplest tree, a float32 scalar 0.0).
 
 :func:`test_properties_float64` repeats them with float64 trees under
-``jax.enable_x64(True)``. Subjects whose math has no complex version
+``enable_x64(True)``. Subjects whose math has no complex version
 (``real_only``, with the reason: sm3, rprop, anything with ``clip``) draw real
 trees only; :func:`test_complex_rejected_with_clear_error` checks that they refuse
 complex leaves, naming the leaf, and :func:`test_complex_matches_optax` that every
@@ -67,8 +67,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import functrain as ft
+from functrain.jax_compat import enable_x64
 import registry
-from helpers import FAST_COMPILE
+from helpers import FAST_COMPILE, fast_jit
 
 PACKAGE = pathlib.Path(ft.__file__).resolve().parent
 
@@ -515,7 +516,7 @@ def check_properties(recipe: Recipe, spec: Any) -> None:
     # ... and a jitted step is traced once for two calls.
     traces = []
 
-    @jax.jit(compiler_options=FAST_COMPILE)
+    @fast_jit
     def step(p, s, g):
         traces.append(1)
         u, s = opt.update(g, s, p, **extra(p))
@@ -594,7 +595,7 @@ def test_properties_real_only(subject, spec):
 @_profile(scale=0.5)
 def test_properties_float64(subject, spec):
     """The same properties on float64 (and mixed float64/float32) trees, with x64 on."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         check_properties(RECIPES[subject], spec)
     assert not jax.config.jax_enable_x64
 

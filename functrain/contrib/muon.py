@@ -28,7 +28,7 @@ import numpy as np
 from functrain.linalg import PRECONDITIONINGS, map_stacks, newton_schulz
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain import tree as ft
+from functrain import jax_compat, tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.optimizers.adam_family import adamw
 from functrain.transforms.adam import corrections
@@ -237,7 +237,7 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
         # back to the leaf's sharding at the end.
         specs[i] = ft.explicit_spec(x)
         if specs[i] is not None:
-            x = jax.sharding.reshard(x, jax.sharding.PartitionSpec())
+            x = jax_compat.reshard(x, jax.sharding.PartitionSpec())
         view = views[i] = _matrix_view(x.shape, red, out)
         m = jnp.transpose(x, view.perm).reshape(view.sizes)
         mats[i] = m
@@ -259,7 +259,7 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
         if adaptive:  # scaled by the dual norm <M, O> of each matrix (Bernstein et al., 2024)
             o = jnp.sum(jnp.conj(m) * o, axis=(-2, -1), keepdims=True) * o
         o = jnp.transpose(o.reshape([x.shape[a] for a in view.perm]), np.argsort(view.perm))
-        out_leaves[i] = o if specs[i] is None else jax.sharding.reshard(o, specs[i])
+        out_leaves[i] = o if specs[i] is None else jax_compat.reshard(o, specs[i])
     return treedef.unflatten(out_leaves)
 
 
@@ -450,7 +450,8 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
             name=owner, update_leaf=leaf, state_cls=MuonState, leaf_fields=("mu",),
             init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),), prepare=prepare,
             init_global=lambda: {"count": jnp.zeros([], jnp.int32),
-                                 "ns_coeffs": jnp.asarray(coeffs, jnp.float32)})
+                                 # JAX's default float (float64 under x64), as optax
+                                 "ns_coeffs": jnp.asarray(coeffs, float)})
 
     # The momentum: a per-leaf engine stage (checks, state layout, masks), fed the updates
     # in their compute dtype so Newton-Schulz, over the whole tree, gets it unrounded.

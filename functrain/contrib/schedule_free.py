@@ -250,8 +250,9 @@ def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = 
     >>> state = opt.init(params)
     >>> grads = jax.grad(lambda x: jnp.sum(x ** 2))(params)
     >>> updates, state = opt.update(grads, state, params)
-    >>> functrain.contrib.schedule_free_eval_params(state, params + updates)
-    Array([-1., -2., -3.], dtype=float32)
+    >>> [round(float(v), 5) for v in
+    ...  functrain.contrib.schedule_free_eval_params(state, params + updates)]
+    [-1.0, -2.0, -3.0]
     """
     learning_rate = _warmup(learning_rate, warmup_steps, "schedule_free_sgd")
     base = sgd(learning_rate)

@@ -18,6 +18,7 @@ import pytest
 
 import functrain
 from functrain.contrib import CameState, came, scale_by_came
+from functrain.jax_compat import enable_x64
 from helpers import run_jitted
 
 STEPS = 20
@@ -93,7 +94,7 @@ def test_matches_numpy_pseudo_code_float64(kwargs):
     names = dict(learning_rate=kwargs["lr"], weight_decay=kwargs.get("wd", 0.0),
                  clip_threshold=kwargs.get("d", 1.0))
     names.update({k: v for k, v in kwargs.items() if k not in ("lr", "wd", "d")})
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = jax.tree_util.tree_map(jnp.asarray, _tree())
         got, state = run_jitted(came(**names), params,
                           [jax.tree_util.tree_map(jnp.asarray, g) for g in grads])

@@ -25,6 +25,7 @@ import pytest
 
 import functrain
 from functrain.contrib import KronState, kron, precond_update_prob_schedule, scale_by_kron
+from functrain.jax_compat import enable_x64
 from helpers import all_equations, run_jitted
 
 STEPS = 20
@@ -221,7 +222,7 @@ def test_matches_numpy_pseudo_code_float64(name):
     def tree(rng):
         return {k: v for k, v in _tree(jnp.float64, rng).items() if k in leaves}
 
-    with jax.enable_x64(True):
+    with enable_x64(True):
         rng = np.random.default_rng(0)
         params = tree(rng)
         grads = [tree(rng) for _ in range(STEPS)]
@@ -241,7 +242,7 @@ def test_matches_numpy_pseudo_code_float64(name):
 
 
 def test_complex_matches_numpy_pseudo_code_complex128():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         rng = np.random.default_rng(1)
         params = {k: v for k, v in _tree(jnp.complex128, rng).items()
                   if k in ("w", "w2", "b", "s")}
@@ -406,7 +407,7 @@ def test_groups_equal_per_leaf_float64(monkeypatch, gather_rows):
     monkeypatch.setattr(KRON, "_MAX_GATHER_ROWS", gather_rows)
     kw = dict(learning_rate=0.05, max_size_triangular=8, preconditioner_update_probability=1.0,
               momentum_into_precond_update=False, seed=4)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         rng = np.random.default_rng(0)
         params = _group_tree(rng)
         grads = [_group_tree(rng) for _ in range(6)]  # six preconditioner updates
@@ -560,7 +561,7 @@ def test_blocks_equal_separate_leaves_float64(shape):
     rows, cols = ([*range(0, d, 3), d] for d in shape)  # block_size=3
     kw = dict(learning_rate=0.05, preconditioner_update_probability=1.0, update_clip_rms=None,
               seed=2, max_size_triangular=4)  # 9 > 4: the unsplit leaf's axis would be diagonal
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, *grads = [{"w": jnp.asarray(x)}
                           for x in np.random.default_rng(1).standard_normal((7,) + shape)]
         got, state = run_jitted(kron(block_size=3, **kw), params, grads)
@@ -580,7 +581,7 @@ def test_blocks_equal_separate_leaves_float64(shape):
 def test_merge_dims_equals_the_reshaped_leaf_float64():
     kw = dict(learning_rate=0.05, preconditioner_update_probability=1.0, seed=3,
               max_size_triangular=8)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, *grads = [{"w": jnp.asarray(x)}
                           for x in np.random.default_rng(2).standard_normal((6, 2, 3, 8))]
         got, state = run_jitted(kron(merge_dims=True, **kw), params, grads)

@@ -17,6 +17,7 @@ import pytest
 
 import functrain
 from functrain.contrib import ScaleByLapropState, laprop, scale_by_laprop
+from functrain.jax_compat import enable_x64
 
 STEPS = 30
 
@@ -68,7 +69,7 @@ def _run(opt, params, grads):
 
 @pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 2e-5)])
 def test_matches_the_papers_algorithm(dtype, rtol):
-    with jax.enable_x64(dtype == np.float64):
+    with enable_x64(dtype == np.float64):
         mask = {"w": True, "b": False, "s": True}
         params, grads = _problem(dtype)
         ours, state = _run(laprop(1e-2, b1=0.8, b2=0.95, eps=1e-8, weight_decay=0.1,
@@ -84,7 +85,7 @@ def test_matches_the_papers_algorithm(dtype, rtol):
 
 
 def test_complex_leaves_use_the_squared_modulus():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(np.float64, complex_leaf=True)
         ours, _ = _run(laprop(1e-2), params, grads)
         ref = ref_laprop(params, grads, 1e-2)

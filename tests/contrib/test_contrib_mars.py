@@ -16,6 +16,7 @@ import pytest
 
 import functrain
 from functrain.contrib import MarsState, mars, scale_by_mars
+from functrain.jax_compat import enable_x64
 from helpers import run_jitted, trajectory
 
 STEPS = 20
@@ -70,7 +71,7 @@ def test_matches_numpy_pseudo_code_float64(kwargs, scale, clipping):
     assert (clips > 0) == clipping, clips
     names = dict(learning_rate=kwargs["lr"], weight_decay=kwargs.get("wd", 0.0))
     names.update({k: v for k, v in kwargs.items() if k not in ("lr", "wd")})
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = jax.tree_util.tree_map(jnp.asarray, _tree())
         got, state = run_jitted(mars(**names), params, [jax.tree_util.tree_map(jnp.asarray, g)
                                                   for g in grads])

@@ -19,6 +19,7 @@ import pytest
 import functrain
 from functrain.contrib import (MarsCorrectionState, cautious, cautious_adamw, cautious_lion,
                                mars_correction, palm_beta2_schedule)
+from functrain.jax_compat import enable_x64
 
 STEPS = 12
 
@@ -87,7 +88,7 @@ def ref_lion(params, grads, lr, b1, b2, wd, caution, mars=None):
 
 
 def test_cautious_adamw_matches_the_papers_algorithm():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem()
         p, state, _ = _run(cautious_adamw(1e-2, weight_decay=0.1), params, grads)
         ref = ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.1, caution=True)
@@ -101,7 +102,7 @@ def test_cautious_adamw_matches_the_papers_algorithm():
 
 
 def test_cautious_lion_matches_the_papers_algorithm():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(1)
         p, _, _ = _run(cautious_lion(1e-3, weight_decay=0.5), params, grads)
         ref = ref_lion(params, grads, 1e-3, 0.9, 0.99, 0.5, caution=True)
@@ -110,7 +111,7 @@ def test_cautious_lion_matches_the_papers_algorithm():
 
 
 def test_mars_correction_in_front_of_lion_matches_the_paper():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(2)
         opt = functrain.chain(mars_correction(gamma=0.05, b1=0.9, max_norm=2.0),
                               functrain.lion(1e-3, weight_decay=0.1))
@@ -146,7 +147,7 @@ INNER = {
 @pytest.mark.parametrize("name", sorted(INNER))
 def test_cautious_wraps_any_optimizer(name):
     """cautious(opt)'s updates are the numpy caution of opt's own updates, step by step."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(4, shapes=(("w", (8, 6)), ("b", (6,))))
         _, state, ours = _run(cautious(INNER[name]()), params, grads)
         # the same optimizer alone, jitted, along the *cautioned* trajectory of params
@@ -185,7 +186,7 @@ def test_mars_correction_composes(name):
     1e-12), fed bit for bit: SOAP's eigenbasis of rank-deficient first statistics is
     arbitrary in its null space, so an ulp of difference in its input changes its path.
     """
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(5, shapes=(("w", (8, 6)), ("b", (6,))))
         p, state, _ = _run(functrain.chain(mars_correction(), INNER[name]()), params, grads)
         _, _, corrected = _run(mars_correction(), params, grads)
@@ -208,7 +209,7 @@ def np_trust_region_clip(u, lerp, scale):
 @pytest.mark.parametrize("lerp,scale", [(0.9, 1.5), (0.0, 0.5), (1.0, 3.0)])
 def test_trust_region_clip_matches_numpy(lerp, scale):
     u = np.concatenate([np.linspace(-50, 50, 101), np.geomspace(1e-6, 1e3, 20)])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         tx = functrain.contrib.trust_region_clip(lerp, scale)
         got = tx.update({"u": jnp.asarray(u)}, tx.init({"u": jnp.asarray(u)}))[0]["u"]
     np.testing.assert_allclose(got, np_trust_region_clip(u, lerp, scale), rtol=1e-12,
@@ -219,7 +220,7 @@ def test_trust_region_clip_matches_numpy(lerp, scale):
 @pytest.mark.parametrize("name", sorted(INNER))
 def test_trust_region_clip_composes(name):
     """chain(opt, trust_region_clip()) clips opt's own updates (run alone on the same params)."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(6, shapes=(("w", (8, 6)), ("b", (6,))))
         scaled = [{k: 100.0 * v for k, v in g.items()} for g in grads[:4]]
         opt = functrain.chain(INNER[name](), functrain.contrib.trust_region_clip())
@@ -270,7 +271,7 @@ def ref_adam_palm(params, grads, lr, b1, exponent, eps):
     lambda b2: functrain.chain(functrain.scale_by_adam(b2=b2), functrain.scale(-1e-2)),
 ], ids=["adam", "adamw", "scale_by_adam"])
 def test_palm_beta2_schedule_in_adam_matches_numpy(build):
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(6)
         p, _, _ = _run(build(palm_beta2_schedule()), params, grads)
         ref = ref_adam_palm(params, grads, 1e-2, 0.9, 0.8, 1e-8)
@@ -298,7 +299,7 @@ def test_a_plain_schedule_is_refused_as_b2():
 
 def test_palm_beta2_schedule_reaches_muons_adamw():
     """muon's adam_b2 takes the schedule: its AdamW leaves (no Nesterov) follow numpy."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params, grads = _problem(7, shapes=(("b", (6,)), ("c", (3,))))
         b2 = palm_beta2_schedule()
         got, _, _ = _run(functrain.contrib.muon(1e-2, adam_b2=b2, nesterov=False), params,

@@ -9,6 +9,7 @@ import pytest
 
 import functrain
 from functrain.contrib import MomoAdamState, MomoState, momo, momo_adam
+from functrain.jax_compat import enable_x64
 from helpers import assert_same_trajectory, loss_value, make_params, trajectory
 
 
@@ -58,7 +59,7 @@ def test_zero_gradient_takes_no_step_and_states():
 
 
 def test_float64_and_bfloat16():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = {"w": jnp.arange(4.0, dtype=jnp.float64) - 1.5}
         g = {"w": jnp.array([0.1, -0.3, 0.2, 0.4], jnp.float64)}
         for name in ("momo", "momo_adam"):

@@ -18,6 +18,7 @@ import pytest
 
 import functrain
 from functrain.contrib import ShampooState, scale_by_shampoo, shampoo
+from functrain.jax_compat import enable_x64
 
 STEPS = 20
 
@@ -160,7 +161,7 @@ SETTINGS = {
 def test_matches_numpy_pseudo_code_float64(name):
     kw = dict(SETTINGS[name])
     lr = kw.pop("lr")
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = _tree()
         grads = _grads(params)
         ours = _run_functrain(shampoo(lr, **kw), params, grads)
@@ -175,7 +176,7 @@ def test_matches_numpy_pseudo_code_float64(name):
 
 def test_complex_params_match_numpy_pseudo_code():
     # L = G G^H, R = G^H G (Hermitian), norms of |x|^2: the complex form of the same math.
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = _tree(np.complex128, seed=3)
         grads = _grads(params, steps=10)
         kw = dict(block_size=4, start_preconditioning_step=2, graft_type="adagrad")
@@ -191,7 +192,7 @@ def test_real_and_complex_leaves_of_one_shape_are_each_their_own():
     real one came back through a complex-to-real cast, with JAX's warning): each equals
     its run alone, and nothing warns."""
     import warnings
-    with jax.enable_x64(True), warnings.catch_warnings():
+    with enable_x64(True), warnings.catch_warnings():
         warnings.simplefilter("error")
         real, cplx = _tree(np.float64, seed=4), _tree(np.complex128, seed=5)
         params = {"r": real["w"], "c": cplx["w"]}
@@ -435,7 +436,7 @@ def _grouping_tree(dtype=jnp.float32):
 def test_grouped_blocks_equal_each_leaf_alone(kwargs):
     # In float64, where the order of a batched GEMM's sums cannot hide a wrong pairing of
     # blocks and statistics (in float32 the two agree to about 3e-5 relative).
-    with jax.enable_x64(True):
+    with enable_x64(True):
         _check_grouped_equals_alone(kwargs)
 
 

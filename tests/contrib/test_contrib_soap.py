@@ -18,6 +18,7 @@ import pytest
 
 import functrain
 from functrain.contrib import SoapState, palm_beta2_schedule, scale_by_soap, soap
+from functrain.jax_compat import enable_x64
 from helpers import FAST_COMPILE, all_equations
 
 STEPS = 20
@@ -212,7 +213,7 @@ SETTINGS = {
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_scale_by_soap_matches_numpy_algorithm(name):
     shapes, ours, ref = SETTINGS[name]
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = _tree(shapes, jnp.float64)
         grads = _grads(params)
         got = _updates(scale_by_soap(**ours), params, grads)
@@ -226,7 +227,7 @@ def test_scale_by_soap_matches_numpy_algorithm(name):
 
 
 def test_soap_with_weight_decay_matches_numpy_algorithm():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = _tree(FULL_RANK, jnp.float64)
         grads = _grads(params)
         got = _updates(soap(0.05, weight_decay=0.1, precondition_frequency=3), params, grads)
@@ -316,7 +317,7 @@ def test_inject_hyperparams_gives_the_same_numbers():
     kw = dict(learning_rate=0.02, b1=0.9, b2=0.98, shampoo_beta=0.9, eps=1e-6,
               weight_decay=0.05, precondition_frequency=3)
     injected = functrain.inject_hyperparams(soap)(**kw)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = _tree({"sq": (5, 5), "v": (6,)}, jnp.float64)
         grads = _grads(params)
         want = _updates(soap(**kw), params, grads)
@@ -463,7 +464,7 @@ def test_tree_refresh_equals_each_leaf_refresh(dtype):
     """Each leaf's statistics, bases and updates are those of its own refresh (float64:
     to 1e-10, where a wrong pairing of stacked matrices and leaves cannot hide; float32:
     the same LAPACK and GEMM calls, to 1e-6), and the numpy algorithm's."""
-    with jax.enable_x64(dtype == "float64"):
+    with enable_x64(dtype == "float64"):
         params, grads, (updates, _, state), (want, _, want_state) = _split_and_per_leaf(
             jnp.dtype(dtype))
     rtol, atol = (1e-10, 1e-12) if dtype == "float64" else (1e-6, 1e-7)
@@ -532,7 +533,7 @@ def test_blocks_equal_separate_leaves_float64(shape, block_size, rows, cols, kw)
     kw = dict(kw, precondition_frequency=3)
     if kw.get("mesh"):
         kw["mesh"] = _one_device_mesh()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = _tree({"w": shape}, jnp.float64, seed=5)
         grads = _grads(params, steps=12, seed=6)
         def matrix(x):  # the merged leaf (the last case), or the leaf

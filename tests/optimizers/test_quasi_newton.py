@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import functrain as ft
-from helpers import FAST_COMPILE
+from helpers import fast_jit
 from optimizer_checks import check_float64_params_stay_float64
 
 
@@ -40,7 +40,7 @@ def run(m, opt, f, params, steps, conj=False):
     traces = []
     value_and_grad = m.value_and_grad_from_state(f)
 
-    @jax.jit(compiler_options=FAST_COMPILE)
+    @fast_jit
     def step(p, s):
         traces.append(1)
         v, g = value_and_grad(p, state=s)

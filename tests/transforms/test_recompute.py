@@ -13,6 +13,7 @@ import pytest
 
 import functrain as ft
 from functrain.transforms import recompute
+from functrain.jax_compat import enable_x64
 from helpers import assert_same_trajectory, jitted_steps, make_params
 
 
@@ -158,7 +159,7 @@ def test_trust_ratio_recompute_in_wrappers_matches_optax(make, monkeypatch):
 def test_trust_ratio_recompute_in_float64(monkeypatch):
     """x64: float64 literals go through the barrier as float64; same numbers as without it."""
     monkeypatch.setattr(recompute, "MIN_BYTES", 0)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         params = {"w": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float64).reshape(3, 4)}
         grads = {"w": jnp.cos(params["w"])}
         on = jitted_steps(ft.lamb(1e-2, weight_decay=0.1), params, grads)[0]

@@ -13,7 +13,8 @@ import optax
 import pytest
 
 import functrain as ft
-from helpers import FAST_COMPILE
+from functrain.jax_compat import enable_x64
+from helpers import fast_jit
 
 
 def rosenbrock(w):
@@ -36,7 +37,7 @@ def run(m, opt, f, params, steps, conj=False, **data):
     traces = []
     value_and_grad = m.value_and_grad_from_state(f)
 
-    @jax.jit(compiler_options=FAST_COMPILE)
+    @fast_jit
     def step(p, s):
         traces.append(1)
         v, g = value_and_grad(p, state=s, **data)
@@ -97,7 +98,7 @@ def test_extra_inputs_go_to_value_fn_and_match_optax():
             opt, p = make(m), TREE0
             s = opt.init(p)
 
-            @jax.jit(compiler_options=FAST_COMPILE)
+            @fast_jit
             def step(p, s):
                 v, g = jax.value_and_grad(least_squares)(p, X, Y)
                 u, s = opt.update(g, s, p, value=v, grad=g, value_fn=least_squares, x=X, y=Y)
@@ -199,7 +200,7 @@ def test_state_dtypes_are_stable_under_x64_with_float64_inputs(search, dtype):
     # optax's test_dtype_stability: float64 hyperparameters and objective, a Python
     # float value; the loop carry and the new state keep init's dtypes (a lax.cond
     # between the new state and the old one needs them equal).
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for m in (optax, ft):
             opt = SEARCHES[search](m, jnp.array(1e-5, jnp.float64))
             x = jnp.array([1.0, 2.0], dtype)
