@@ -273,8 +273,12 @@ _contrib("muon", dict(learning_rate=1e-2), settings={
     "muon(dion coefficients, ns_steps=6)": dict(learning_rate=1e-2, ns_coeffs="dion",
                                                 ns_steps=6)})
 # optax's own contrib settings (its _common_test.py).
-_contrib("schedule_free_sgd", dict(learning_rate=1e-2, warmup_steps=5000), skip=_LOWEST)
-_contrib("schedule_free_adamw", dict(learning_rate=1e-2, warmup_steps=5000), skip=_LOWEST)
+# warmup_steps=2, where optax's test has 5000: the warmup's float32 value (init - end) *
+# (1 - t/T) + end cancels catastrophically when t/T is small (4.6e-4 relative at t/T = 2e-4,
+# in optax as here), so jit and eager programs differed by 1e-4 depending on how XLA fused
+# it. At T = 2 every value is exact (0, 0.005, 0.01), so any two programs agree.
+_contrib("schedule_free_sgd", dict(learning_rate=1e-2, warmup_steps=2), skip=_LOWEST)
+_contrib("schedule_free_adamw", dict(learning_rate=1e-2, warmup_steps=2), skip=_LOWEST)
 _WRAPS = "its arguments are transformations: nothing numeric to inject (own test file)"
 _contrib("schedule_free", dict(learning_rate=1e-2), skip={"inject": _WRAPS, **_LOWEST},
          build=lambda m, **kw: m.contrib.schedule_free(m.sgd(1e-2), **kw))

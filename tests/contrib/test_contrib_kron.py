@@ -568,7 +568,7 @@ def test_blocks_equal_separate_leaves_float64(shape):
         want, want_state = run_jitted(kron(**kw), _blocks(params["w"], rows, cols),
                                       [_blocks(g["w"], rows, cols) for g in grads])
     for t, (a, b) in enumerate(zip(got, want)):
-        for k, v in _blocks(a["w"], rows, cols).items():
+        for k, v in _blocks(np.asarray(a["w"]), rows, cols).items():
             np.testing.assert_allclose(v, b[k], rtol=1e-10, atol=1e-12, err_msg=f"{t}, {k}")
     assert [q.shape for q in state[0].qs["w"]] == [(len(rows[1:]) * 3, 3, 3)] * 2
     for j, k in enumerate(sorted(want_state[0].qs)):

@@ -65,17 +65,22 @@ def test_direction_is_the_inverse_hessian_approximation(memory, scale_init):
 @pytest.mark.parametrize("kwargs", [dict(memory_size=3), dict(memory_size=1,
                                                             scale_init_precond=False)])
 def test_matches_optax_every_step(kwargs):
-    """A fixed step along the L-BFGS direction on a coupled quadratic, 40 jitted steps."""
+    """A fixed step along the L-BFGS direction on a coupled convex function, 40 jitted steps.
+
+    Convex (bounded below): on an unbounded one the trajectory diverged to inf within 15
+    steps, and where the two libraries' NaNs land depends on rounding."""
     params = {"w": jnp.asarray(np.linspace(-1, 1, 6).reshape(2, 3), jnp.float32),
               "b": jnp.array([0.5, -0.5]), "s": jnp.asarray(2.0)}
 
     def grads(p):
         return jax.grad(lambda q: jnp.sum(jnp.arange(1.0, 7.0).reshape(2, 3) * q["w"] ** 2)
-                        + jnp.sum(q["b"] ** 4) + q["s"] ** 2 * jnp.sum(q["w"]))(p)
+                        + jnp.sum(q["b"] ** 4) + (q["s"] + 0.3 * jnp.sum(q["w"])) ** 2)(p)
 
     assert_same_trajectory(ft.chain(ft.scale_by_lbfgs(**kwargs), ft.scale(-0.05)),
                            optax.chain(optax.scale_by_lbfgs(**kwargs), optax.scale(-0.05)),
-                           params=params, grads=grads, steps=40, name=str(kwargs))
+                           params=params, grads=grads, steps=40, name=str(kwargs),
+                           float64=True)  # quasi-Newton divides by s.y: float32 programs
+    # that round differently part by more than float32 parity's tolerance (seen: 0.2%)
 
 
 def test_state_layout_and_16_bit_leaves():

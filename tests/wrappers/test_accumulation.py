@@ -12,6 +12,7 @@ import optax
 import pytest
 
 import functrain as ft
+from functrain import jax_compat
 from helpers import assert_empty_params_step, assert_state_donatable
 
 
@@ -84,8 +85,13 @@ def test_multisteps_under_shard_map():
         def inner(params, state, g):
             u, state = opt.update(g, state, params)
             return ft.apply_updates(params, u), state
-        return jax.shard_map(inner, mesh=mesh, in_specs=(spec, spec, spec),
-                             out_specs=(spec, spec))(params, state, g)
+        return shard_map(inner, mesh=mesh, in_specs=(spec, spec, spec),
+                         out_specs=(spec, spec))(params, state, g)
+
+    # jax.shard_map from JAX 0.6.1, with its replication checks on. Before, the experimental
+    # one, whose replication check rejects any lax.cond whose branches differ in replication
+    # (its error asks for check_rep=False): functrain's shard_map helper.
+    shard_map = getattr(jax, "shard_map", None) or jax_compat.shard_map
 
     for g in (1.0, 3.0):
         params, state = step(params, state, {"w": jnp.full(4, g)})
