@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 import functrain as ft
+from functrain import jax_compat
 from functrain.jax_compat import enable_x64
 
 # functrain's type aliases (``typing.Any`` or a ``Callable[...]`` at run time): no
@@ -118,6 +119,21 @@ def lapack_calls(compiled_text: str) -> tuple[list, list]:
     for call in calls:
         split[not re.search(r'num_batch_dims\s*=\s*"0"', call)].append(call[:200])
     return split
+
+
+# Multi-device checks. Explicit mesh axes need JAX >= 0.7.0 (functrain.jax_compat): they
+# are checked where JAX has them, automatic axes everywhere.
+EXPLICIT_AXES = jax_compat.jax_at_least(jax_compat.EXPLICIT_AXES_JAX)
+AXIS_TYPES = ((jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit) if EXPLICIT_AXES
+              else (jax.sharding.AxisType.Auto,))
+PREFERRED_AXIS_TYPE = AXIS_TYPES[-1]
+# jax.set_mesh from JAX 0.7.1; before, jax.sharding.use_mesh.
+set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
+
+
+class SkipCheck(Exception):
+    """Raised by a multi-device check that does not apply to this JAX: its test is skipped
+    with the message as the reason."""
 
 
 def fast_jit(fn: Callable) -> Callable:

@@ -15,10 +15,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType
 
 import functrain as ft
 from functrain.jax_compat import enable_x64
+from helpers import AXIS_TYPES
 
 CHECKS: dict[str, Callable[[], None]] = {}
 
@@ -63,7 +63,7 @@ def check_shampoo_refresh_split_over_devices() -> None:
         params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
         one, hlo_one = four_steps_and_program(ft.contrib.shampoo(1e-2, **kw), params)
         assert loop_trip_counts(hlo_one) == [16, 16], loop_trip_counts(hlo_one)
-        for kind in (AxisType.Explicit, AxisType.Auto):
+        for kind in AXIS_TYPES:
             mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
             split, hlo = four_steps_and_program(ft.contrib.shampoo(1e-2, mesh=mesh, **kw), params)
             assert loop_trip_counts(hlo) == [2, 2], (kind, loop_trip_counts(hlo))
@@ -91,7 +91,7 @@ def check_soap_refresh_split_over_devices() -> None:
         single = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
         _, hlo_one = four_steps_and_program(ft.contrib.soap(1e-2, mesh=single, **kw), params)
         assert loop_trip_counts(hlo_one) == [32, 32], loop_trip_counts(hlo_one)
-        for kind in (AxisType.Explicit, AxisType.Auto):
+        for kind in AXIS_TYPES:
             mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
             split, hlo = four_steps_and_program(ft.contrib.soap(1e-2, mesh=mesh, **kw), params)
             assert loop_trip_counts(hlo) == [4, 4], (kind, loop_trip_counts(hlo))
@@ -116,7 +116,7 @@ def check_muon_newton_schulz_split_over_devices() -> None:
         params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
         one, hlo_one = four_steps_and_program(ft.contrib.muon(1e-2), params)
         assert stack_sizes(hlo_one) == [13], stack_sizes(hlo_one)
-        for kind in (AxisType.Explicit, AxisType.Auto):
+        for kind in AXIS_TYPES:
             mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
             split, hlo = four_steps_and_program(ft.contrib.muon(1e-2, mesh=mesh), params)
             assert stack_sizes(hlo) == [2], (kind, stack_sizes(hlo))
@@ -143,7 +143,7 @@ def check_kron_factor_work_split_over_devices() -> None:
         one, hlo_one = four_steps_and_program(ft.contrib.kron(1e-2, **kw), params)
         assert 13 in stack_sizes(hlo_one) and 2 not in stack_sizes(hlo_one), \
             stack_sizes(hlo_one)
-        for kind in (AxisType.Explicit, AxisType.Auto):
+        for kind in AXIS_TYPES:
             mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
             split, hlo = four_steps_and_program(ft.contrib.kron(1e-2, mesh=mesh, **kw), params)
             assert stack_sizes(hlo) == [2], (kind, stack_sizes(hlo))
