@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 import functrain
+from functrain.jax_compat import NeedsNewerJaxError
+from helpers import EXPLICIT_AXES
 from functrain.quantization import (CODES, QuantizedArray, dequantize_blockwise,
                                     dynamic_code, linear_code, nearest_code_index,
                                     quantize_blockwise, to_e4m3fn)
@@ -491,6 +493,11 @@ def test_explicit_mesh_axes_give_the_same_numbers(bits):
              "odd": jnp.asarray(rng.standard_normal((30, 10)), jnp.float32)}
     sharded = jax.device_put(plain, NamedSharding(mesh, P("data")))
     opt = functrain.quantized_state(functrain.adamw(1e-2), bits=bits, min_size=64)
+    if not EXPLICIT_AXES:  # JAX < 0.7.0: the error names the feature and the version
+        with pytest.raises(NeedsNewerJaxError, match=r"explicit mesh axes.*JAX >= 0\.7\.0"):
+            state = opt.init(sharded)
+            jax.jit(step_fn(opt))(sharded, state, sharded)
+        return
     results = []
     for params in (plain, sharded):
         state = opt.init(params)
