@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test stress soak conformance test-oldest demo speedrun bench lightbench docs docs-check venv clean
+.PHONY: test stress soak conformance test-oldest package demo speedrun bench bench-device lightbench docs docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +36,17 @@ conformance: $(STAMP)
 	$(PY) tests/conformance/run_conformance.py -n $(TEST_WORKERS) --out benchmarks/results
 
 # The declared floors, tested: a separate venv with the lowest versions of jax, jaxlib,
-# optax, chex and absl-py that pyproject.toml allows, and the extras the suite uses (their
-# own versions as pip resolves them against those floors). The same pytest run as `make test`.
+# optax, chex and absl-py that pyproject.toml allows (JAX 0.5.3 is optax 0.2.8's floor), and
+# the extras the suite uses (their own versions as pip resolves them against those floors,
+# flax 0.10.6 among them). One pin beyond the floors: orbax-checkpoint 0.11.24 and newer call
+# jax.monitoring.record_scalar, which JAX 0.5.3 lacks, though they declare jax>=0.5.0; 0.11.21
+# is the newest that runs on it. The same pytest run as `make test`; features that need a
+# newer JAX (explicit mesh axes: 0.7.0) are skipped with that reason, nothing else.
 OLD_VENV  ?= .venv-oldest
 OLD_PY    := $(OLD_VENV)/bin/python
 OLD_STAMP := $(OLD_VENV)/.installed
-OLDEST    := jax==0.10.2 jaxlib==0.10.2 optax==0.2.8 chex==0.1.86 absl-py==1.0.0
+OLDEST    := jax==0.5.3 jaxlib==0.5.3 optax==0.2.8 chex==0.1.86 absl-py==1.0.0 \
+             orbax-checkpoint==0.11.21
 
 $(OLD_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(OLD_VENV)
@@ -51,7 +56,20 @@ $(OLD_STAMP): pyproject.toml Makefile
 	touch $(OLD_STAMP)
 
 test-oldest: $(OLD_STAMP)
-	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS)
+	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) -rs
+
+# The package as a user gets it: a wheel and an sdist (python -m build), the wheel installed
+# (not editable) into a new venv with its declared dependencies, then the README's quickstart
+# and functrain.__version__ run there. PKG_PYTHON=python3.12 make package tries another Python.
+PKG_VENV   ?= /tmp/functrain-package-venv
+PKG_PYTHON ?= $(PYTHON)
+package: $(STAMP)
+	$(PY) -c "import build" 2>/dev/null || $(PY) -m pip install -q build
+	rm -rf dist $(PKG_VENV)
+	$(PY) -m build --outdir dist . >/dev/null
+	$(PKG_PYTHON) -m venv $(PKG_VENV)
+	$(PKG_VENV)/bin/python -m pip install -q dist/functrain-*.whl
+	cd /tmp && $(PKG_VENV)/bin/python $(CURDIR)/tests/package_smoke.py $(CURDIR)/README.md
 
 demo: $(STAMP)
 	$(PY) -c "import sklearn, tqdm, matplotlib" 2>/dev/null || $(PY) -m pip install -q -e ".[demo]"
@@ -69,6 +87,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/matrix_optimizers.py
 	$(PY) benchmarks/matrix_ceilings.py
 	$(PY) benchmarks/quantized_state.py
+
+# On a machine with a GPU and a CUDA JAX: the parity smoke on the GPU and the key benchmark
+# tables, under 8 minutes, into benchmarks/results/device/ (benchmarks/device_check.sh).
+bench-device:
+	benchmarks/device_check.sh
 
 # The documentation site, into docs/_build/html: strict (-W: warnings are errors; -n: every
 # cross-reference must resolve). The notebooks are executed and cached in docs/_build.
@@ -95,4 +118,4 @@ docs-check: docs
 	$(PY) docs/check_site.py --site $(DOCS_OUT)
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) build *.egg-info docs/_build docs/notebooks
+	rm -rf $(VENV) $(OLD_VENV) build dist *.egg-info docs/_build docs/notebooks

@@ -124,4 +124,4 @@ from functrain.grad import execute_with_gradients, grad, jac, stop_gradient, val
 from functrain.ivy_updates import (adam_step, adam_update, gradient_descent_update,
                                     lamb_update, lars_update, optimizer_update)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one copy: pyproject.toml reads it; CHANGELOG.md

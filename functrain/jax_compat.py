@@ -124,6 +124,13 @@ def shard_map(fn: Callable[..., Any], *, mesh: Any, in_specs: Any, out_specs: An
 
     Returns:
       The mapped function.
+
+    >>> import jax.numpy as jnp
+    >>> from jax.sharding import AxisType, PartitionSpec as P
+    >>> mesh = jax.make_mesh((1,), ('d',), axis_types=(AxisType.Auto,))
+    >>> f = shard_map(lambda x: 2 * x, mesh=mesh, in_specs=(P('d'),), out_specs=P('d'))
+    >>> print(f(jnp.arange(3.0)))
+    [0. 2. 4.]
     """
     if hasattr(jax, "shard_map"):
         return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
