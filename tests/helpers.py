@@ -127,6 +127,12 @@ EXPLICIT_AXES = jax_compat.jax_at_least(jax_compat.EXPLICIT_AXES_JAX)
 AXIS_TYPES = ((jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit) if EXPLICIT_AXES
               else (jax.sharding.AxisType.Auto,))
 PREFERRED_AXIS_TYPE = AXIS_TYPES[-1]
+# Under jax.jit(opt.init), a state buffer takes its param's sharding by XLA's propagation
+# through zeros_like: JAX 0.5.3 and 0.6.2 placed some elsewhere (a replicated param's moment
+# split over 'data'; versions between 0.6.2 and 0.10.2 were not checked). The numbers are
+# the same; the checks that assert these layouts need this JAX (docs/scaling.md).
+LAYOUTS_JAX = "0.10.2"
+LAYOUTS_WHY = "jax.jit(opt.init) placing state buffers like their params"
 # jax.set_mesh from JAX 0.7.1; before, jax.sharding.use_mesh.
 set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
 

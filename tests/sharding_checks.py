@@ -25,7 +25,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import functrain as ft
 import matrix_sharding_checks  # noqa: E402  (tests/ is on sys.path: pytest and `python tests/...`)
 from functrain import jax_compat, sharding as fs
-from helpers import AXIS_TYPES, PREFERRED_AXIS_TYPE, SkipCheck, set_mesh
+from helpers import (AXIS_TYPES, LAYOUTS_JAX, LAYOUTS_WHY, PREFERRED_AXIS_TYPE, SkipCheck,
+                     set_mesh)
 from functrain.jax_compat import enable_x64
 
 # The checks run in float64 (main() enables x64; the model, its batches and the other
@@ -35,11 +36,6 @@ from functrain.jax_compat import enable_x64
 # tolerance. rtol as issue 6 asks; atol for entries that cross zero (params are O(1)).
 DTYPE = jnp.float64
 RTOL, ATOL = 2e-5, 1e-6
-# Under jax.jit(opt.init), a state buffer takes its param's sharding by XLA's propagation
-# through zeros_like; JAX 0.5.3's placed some elsewhere (a replicated param's moment split
-# over 'data'). The numbers are the same; these checks assert the layouts.
-LAYOUTS_JAX = "0.10.2"
-LAYOUTS_WHY = "state buffers placed like their params by XLA's sharding propagation"
 CHECKS: dict[str, Callable[[], None]] = {}
 
 

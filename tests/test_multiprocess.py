@@ -48,7 +48,8 @@ def _one_process() -> dict:
     import jax.numpy as jnp
 
     import functrain
-    with jax.enable_x64(True):
+    from functrain.jax_compat import enable_x64
+    with enable_x64(True):
         params = {k: jnp.asarray(v) for k, v in host_params().items()}
         params, _ = run_steps(functrain.contrib.shampoo(1e-2, **KWARGS), params)
         return {k: np.asarray(v) for k, v in params.items()}
