@@ -373,7 +373,7 @@ def quantize_like(x: Array, code: str, block_size: int, like: Optional[Quantized
         codes, absmax = sharding, jax.typeof(like.absmax).sharding
     out = QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
     return jax_compat.auto_axes(lambda v: quantize_blockwise(v, code, block_size),
-                                  out_sharding=out)(x)
+                                out_sharding=out)(x)
 
 
 def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
@@ -391,7 +391,7 @@ def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
         return dequantize_blockwise(q, after)
     spec = _aligned(sharding, q.shape, q.codes.shape[0], block_size_of(q))
     return jax_compat.auto_axes(dequantize_blockwise,
-                                  out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
+                                out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
 
 
 def block_size_of(q: QuantizedArray) -> int:
