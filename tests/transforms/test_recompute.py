@@ -24,9 +24,11 @@ MIN_JAX = recompute.MIN_JAX
 
 @pytest.fixture(autouse=True)
 def recompute_on_any_jax(monkeypatch):
-    """The recompute's numbers are checked on every JAX; whether it pays on this one is
-    test_trust_ratio_recompute_removes_the_params_sized_temporary's question."""
+    """The recompute's numbers are checked on every JAX and backend (a GPU too); whether it
+    pays on this one is test_trust_ratio_recompute_removes_the_params_sized_temporary's
+    question."""
     monkeypatch.setattr(recompute, "MIN_JAX", "0.0.0")
+    monkeypatch.setattr(recompute, "BACKENDS", (jax.default_backend(),))
 
 
 @pytest.fixture
