@@ -38,17 +38,37 @@ def main(root: str) -> None:
     small = {"w": jnp.ones((64, 32)), "b": jnp.ones(32), "e": jnp.ones((128, 64)),
              "s": jnp.ones(())}
     big = {"w": jax.ShapeDtypeStruct((4096, 4096), jnp.float32)}
+    bf16 = {k: v.astype(jnp.bfloat16) for k, v in small.items()}
     cases = {"adam": (ft.adam(1e-3), small), "adamw": (ft.adamw(1e-3), small),
              "lamb": (ft.lamb(1e-3, weight_decay=0.1), small), "lars": (ft.lars(1e-3), small),
              "muon": (ft.contrib.muon(1e-3), small),
              "clip+adamw": (ft.chain(ft.clip_by_global_norm(1.0), ft.adamw(1e-3)), small),
-             "lamb16M": (ft.lamb(1e-3, weight_decay=0.1), big)}
+             "lamb16M": (ft.lamb(1e-3, weight_decay=0.1), big),
+             # the wrappers and the low-bit state I/O around the engine
+             "adamw_8bit": (ft.quantized_state(ft.adamw(1e-3), bits=8, min_size=16), small),
+             "adamw_4bit": (ft.quantized_state(ft.adamw(1e-3), bits=4, min_size=16), small),
+             "lion_fp8": (ft.quantized_state(ft.lion(1e-4), bits="fp8", min_size=16), small),
+             "muon_8bit": (ft.quantized_state(ft.contrib.muon(1e-3), bits=8, min_size=16),
+                           small),
+             "adamw_mask": (ft.adamw(1e-3, mask=lambda p: {k: v.ndim > 1
+                                                          for k, v in p.items()}), small),
+             "masked_adam": (ft.masked(ft.adam(1e-3), {"w": True, "b": False, "e": True,
+                                                        "s": False}), small),
+             "inject_adam": (ft.inject_hyperparams(ft.adam)(learning_rate=1e-3), small),
+             "plateau": (ft.chain(ft.adam(1e-3), ft.contrib.reduce_on_plateau()), small,
+                         {"value": jnp.float32(1.0)}),
+             "polyak": (ft.polyak_sgd(), small, {"value": jnp.float32(1.0)}),
+             "lion": (ft.lion(1e-4), small), "sgd": (ft.sgd(1e-2, momentum=0.9), small),
+             "adafactor": (ft.adafactor(1e-3), small), "sm3": (ft.sm3(1e-3), small),
+             "lars_16bit": (ft.lars(1e-3), bf16),
+             "lamb_none": (ft.chain(ft.set_to_zero(), ft.lamb(1e-3)), small),
+             "multisteps": (ft.MultiSteps(ft.adam(1e-3), 2), small)}
     print(f"# functrain from {ft.__file__}")
-    for name, (opt, params) in cases.items():
+    for name, (opt, params, *extra) in cases.items():
         state = jax.eval_shape(opt.init, params)
 
-        def step(p, s, g, opt=opt):
-            u, s = opt.update(g, s, p)
+        def step(p, s, g, opt=opt, extra=(extra or [{}])[0]):
+            u, s = opt.update(g, s, p, **extra)
             return ft.apply_updates(p, u), s
 
         compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, params).compile()
