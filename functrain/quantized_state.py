@@ -27,8 +27,8 @@ from functrain.optimizers.adam_family import adam, adamw
 from functrain.quantization import (CODE_FOR, CODES, DEFAULT_BLOCK, QuantizedArray,
                                     block_size_of, dequantize_like, quantize_like)
 from functrain.transforms.base import (GradientTransformationExtraArgs, MaskOrFn, OptState,
-                                       Params, ScalarOrSchedule, Updates, call_update)
-from functrain.transforms.engine import fusion_plan, run_plan
+                                       Params, ScalarOrSchedule, StateIO, Updates, call_update)
+from functrain.transforms.engine import Program, fusion_plan
 
 Array = jax.Array
 PyTree = Any
@@ -164,70 +164,83 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
         return ft.distinct_buffers(jax.tree_util.tree_map(
             lambda kind, x: quantize(x, kind, shapes), field_codes(state), state))
 
-    plan = fusion_plan(optimizer)
+    return GradientTransformationExtraArgs(init_fn, Program(
+        fusion_plan(optimizer), io=QuantizedStateIO(), guards=(_check_quantized_leaves,)))
 
-    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Updates, OptState]:
-        paths_leaves = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_quantized)[0]
-        for path, leaf in paths_leaves:
-            if _is_quantized(leaf):
-                _check_quantized(leaf, path)
-        return run_plan(plan, updates, state, params, extra_args, _CODEC)
 
-    return GradientTransformationExtraArgs(init_fn, update_fn)
+def _check_quantized_leaves(run: Any, updates: Updates, state: OptState,
+                            params: Optional[Params], extra_args: dict
+                            ) -> tuple[Updates, OptState]:
+    """Every quantized leaf of ``state`` checked (before any array math), then ``run``."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_quantized)[0]:
+        if _is_quantized(leaf):
+            _check_quantized(leaf, path)
+    return run(updates, state, params, extra_args)
 
 
 def _is_quantized(x: Any) -> bool:
     return isinstance(x, QuantizedArray)
 
 
-class _Codec:
-    """How the engine reads and writes quantized state (see ``engine.run_block``).
+class QuantizedStateIO(StateIO):
+    """How the engine reads and writes quantized state: the one implementation of low-bit I/O.
 
-    Stages (adam's, lion's, ...) get each leaf's state decoded and re-encoded inside
-    the engine's per-leaf pass; any other transformation (optax's, a wrapper) gets its
-    whole state decoded before its ``update`` and encoded after it.
+    Stages (adam's, lion's, ...) get each leaf's state dequantized just before they run and
+    quantized again just after, inside the engine's per-leaf pass; any other transformation
+    (optax's, a wrapper) gets its whole state dequantized before its ``update`` and quantized
+    after it. Within one pass, each leaf's dequantize waits for what the previous leaf with
+    quantized state wrote (:meth:`leaf_done`), so that one leaf's dequantized state is alive
+    at a time: the order is a data dependency XLA keeps (``dequantize_blockwise``'s
+    ``after``).
+
+    >>> import jax.numpy as jnp
+    >>> io = QuantizedStateIO().begin()
+    >>> io.read(jnp.ones(2))  # a plain entry is read as it is
+    Array([1., 1.], dtype=float32)
     """
 
-    is_coded = staticmethod(_is_quantized)
+    def __init__(self) -> None:
+        self._written: Sequence[Any] = ()
 
-    @staticmethod
-    def decode(x: Any, written: Sequence[Any] = ()) -> Any:
-        """``x`` dequantized; after the quantized arrays in ``written`` exist, if any."""
-        if not _is_quantized(x):
-            return x
+    def begin(self) -> "QuantizedStateIO":
+        return QuantizedStateIO()
+
+    def read(self, stored: Any) -> Any:
+        """``stored`` dequantized; after the previous leaf's quantized state exists, if any."""
+        if not _is_quantized(stored):
+            return stored
         # True unless a block maximum is NaN (it is never negative), which XLA cannot know;
         # either way the decode gives the same values (dequantize_blockwise's ``after``).
-        # A data dependency that orders the decodes leaf after leaf.
-        marks = [w.absmax[0] >= -1.0 for w in written if _is_quantized(w) and w.absmax.size]
-        return dequantize_like(x, functools.reduce(jnp.logical_and, marks) if marks else None)
+        marks = [w.absmax[0] >= -1.0 for w in self._written
+                 if _is_quantized(w) and w.absmax.size]
+        return dequantize_like(stored, functools.reduce(jnp.logical_and, marks)
+                               if marks else None)
 
-    @staticmethod
-    def encode(new: Any, old: Any, where: str = "") -> Any:
-        if not _is_quantized(old):
+    def write(self, new: Any, stored: Any, where: str = "") -> Any:
+        if not _is_quantized(stored):
             return new
-        if tuple(np.shape(new)) != old.shape:
+        if tuple(np.shape(new)) != stored.shape:
             raise state_mismatch_error("quantized_state", f"state leaf {where} came back with "
-                                       f"shape {np.shape(new)}, not {old.shape}")
-        return quantize_like(new, old.code, block_size_of(old), old)
+                                       f"shape {np.shape(new)}, not {stored.shape}")
+        return quantize_like(new, stored.code, block_size_of(stored), stored)
 
-    @staticmethod
-    def update_opaque(tx: Any, updates: Updates, state: OptState, params: Optional[Params],
-                      extra_args: dict) -> tuple[Updates, OptState]:
+    def leaf_done(self, written: list) -> None:
+        if any(_is_quantized(n) for n in written):
+            self._written = written
+
+    def update_opaque(self, tx: Any, updates: Updates, state: OptState,
+                      params: Optional[Params], extra_args: dict) -> tuple[Updates, OptState]:
         paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(state,
                                                                      is_leaf=_is_quantized)
-        inner = treedef.unflatten([_Codec.decode(x) for _, x in paths_leaves])
+        inner = treedef.unflatten([self.read(x) for _, x in paths_leaves])
         new_updates, new_inner = call_update(tx, updates, inner, params, extra_args)
         new_leaves, new_def = jax.tree_util.tree_flatten(new_inner)
         if new_def != jax.tree_util.tree_structure(inner):
             raise state_mismatch_error("quantized_state", "the optimizer's update returned a "
                                        "state of another structure than it was given")
         return new_updates, treedef.unflatten([
-            _Codec.encode(new, old, jax.tree_util.keystr(path))
+            self.write(new, old, jax.tree_util.keystr(path))
             for (path, old), new in zip(paths_leaves, new_leaves)])
-
-
-_CODEC = _Codec()
 
 
 def _check_quantized(q: QuantizedArray, path: tuple) -> None:

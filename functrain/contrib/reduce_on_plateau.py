@@ -23,7 +23,7 @@ from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformationExtraArgs, LeafStage, OptState,
                                        Params, safe_increment)
-from functrain.transforms.engine import PlannedUpdate, stage_transform
+from functrain.transforms.engine import stage_transform, with_guard
 
 Array = jax.Array
 
@@ -161,14 +161,14 @@ def reduce_on_plateau(factor: float = 0.1, patience: int = 10, rtol: float = 1e-
         tx.init(params)  # checks the leaves' dtypes, naming a bad one
         return ReduceLROnPlateauState(**_initial(params))
 
-    def update_fn(updates: Any, state: OptState, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Any, OptState]:
+    def optax_state(run: Any, updates: Any, state: OptState, params: Optional[Params],
+                    extra_args: dict) -> tuple[Any, OptState]:
         if getattr(state, "_fields", None) == _GLOBALS:  # ours, or optax's (the same fields)
             state = ReduceLROnPlateauState(*state)
-        return tx.update(updates, state, params, **extra_args)
+        return run(updates, state, params, extra_args)
 
-    # The update keeps stage_transform's plan, so a chain still fuses this stage.
-    return GradientTransformationExtraArgs(init_fn, PlannedUpdate(update_fn, tx.update.plan))
+    # A guard of the stage's program, so a chain still fuses this stage.
+    return GradientTransformationExtraArgs(init_fn, with_guard(tx.update, optax_state))
 
 
 def _initial(params: Optional[Params]) -> dict:

@@ -18,59 +18,109 @@ optax interop look the same either way. Transformations that are not stages
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
                                   sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.transforms import recompute
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
-                                       LeafStage, OptState, Params, Updates, as_array,
-                                       call_update)
+from functrain.transforms.base import (PLAIN_STATE, GradientTransformation,
+                                       GradientTransformationExtraArgs, LeafStage, OptState,
+                                       Params, StateIO, Updates, as_array)
 
 
-class PlannedUpdate:
-    """An ``update`` function that carries its fusion plan, read by :func:`chain`.
+class Program:
+    """A transformation's definition, and its ``update``: steps run by :func:`run_plan`.
 
-    ``stage_transform`` and ``chain`` return transformations whose ``update`` is one of
-    these: it is called like the function it wraps (same signature, same name), and its
-    ``plan`` tells an enclosing ``chain`` which ``LeafStage`` s it may fuse with its
-    neighbours and where each one's state lives (see :func:`fusion_plan`).
+    ``stage_transform``, ``chain`` and the wrappers built on them (``masked``,
+    ``quantized_state``, ...) return transformations whose ``update`` is a ``Program``:
+    calling it runs its steps, so the steps are the only definition of what it does, and an
+    enclosing ``chain`` reads them (:func:`fusion_plan`) to fuse consecutive stages.
 
     Args:
-      fn: the update function.
-      plan: ``((state path, LeafStage or transformation), ...)``.
+      steps: ``((state path, LeafStage or transformation), ...)``: the state path says
+        where each step's state lives inside the program's state.
+      io: how per-leaf state is read and written (:class:`~functrain.transforms.base.StateIO`;
+        as it is by default). A program with other I/O is opaque to an enclosing ``chain``.
+      guards: functions ``guard(run, updates, state, params, extra_args) -> (updates,
+        state)`` around the run, innermost first (a state check, ``None`` updates, a state
+        of optax's class read as functrain's). They apply when this program is called, not
+        when a ``chain`` fuses its steps into its own.
 
     >>> import jax.numpy as jnp
     >>> tx = chain(identity(), identity())
-    >>> isinstance(tx.update, PlannedUpdate), [path for path, _ in tx.update.plan]
+    >>> isinstance(tx.update, Program), [path for path, _ in tx.update.steps]
     (True, [(0,), (1,)])
     """
 
-    def __init__(self, fn: Any, plan: tuple) -> None:
-        functools.update_wrapper(self, fn)
-        self.fn = fn
-        self.plan = plan
+    def __init__(self, steps: tuple, io: StateIO = PLAIN_STATE, guards: tuple = ()) -> None:
+        self.steps = tuple(steps)
+        self.io = io
+        self.guards = tuple(guards)
 
     def __call__(self, updates: Updates, state: OptState, params: Optional[Params] = None,
                  **extra_args: Any) -> tuple[Updates, OptState]:
-        return self.fn(updates, state, params, **extra_args)
+        run = functools.partial(_run_steps, self.steps, self.io)
+        for guard in self.guards:
+            run = functools.partial(guard, run)
+        return run(updates, state, params, extra_args)
+
+    def __repr__(self) -> str:
+        return f"Program({len(self.steps)} steps)"
+
+
+def with_guard(program: Program, guard: Any) -> Program:
+    """``program`` with one more guard around its run (its steps unchanged, still fusible).
+
+    Args:
+      program: a transformation's ``update`` made by this module.
+      guard: ``guard(run, updates, state, params, extra_args) -> (updates, state)``.
+
+    Returns:
+      A new :class:`Program`; ``program`` itself is not changed.
+
+    >>> import jax.numpy as jnp
+    >>> tx = identity()
+    >>> twice = with_guard(tx.update, lambda run, u, s, p, e: run(2 * u, s, p, e))
+    >>> twice(jnp.ones(1), tx.init(jnp.ones(1)))[0]
+    Array([2.], dtype=float32)
+    """
+    return Program(program.steps, program.io, program.guards + (guard,))
+
+
+def _run_steps(steps: tuple, io: StateIO, updates: Updates, state: OptState,
+               params: Optional[Params], extra_args: dict) -> tuple[Updates, OptState]:
+    return run_plan(steps, updates, state, params, extra_args, io)
+
+
+class _BlockInputs(NamedTuple):
+    """A block's flattened, checked inputs: one entry per leaf (compute dtypes included)."""
+    paths: list
+    gs: list
+    ps: list
+    treedef: Any
+    compute_dtypes: list
+
+
+class _StageStep(NamedTuple):
+    """One stage's part of this step: where it is active, its per-leaf state, its context."""
+    active: list
+    fields: list  # per leaf field: the leaves, in tree order
+    ctx: Any
+    new_global: dict
 
 
 def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[OptState],
               params: Optional[Params], extra_args: Optional[dict] = None,
-              codec: Any = None) -> tuple[Updates, list[OptState]]:
+              io: StateIO = PLAIN_STATE) -> tuple[Updates, list[OptState]]:
     """Apply ``stages`` in sequence to every leaf in one pass over the tree.
 
-    With a ``codec`` (how :func:`~functrain.quantized_state` stores state), each
-    per-leaf state entry is read through ``codec.decode`` and the new one stored
-    through ``codec.encode(new, old)`` inside the leaf's pass; the codec is also given
-    what the previous leaf with coded state stored, so that it can make its decode wait
-    for it (one leaf's decoded state alive at a time).
+    Three phases: check the trees and flatten them (:func:`_check_inputs`); check each
+    stage's state and run its ``prepare`` (:func:`_prepare_stage`); then the per-leaf pass
+    (:func:`_leaf_pass`), which reads and writes each leaf's state through ``io``.
 
     Args:
       stages: the stages of the block, in order.
@@ -79,9 +129,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
       params: the parameters, or ``None``.
       extra_args: ``update``'s extra keyword arguments; a stage's ``prepare``
         receives those named in its ``extra_args``.
-      codec: ``None``, or an object with ``decode(stored, written)`` (``written``: what
-        the previous leaf with coded state stored), ``encode(new, stored)`` and
-        ``is_coded(stored)``.
+      io: how per-leaf state is read and written (``quantized_state`` passes its codes).
 
     Returns:
       ``(new_updates, new_states)``.
@@ -98,6 +146,25 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     {'w': Array([1.], dtype=float32)}
     """
     extra_args = extra_args or {}
+    inputs = _check_inputs(stages, updates, params)
+    steps = [_prepare_stage(stage, state, inputs, updates, params, extra_args)
+             for stage, state in zip(stages, states)]
+    out_updates, new_fields = _leaf_pass(stages, steps, inputs, io)
+    new_states = []
+    for stage, state, step, fields in zip(stages, states, steps, new_fields):
+        if stage.state_cls is None:
+            new_states.append(state)
+            continue
+        values = dict(step.new_global)
+        for name, lst in zip(stage.leaf_fields, fields):
+            values[name] = inputs.treedef.unflatten(lst)
+        new_states.append(stage.state_cls(**values))
+    return inputs.treedef.unflatten(out_updates), new_states
+
+
+def _check_inputs(stages: Sequence[LeafStage], updates: Updates,
+                  params: Optional[Params]) -> _BlockInputs:
+    """The updates and params flattened, after checking they fit each other and the stages."""
     paths, gs, treedef = ft.flatten_with_paths(updates)
     gs = [as_array(g) for g in gs]
     if params is not None:
@@ -109,97 +176,76 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
         if needing:
             raise needs_params_error(needing[0])
         ps = [None] * len(gs)
-    mask_source = params if params is not None else updates
+    return _BlockInputs(paths, gs, ps, treedef,
+                        [leaf_compute_dtype(g, p) for g, p in zip(gs, ps)])
 
-    plans = []  # per stage: (active flags, per-field leaf lists, ctx, global fields)
-    for stage, state in zip(stages, states):
-        if stage.state_cls is not None:
-            check_state_type(state, stage.state_cls, stage.name)
-        active = ft.resolve_leaf_mask(stage.mask, mask_source, stage.name)
-        if not stage.any_dtype:
-            ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
+
+def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, updates: Updates,
+                   params: Optional[Params], extra_args: dict) -> _StageStep:
+    """One stage's checks (state, mask, dtypes, arguments), then its ``prepare``."""
+    paths, gs, ps, treedef, _ = inputs
+    if stage.state_cls is not None:
+        check_state_type(state, stage.state_cls, stage.name)
+    active = ft.resolve_leaf_mask(stage.mask, params if params is not None else updates,
+                                  stage.name)
+    if not stage.any_dtype:
+        ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
+                             real_only=stage.real_only)
+        if params is not None:
+            ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
                                  real_only=stage.real_only)
-            if params is not None:
-                ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
-                                     real_only=stage.real_only)
-        fields = []
-        for name in stage.leaf_fields:
-            leaves = ft.flatten_like(treedef, getattr(state, name),
-                                     f"{stage.name} state .{name}", updates, "updates")
-            if stage.shaped_fields is None or name in stage.shaped_fields:
-                ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
-            fields.append(leaves)
-        missing = [k for k in stage.extra_args if k not in extra_args]
-        if missing:
-            raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
-                             f"update(updates, state, params, {missing[0]}=...).")
-        ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
-                                        updates if stage.needs_updates else None,
-                                        **{k: extra_args[k] for k in stage.extra_args})
-        plans.append((active, fields, ctx, new_global))
+    fields = []
+    for name in stage.leaf_fields:
+        leaves = ft.flatten_like(treedef, getattr(state, name),
+                                 f"{stage.name} state .{name}", updates, "updates")
+        if stage.shaped_fields is None or name in stage.shaped_fields:
+            ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
+        fields.append(leaves)
+    missing = [k for k in stage.extra_args if k not in extra_args]
+    if missing:
+        raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
+                         f"update(updates, state, params, {missing[0]}=...).")
+    ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
+                                    updates if stage.needs_updates else None,
+                                    **{k: extra_args[k] for k in stage.extra_args})
+    return _StageStep(active, fields, ctx, new_global)
 
+
+def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs: _BlockInputs,
+               io: StateIO) -> tuple[list, list]:
+    """Every stage on every leaf, leaf after leaf: the new updates and per-leaf state.
+
+    Each leaf runs in its compute dtype (16-bit as float32) and is cast back; a stage's
+    state is read through ``io`` just before the stage runs and written back just after;
+    masked-out leaves keep their state (``MaskedNode``) and pass their update through.
+    """
+    _, gs, ps, _, cds = inputs
+    io = io.begin()
+    rewrite = recompute.for_block(stages, [s.active for s in steps], [s.ctx for s in steps],
+                                  gs, cds)
     out_updates = []
-    new_fields = [[[] for _ in s.leaf_fields] for s in stages]
-    recomputing = recompute.applies(_saved_by_recompute(stages, plans, gs, ps))
-    jaxprs: dict = {}  # the recompute's prefix jaxprs, shared by same-shaped leaves
-    written: list = []  # the coded state the last leaf with coded state wrote
-    for i, (g, p) in enumerate(zip(gs, ps)):
-        cd = leaf_compute_dtype(g, p)
+    new_fields: list = [[[] for _ in s.leaf_fields] for s in stages]
+    for i, (g, p, cd) in enumerate(zip(gs, ps, cds)):
         x = g.astype(cd)
-        x0 = x
         pc = None if p is None else p.astype(cd)
-        ran: list = []  # per stage: None (masked) or (olds in compute dtype, new states)
-        for k, stage in enumerate(stages):
-            active, fields, ctx, _ = plans[k]
-            stored = tuple(f[i] for f in fields)
-            if not active[i]:
+        leaf = rewrite.for_leaf(x, pc)
+        for k, (stage, step) in enumerate(zip(stages, steps)):
+            stored = tuple(f[i] for f in step.fields)
+            if not step.active[i]:
                 news = stored
-                ran.append(None)
+                leaf.skipped()
             else:
-                olds = stored if codec is None else tuple(codec.decode(o, written)
-                                                          for o in stored)
+                olds = tuple(io.read(o) for o in stored)
                 olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
-                extra = {}
-                if stage.norm_of_input and recomputing and any(r is not None for r in ran):
-                    y = recompute.input_for_norm(stages[:k], [pl[2] for pl in plans[:k]], ran,
-                                                 x0, pc, jaxprs)
-                    if y is not None:
-                        extra["x_for_norm"] = y
-                x, news = stage.update_leaf(x, olds_c, pc, ctx, **extra)
-                ran.append((olds_c, news))
-                news = tuple(n.astype(o.dtype) for n, o in zip(news, olds))
-                if codec is not None:
-                    news = tuple(codec.encode(n, o) for n, o in zip(news, stored))
+                x, news = stage.update_leaf(x, olds_c, pc, step.ctx, **leaf.extra_args(k))
+                leaf.ran(olds_c, news)
+                news = tuple(io.write(n.astype(o.dtype), st)
+                             for n, o, st in zip(news, olds, stored))
             for lst, n in zip(new_fields[k], news):
                 lst.append(n)
         out_updates.append(x.astype(g.dtype))
-        if codec is not None:
-            mine = [lst[i] for stage_fields in new_fields for lst in stage_fields]
-            if any(codec.is_coded(n) for n in mine):
-                written = mine
-
-    new_states = []
-    for stage, state, (_, _, _, new_global), fields in zip(stages, states, plans, new_fields):
-        if stage.state_cls is None:
-            new_states.append(state)
-            continue
-        values = dict(new_global)
-        for name, lst in zip(stage.leaf_fields, fields):
-            values[name] = treedef.unflatten(lst)
-        new_states.append(stage.state_cls(**values))
-    return treedef.unflatten(out_updates), new_states
-
-
-def _saved_by_recompute(stages: Sequence[LeafStage], plans: list, gs: list, ps: list) -> int:
-    """Bytes of the temporaries the block's trust ratios would store without the recompute."""
-    total = 0
-    for k, stage in enumerate(stages):
-        if not stage.norm_of_input or k == 0:
-            continue
-        for i, g in enumerate(gs):
-            if plans[k][0][i] and any(plans[j][0][i] for j in range(k)):
-                total += int(np.prod(g.shape)) * jnp.dtype(leaf_compute_dtype(g, ps[i])).itemsize
-    return total
+        io.leaf_done([lst[i] for stage_fields in new_fields for lst in stage_fields])
+    return out_updates, new_fields
 
 
 def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
@@ -253,15 +299,7 @@ def stage_transform(stage: LeafStage) -> GradientTransformation:
     >>> neg.update([jnp.ones(2)], neg.init([jnp.ones(2)]))[0]
     [Array([-1., -1.], dtype=float32)]
     """
-    def init_fn(params: Params) -> OptState:
-        return stage.init_state(params)
-
-    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Updates, OptState]:
-        new_updates, (new_state,) = run_block((stage,), updates, (state,), params, extra_args)
-        return new_updates, new_state
-
-    return GradientTransformation(init_fn, PlannedUpdate(update_fn, (((), stage),)))
+    return GradientTransformation(stage.init_state, Program((((), stage),)))
 
 
 def fusion_plan(tx: Any) -> tuple:
@@ -281,7 +319,9 @@ def fusion_plan(tx: Any) -> tuple:
     ['LeafStage']
     """
     update = getattr(tx, "update", None)
-    return update.plan if isinstance(update, PlannedUpdate) else (((), tx),)
+    if isinstance(update, Program) and update.io is PLAIN_STATE:
+        return update.steps
+    return (((), tx),)
 
 
 def chain(*transforms: Any) -> GradientTransformationExtraArgs:
@@ -315,20 +355,20 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
     def init_fn(params: Params) -> OptState:
         return tuple(tx.init(params) for tx in transforms)
 
-    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Updates, OptState]:
+    def check_state(run: Any, updates: Updates, state: OptState, params: Optional[Params],
+                    extra_args: dict) -> tuple[Updates, OptState]:
         if not isinstance(state, tuple) or len(state) != len(transforms):
             raise state_mismatch_error(
                 f"chain of {len(transforms)} transformations",
                 f"got a state of type {type(state).__name__} with "
                 f"{len(state) if isinstance(state, tuple) else '?'} entries", "this chain")
-        return run_plan(plan, updates, state, params, extra_args)
+        return run(updates, state, params, extra_args)
 
-    return GradientTransformationExtraArgs(init_fn, PlannedUpdate(update_fn, plan))
+    return GradientTransformationExtraArgs(init_fn, Program(plan, guards=(check_state,)))
 
 
 def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Params],
-             extra_args: dict, codec: Any = None) -> tuple[Updates, OptState]:
+             extra_args: dict, io: StateIO = PLAIN_STATE) -> tuple[Updates, OptState]:
     """Run a fusion plan (see :func:`fusion_plan`): each block of stages in one pass.
 
     Args:
@@ -337,8 +377,8 @@ def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Pa
       state: the state the plan's paths point into.
       params: the parameters, or ``None``.
       extra_args: ``update``'s extra keyword arguments.
-      codec: as for :func:`run_block`; a transformation that is not a stage gets its
-        state through ``codec.update_opaque(tx, updates, state, params, extra_args)``.
+      io: as for :func:`run_block`; a transformation that is not a stage runs through
+        ``io.update_opaque(tx, updates, state, params, extra_args)``.
 
     Returns:
       ``(new_updates, new_state)``.
@@ -351,11 +391,8 @@ def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Pa
     while i < len(plan):
         path, item = plan[i]
         if not isinstance(item, LeafStage):
-            sub = ft.get_path(state, path)
-            if codec is None:
-                updates, new = call_update(item, updates, sub, params, extra_args)
-            else:
-                updates, new = codec.update_opaque(item, updates, sub, params, extra_args)
+            updates, new = io.update_opaque(item, updates, ft.get_path(state, path), params,
+                                            extra_args)
             state = ft.set_path(state, path, new)
             i += 1
             continue
@@ -366,7 +403,7 @@ def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Pa
         block = plan[i:j]
         updates, news = run_block([s for _, s in block], updates,
                                   [ft.get_path(state, p) for p, _ in block], params,
-                                  extra_args, codec)
+                                  extra_args, io)
         for (p, _), new in zip(block, news):
             state = ft.set_path(state, p, new)
         i = j
@@ -436,4 +473,4 @@ def identity() -> GradientTransformation:
 
 
 __all__ = ["run_block", "run_plan", "stage_transform", "chain", "named_chain", "identity",
-           "fusion_plan", "PlannedUpdate", "leaf_compute_dtype", "state_compute_dtype"]
+           "fusion_plan", "Program", "with_guard", "leaf_compute_dtype", "state_compute_dtype"]

@@ -1,8 +1,10 @@
 """XLA:CPU only: a trust ratio's norm from a recomputed copy of its input.
 
 Nothing here changes a number; it changes what XLA:CPU stores. Readers of the
-engine can skip this module: :func:`run_block` calls :func:`input_for_norm`
-in one place, and only when :func:`applies` says so.
+engine can skip this module: the engine's per-leaf pass asks :func:`for_block` once
+per block for a rewrite, which is :data:`NO_REWRITE` (nothing happens) unless
+:func:`applies` says so; the rewrite then hands a ``norm_of_input`` stage the
+keyword ``x_for_norm`` from :func:`input_for_norm`.
 
 The problem. A trust ratio needs the norm of its input ``u`` (e.g. LAMB's Adam
 direction) before it can scale ``u``. With these two consumers XLA computes
@@ -72,6 +74,86 @@ def applies(saved_bytes: int) -> bool:
     """
     return (jax_compat.jax_at_least(MIN_JAX) and jax.default_backend() in BACKENDS
             and saved_bytes >= MIN_BYTES)
+
+
+class _NoRewrite:
+    """The block as it is: no stage gets an ``x_for_norm``."""
+
+    def for_leaf(self, x0: Any, pc: Any) -> "_NoRewrite":
+        return self
+
+    def skipped(self) -> None:
+        return None
+
+    def ran(self, olds: Any, news: Any) -> None:
+        return None
+
+    def extra_args(self, k: int) -> dict:
+        return {}
+
+
+#: What :func:`for_block` returns where the recompute does not apply.
+NO_REWRITE = _NoRewrite()
+
+
+class _Rewrite:
+    """The recompute for one block: per leaf, what the stages before a trust ratio did."""
+
+    def __init__(self, stages: Sequence[Any], ctxs: Sequence[Any]) -> None:
+        self.stages, self.ctxs = list(stages), list(ctxs)
+        self.jaxprs: dict = {}  # the prefix jaxprs, shared by same-shaped leaves
+
+    def for_leaf(self, x0: jax.Array, pc: Any) -> "_LeafRewrite":
+        return _LeafRewrite(self, x0, pc)
+
+
+class _LeafRewrite:
+    def __init__(self, block: _Rewrite, x0: jax.Array, pc: Any) -> None:
+        self.block, self.x0, self.pc = block, x0, pc
+        self.ran_: list = []  # per stage: None (masked) or (olds, new states)
+
+    def skipped(self) -> None:
+        self.ran_.append(None)
+
+    def ran(self, olds: Any, news: Any) -> None:
+        self.ran_.append((olds, news))
+
+    def extra_args(self, k: int) -> dict:
+        b = self.block
+        if not b.stages[k].norm_of_input or all(r is None for r in self.ran_):
+            return {}
+        y = input_for_norm(b.stages[:k], b.ctxs[:k], self.ran_, self.x0, self.pc, b.jaxprs)
+        return {} if y is None else {"x_for_norm": y}
+
+
+def for_block(stages: Sequence[Any], active: Sequence[Sequence[bool]], ctxs: Sequence[Any],
+              gs: Sequence[jax.Array], compute_dtypes: Sequence[Any]) -> Any:
+    """The rewrite of one fused block's per-leaf pass: the recompute, or none.
+
+    Args:
+      stages: the block's stages.
+      active: per stage, per leaf, whether the stage runs on the leaf.
+      ctxs: the stages' ``prepare`` results for this step.
+      gs: the block's input leaves.
+      compute_dtypes: each leaf's compute dtype.
+
+    Returns:
+      :data:`NO_REWRITE`, or the recompute when :func:`applies` to the bytes its trust
+      ratios would otherwise store. Per leaf, ``for_leaf(x0, pc)`` gives an object that is
+      told what each stage did (``ran`` / ``skipped``) and gives the keyword arguments of
+      stage ``k`` (``extra_args(k)``).
+
+    >>> for_block([], [], [], [], []) is NO_REWRITE
+    True
+    """
+    saved = 0
+    for k, stage in enumerate(stages):
+        if not stage.norm_of_input or k == 0:
+            continue
+        for i, g in enumerate(gs):
+            if active[k][i] and any(active[j][i] for j in range(k)):
+                saved += int(np.prod(g.shape)) * jnp.dtype(compute_dtypes[i]).itemsize
+    return _Rewrite(stages, ctxs) if applies(saved) else NO_REWRITE
 
 
 def input_for_norm(prefix: Sequence[Any], ctxs: Sequence[Any], ran: list, x0: jax.Array,

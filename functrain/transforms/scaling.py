@@ -17,7 +17,7 @@ from functrain import tree as ft
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, Updates,
                                        safe_increment, zero_count)
-from functrain.transforms.engine import PlannedUpdate, identity, stage_transform
+from functrain.transforms.engine import identity, stage_transform, with_guard
 
 Array = jax.Array
 
@@ -248,18 +248,19 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
 def _none_updates_pass(tx: GradientTransformation, scheduled: bool) -> GradientTransformation:
     """``update(None, state, params)`` gives ``None`` updates (and counts the step), as optax.
 
-    The plan is kept, so ``chain`` still fuses the stage (a chain's updates are never None).
+    A guard of the stage's program, so ``chain`` still fuses the stage (a chain's updates
+    are never None).
     """
-    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Updates, OptState]:
+    def none_updates(run: Any, updates: Updates, state: OptState, params: Optional[Params],
+                     extra_args: dict) -> tuple[Updates, OptState]:
         if updates is not None:
-            return tx.update(updates, state, params, **extra_args)
+            return run(updates, state, params, extra_args)
         if not scheduled:  # optax returns the (empty) state as given
             return None, state
         check_state_type(state, WeightDecayScheduleState, "add_decayed_weights")
         return None, WeightDecayScheduleState(count=safe_increment(state.count))
 
-    return GradientTransformation(tx.init, PlannedUpdate(update_fn, tx.update.plan))
+    return GradientTransformation(tx.init, with_guard(tx.update, none_updates))
 
 
 @hyperparameters(weight_decay="schedule")
