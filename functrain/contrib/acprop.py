@@ -75,7 +75,7 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
         mu = ema_update(g, s.mu, b1)
         nu = ema_update(abs_sq(g - s.mu), s.nu, b2) + eps_root
         nu_hat = jnp.where(initial, 1.0, jnp.real(s.nu) / correction)
-        return g / (jnp.sqrt(nu_hat) + eps), (mu, nu)
+        return g / (jnp.sqrt(nu_hat) + eps), s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_acprop", update_leaf=leaf, state_cls=ScaleByBeliefState,

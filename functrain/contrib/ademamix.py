@@ -117,7 +117,8 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
         m1, m2 = ema_update(g, s.m1, b1), ema_update(g, s.m2, ctx.b3)
         nu = ema_update(abs_sq(g), s.nu, b2)
         mixed = m1 / ctx.m1 + ctx.alpha * m2
-        return adam_direction(mixed, nu, None, ctx.nu, eps, eps_root), (m1, m2, nu)
+        return (adam_direction(mixed, nu, None, ctx.nu, eps, eps_root),
+                s._replace(m1=m1, m2=m2, nu=nu))
 
     return stage_transform(LeafStage(
         name="scale_by_ademamix", update_leaf=leaf, state_cls=ScaleByAdemamixState,
@@ -237,7 +238,8 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
         alpha_now, n_correction = ctx
         m = g + b1 * s.m
         n = ema_update(abs_sq(g), s.n, b2)
-        return adam_direction(m + alpha_now * g, n, None, n_correction, eps, eps_root), (m, n)
+        return (adam_direction(m + alpha_now * g, n, None, n_correction, eps, eps_root),
+                s._replace(m=m, n=n))
 
     return stage_transform(LeafStage(
         name="scale_by_simplified_ademamix", update_leaf=leaf,

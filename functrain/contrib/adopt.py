@@ -102,7 +102,7 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
         mu = ema_update(normalized, s.mu, b1_now)
         nu = ema_update(abs_sq(g), s.nu, b2_now)
         update = ema_update(normalized, mu, b1_now) if nesterov else mu
-        return update, (mu, nu)
+        return update, s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_adopt", update_leaf=leaf, state_cls=ScaleByAdamState,

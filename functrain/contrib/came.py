@@ -168,11 +168,12 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
             u = u / jnp.maximum(rms / clip_threshold, 1.0)
         mu = ema_update(u, s.mu, b1)
         if not factored:
-            return mu, (mu, v_row, v_col, v, s.r_row, s.r_col)
+            return mu, s._replace(mu=mu, v_row=v_row, v_col=v_col, v=v)
         instability = abs_sq(u - mu) + eps2
         r_row = ema_update(jnp.mean(instability, axis=-1), s.r_row, b3)
         r_col = ema_update(jnp.mean(instability, axis=-2), s.r_col, b3)
-        return mu * _factored_rsqrt(r_row, r_col), (mu, v_row, v_col, v, r_row, r_col)
+        return (mu * _factored_rsqrt(r_row, r_col),
+                s._replace(mu=mu, v_row=v_row, v_col=v_col, v=v, r_row=r_row, r_col=r_col))
 
     return stage_transform(LeafStage(
         name="scale_by_came", update_leaf=leaf, state_cls=CameState,

@@ -89,7 +89,8 @@ def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> GradientTransform
         cumulative = s.cumulative_gradients - g
         bet = cumulative / (scale * jnp.maximum(subgradients + scale, alpha * scale))
         new_p = s.init_particles + bet * (scale + reward)
-        return new_p - p, (s.init_particles, cumulative, scale, subgradients, reward)
+        return new_p - p, s._replace(cumulative_gradients=cumulative, scale=scale,
+                                     subgradients=subgradients, reward=reward)
 
     return stage_transform(LeafStage(
         name="scale_by_cocob", update_leaf=leaf, state_cls=COCOBState,

@@ -77,7 +77,7 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
     def leaf(g: Array, state: Any, p: Any, ctx: BiasCorrections) -> tuple:
         nu = ema_update(abs_sq(g), state.nu, ctx.b2)
         mu = ema_update(adam_direction(g, nu, None, ctx.nu, eps), state.mu, b1)
-        return mu / ctx.mu, (mu, nu)
+        return mu / ctx.mu, state._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_laprop", update_leaf=leaf, state_cls=ScaleByLapropState,

@@ -91,7 +91,7 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
         sums = s.s + lam * g
         z = s.x0 - sums / (jnp.cbrt(grad_sum_sq) + eps)
         new_p = (1 - momentum) * z + momentum * p
-        return new_p - p, (grad_sum_sq, sums, s.x0)
+        return new_p - p, s._replace(grad_sum_sq=grad_sum_sq, s=sums)
 
     return stage_transform(LeafStage(
         name="scale_by_madgrad", update_leaf=leaf, state_cls=MadgradState,

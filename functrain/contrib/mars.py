@@ -116,7 +116,8 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
         c = mars_corrected_gradient(g, s.prev_grad, weight, max_norm)
         mu, nu = ema_update(c, s.mu, b1), ema_update(abs_sq(c), s.nu, b2)
-        return adam_direction(mu / ctx.mu, nu, None, ctx.nu, eps, 0.0), (mu, nu, g)
+        return (adam_direction(mu / ctx.mu, nu, None, ctx.nu, eps, 0.0),
+                s._replace(mu=mu, nu=nu, prev_grad=g))
 
     return stage_transform(LeafStage(
         name="scale_by_mars", update_leaf=leaf, state_cls=MarsState,

@@ -222,7 +222,7 @@ def mars_correction(gamma: float = 0.025, b1: float = 0.95,
     weight = gamma * b1 / (1 - b1)
 
     def leaf(g: Array, s: Any, p: Any, ctx: Any) -> tuple:
-        return mars_corrected_gradient(g, s.prev_grad, weight, max_norm), (g,)
+        return mars_corrected_gradient(g, s.prev_grad, weight, max_norm), s._replace(prev_grad=g)
 
     return stage_transform(LeafStage(
         name="mars_correction", update_leaf=leaf, state_cls=MarsCorrectionState,

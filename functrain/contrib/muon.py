@@ -444,7 +444,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
             _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
             mu = ema_update(g, s.mu, beta)
             m = nesterov_mu_hat(g, mu, beta, bc.mu, bc.next_mu) if nesterov else mu / bc.mu
-            return m, (mu,)
+            return m, s._replace(mu=mu)
 
         return LeafStage(
             name=owner, update_leaf=leaf, state_cls=MuonState, leaf_fields=("mu",),

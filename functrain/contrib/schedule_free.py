@@ -172,7 +172,7 @@ def schedule_free(base_optimizer: GradientTransformation, learning_rate: ScalarO
             z = z.astype(state_dtype).astype(z.dtype)
         x = (y - (1.0 - b1) * s.z) / b1
         x = (1.0 - ck) * x + ck * z
-        return b1 * x + (1.0 - b1) * z - y, (z,)
+        return b1 * x + (1.0 - b1) * z - y, s._replace(z=z)
 
     def copy_leaf(p: Array) -> tuple:
         return (jnp.array(p, dtype=state_dtype or p.dtype, copy=True),)

@@ -196,7 +196,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
     def leaf(g: Array, state: Any, p: Any, ctx: BiasCorrections) -> tuple:
         mu, nu = ema_update(g, state.mu, b1), ema_update(abs_sq(g), state.nu, ctx.b2)
         mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
-        return adam_direction(mu_hat, nu, None, ctx.nu, eps, eps_root), (mu, nu)
+        return adam_direction(mu_hat, nu, None, ctx.nu, eps, eps_root), state._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_adam", update_leaf=leaf, state_cls=ScaleByAdamState,
@@ -248,7 +248,8 @@ def scale_by_amsgrad(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
         mu, nu = ema_update(g, s.mu, b1), ema_update(abs_sq(g), s.nu, ctx.b2)
         mu_hat = mu / ctx.mu if bias_correction_mu else mu
         nu_max = jnp.maximum(s.nu_max, nu / ctx.nu if bias_correction_nu else nu)
-        return adam_direction(mu_hat, nu_max, None, None, eps, eps_root), (mu, nu, nu_max)
+        return (adam_direction(mu_hat, nu_max, None, None, eps, eps_root),
+                s._replace(mu=mu, nu=nu, nu_max=nu_max))
 
     return stage_transform(LeafStage(
         name="scale_by_amsgrad", update_leaf=leaf, state_cls=ScaleByAmsgradState,
@@ -290,7 +291,7 @@ def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
     def leaf(g: Array, s: Any, p: Any, ctx: BiasCorrections) -> tuple:
         mu = ema_update(g, s.mu, b1)
         nu = jnp.maximum(jnp.abs(g) + eps, b2 * s.nu)
-        return (mu / ctx.mu) / nu, (mu, nu)
+        return (mu / ctx.mu) / nu, s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_adamax", update_leaf=leaf, state_cls=ScaleByAdamState,
@@ -371,7 +372,7 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
         mu_hat = _first_moment_hat(g, mu, b1, ctx.corrections, nesterov)
         adapted = ctx.r.astype(g.dtype) * mu_hat / (
             jnp.sqrt(nu / ctx.corrections.nu + eps_root) + eps)
-        return jnp.where(ctx.rectify, adapted, mu_hat), (mu, nu)
+        return jnp.where(ctx.rectify, adapted, mu_hat), s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_radam", update_leaf=leaf, state_cls=ScaleByAdamState,
@@ -418,7 +419,7 @@ def scale_by_yogi(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-3,
         g2 = abs_sq(g)
         mu = ema_update(g, s.mu, b1)
         nu = s.nu - (1 - b2) * jnp.sign(s.nu - g2) * g2
-        return adam_direction(mu, nu, ctx.mu, ctx.nu, eps, eps_root), (mu, nu)
+        return adam_direction(mu, nu, ctx.mu, ctx.nu, eps, eps_root), s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_yogi", update_leaf=leaf, state_cls=ScaleByAdamState,
@@ -469,7 +470,7 @@ def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
         err = g - mu
         nu = ema_update(abs_sq(err), s.nu, ctx.b2) + eps_root
         mu_hat = _first_moment_hat(g, mu, b1, ctx, nesterov)
-        return adam_direction(mu_hat, nu, None, ctx.nu, eps), (mu, nu)
+        return adam_direction(mu_hat, nu, None, ctx.nu, eps), s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_belief", update_leaf=leaf, state_cls=ScaleByBeliefState,
@@ -567,7 +568,8 @@ def scale_by_adan(b1: float = 0.98, b2: float = 0.92, b3: float = 0.99, eps: flo
         m, v = ema_update(g, s.m, b1), ema_update(diff, s.v, b2)
         n = ema_update(abs_sq(g + (1 - b2) * diff), s.n, b3)
         direction = m / ctx.m + (1 - b2) * (v / ctx.v)
-        return adam_direction(direction, n, None, ctx.n, eps, eps_root), (m, v, n, g)
+        return (adam_direction(direction, n, None, ctx.n, eps, eps_root),
+                s._replace(m=m, v=v, n=n, g=g))
 
     return stage_transform(LeafStage(
         name="scale_by_adan", update_leaf=leaf, state_cls=ScaleByAdanState,

@@ -110,9 +110,10 @@ class LeafStage:
       name: the public name, used in error messages.
       update_leaf: ``(g, state, p, ctx) -> (u, new_state)`` on one array.
         ``state`` is a NamedTuple with one entry per ``leaf_fields`` name
-        (read ``state.mu``); ``new_state`` is a tuple in the same order. ``p``
-        is the parameter (``None`` when not given), ``ctx`` what ``prepare``
-        returned.
+        (read ``state.mu``); ``new_state`` is ``state._replace(mu=..., ...)``
+        (by field name; a field not named keeps its value), ``()`` when the
+        stage keeps no per-leaf state. ``p`` is the parameter (``None`` when
+        not given), ``ctx`` what ``prepare`` returned.
       state_cls: the state NamedTuple, or ``None`` for :class:`EmptyState`.
       leaf_fields: fields of ``state_cls`` that hold a params-shaped tree.
       init_leaf: ``p -> tuple`` of initial per-leaf states, one per field.

@@ -50,7 +50,7 @@ def zero_nans() -> GradientTransformation:
     """
     def leaf(g: Array, s: tuple, p: Any, c: Any) -> tuple:
         nan = jnp.isnan(g)
-        return jnp.where(nan, jnp.zeros_like(g), g), (jnp.any(nan),)
+        return jnp.where(nan, jnp.zeros_like(g), g), s._replace(found_nan=jnp.any(nan))
 
     # ``found_nan`` is one bool per leaf, not params-shaped.
     return stage_transform(LeafStage(

@@ -238,6 +238,10 @@ def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs:
                 olds = tuple(io.read(o) for o in stored)
                 olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
                 x, news = stage.update_leaf(x, olds_c, pc, step.ctx, **leaf.extra_args(k))
+                if len(news) != len(stored):
+                    raise TypeError(f"{stage.name}: update_leaf returned {len(news)} state "
+                                    f"entries for the fields {stage.leaf_fields}; return "
+                                    f"state._replace(field=value, ...) (or () if stateless).")
                 leaf.ran(olds_c, news)
                 news = tuple(io.write(n.astype(o.dtype), st)
                              for n, o, st in zip(news, olds, stored))

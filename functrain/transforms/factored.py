@@ -159,14 +159,14 @@ def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
         dims = _factored_dims(g.shape, factored, min_dim_size_to_factor)
         if dims is None:
             v = decay * v + (1.0 - decay) * sq
-            return g * v ** -0.5, (v_row, v_col, v)
+            return g * v ** -0.5, s._replace(v_row=v_row, v_col=v_col, v=v)
         d1, d0 = dims
         v_row = decay * v_row + (1.0 - decay) * jnp.mean(sq, axis=d0)
         v_col = decay * v_col + (1.0 - decay) * jnp.mean(sq, axis=d1)
         row_axis = d1 - 1 if d1 > d0 else d1
         row_factor = (v_row / jnp.mean(v_row, axis=row_axis, keepdims=True)) ** -0.5
         u = g * jnp.expand_dims(row_factor, d0) * jnp.expand_dims(v_col ** -0.5, d1)
-        return u, (v_row, v_col, v)
+        return u, s._replace(v_row=v_row, v_col=v_col, v=v)
 
     return stage_transform(LeafStage(
         name="scale_by_factored_rms", update_leaf=leaf, state_cls=FactoredState,

@@ -150,7 +150,7 @@ def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
         if decays:
             step = step + weight_decay * p
         mu = jnp.where(first, step, b1 * s.mu + step)
-        return mu, (mu, nu)
+        return mu, s._replace(mu=mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_novograd", update_leaf=leaf, state_cls=ScaleByNovogradState,
@@ -291,7 +291,7 @@ def scale_by_distance_over_gradients(reps_rel: float = 1e-6, eps: float = 1e-8,
         dist = jnp.maximum(s.max_dist, jnp.sqrt(jnp.sum(abs_sq(p - s.init_params))))
         g_sos = s.grad_sum_of_squares + jnp.sum(abs_sq(g))
         step = global_scale * dist / jnp.sqrt(g_sos + eps)
-        return step.reshape(()) * g, (dist, g_sos, s.init_params)
+        return step.reshape(()) * g, s._replace(max_dist=dist, grad_sum_of_squares=g_sos)
 
     return stage_transform(LeafStage(
         name="scale_by_distance_over_gradients", update_leaf=leaf,

@@ -99,7 +99,7 @@ def trace(decay: float, nesterov: bool = False,
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         t = g + decay * state.trace
-        return (g + decay * t if nesterov else t), (t,)
+        return (g + decay * t if nesterov else t), state._replace(trace=t)
 
     return stage_transform(LeafStage(
         name="trace", update_leaf=leaf, state_cls=TraceState, leaf_fields=("trace",),
@@ -137,7 +137,7 @@ def ema(decay: float, debias: bool = True,
 
     def leaf(g: Array, s: tuple, p: Any, correction: Any) -> tuple:
         m = ema_update(g, s.ema, decay)
-        return (m / correction if debias else m), (m,)
+        return (m / correction if debias else m), s._replace(ema=m)
 
     return stage_transform(LeafStage(
         name="ema", update_leaf=leaf, state_cls=EmaState, leaf_fields=("ema",),
@@ -176,7 +176,7 @@ def scale_by_optimistic_gradient(alpha: float = 1.0, beta: float = 1.0
 
     def leaf(g: Array, s: tuple, p: Any, first: Array) -> tuple:
         prev = jnp.where(first, g, s.previous_gradient)
-        return (alpha + beta) * g - beta * prev, (g,)
+        return (alpha + beta) * g - beta * prev, s._replace(previous_gradient=g)
 
     return stage_transform(LeafStage(
         name="scale_by_optimistic_gradient", update_leaf=leaf,

@@ -210,7 +210,7 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         nu = ema_update(abs_sq(g), state.nu, decay)
         nu_hat = nu / ctx.nu if bias_correction else nu
-        return _rms_scale(g, nu_hat, eps, eps_in_sqrt), (nu,)
+        return _rms_scale(g, nu_hat, eps, eps_in_sqrt), state._replace(nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_rms", update_leaf=leaf, state_cls=state_cls, leaf_fields=("nu",),
@@ -264,7 +264,8 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         mu, nu = ema_update(g, state.mu, decay), ema_update(abs_sq(g), state.nu, decay)
         mu_hat, nu_hat = (mu / ctx.nu, nu / ctx.nu) if bias_correction else (mu, nu)
-        return _rms_scale(g, nu_hat - abs_sq(mu_hat), eps, eps_in_sqrt), (mu, nu)
+        return (_rms_scale(g, nu_hat - abs_sq(mu_hat), eps, eps_in_sqrt),
+                state._replace(mu=mu, nu=nu))
 
     return stage_transform(LeafStage(
         name="scale_by_stddev", update_leaf=leaf, state_cls=state_cls, leaf_fields=("mu", "nu"),
@@ -302,7 +303,7 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         sos = abs_sq(g) + state.sum_of_squares
         inv = jnp.where(sos > 0, jax.lax.rsqrt(sos + eps), 0.0)
-        return inv * g, (sos,)
+        return inv * g, state._replace(sum_of_squares=sos)
 
     return stage_transform(LeafStage(
         name="scale_by_rss", update_leaf=leaf, state_cls=ScaleByRssState,
@@ -338,7 +339,7 @@ def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransforma
     def leaf(g: Array, s: tuple, p: Any, ctx: Any) -> tuple:
         e_g = ema_update(g * g, s.e_g, rho)
         u = (jnp.sqrt(s.e_x + eps) / jnp.sqrt(e_g + eps)) * g
-        return u, (e_g, ema_update(u * u, s.e_x, rho))
+        return u, s._replace(e_g=e_g, e_x=ema_update(u * u, s.e_x, rho))
 
     return stage_transform(LeafStage(
         name="scale_by_adadelta", update_leaf=leaf, state_cls=ScaleByAdaDeltaState,
@@ -392,7 +393,7 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
     def leaf(g: Array, s: tuple, p: Any, ctx: Any) -> tuple:
         packed, momentum = s.mu, s.nu
         if g.size == 0:  # nothing to accumulate (and a max over no entries is undefined)
-            return g, (packed, momentum)
+            return g, s
         if g.ndim < 2:
             accum = new_weight * g * g + b2 * packed.reshape(g.shape)
             new_packed = accum.reshape(-1)
@@ -409,7 +410,7 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
                 for i in range(g.ndim)])
         scaled = g * jnp.where(accum > 0, jax.lax.rsqrt(accum + eps), 0.0)
         nu = (1 - b1) * scaled + b1 * momentum
-        return nu, (new_packed, nu)
+        return nu, s._replace(mu=new_packed, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_sm3", update_leaf=leaf, state_cls=ScaleBySM3State, leaf_fields=("mu",

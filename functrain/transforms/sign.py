@@ -123,7 +123,7 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
             u = jnp.tanh(smooth_beta * x)
         else:
             u = jnp.where(jnp.abs(x) < 1.0, x, jnp.sign(x))
-        return u, (ema_update(g, state.mu, b2),)
+        return u, state._replace(mu=ema_update(g, state.mu, b2))
 
     return stage_transform(LeafStage(
         name="scale_by_lion", update_leaf=leaf, state_cls=ScaleByLionState, leaf_fields=("mu",),
@@ -180,7 +180,8 @@ def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float
         steps = jnp.where(agree == 0, steps, grown)
         flipped = agree < 0
         signed = jnp.where(flipped, jnp.zeros_like(g), steps * jnp.sign(g))
-        return jnp.where(flipped, jnp.zeros_like(prev), prev), (steps, signed)
+        return (jnp.where(flipped, jnp.zeros_like(prev), prev),
+                s._replace(step_sizes=steps, prev_updates=signed))
 
     return stage_transform(LeafStage(
         name="scale_by_rprop", update_leaf=leaf, state_cls=ScaleByRpropState,
