@@ -29,7 +29,6 @@ from functrain.quantization import (CODE_FOR, CODES, DEFAULT_BLOCK, QuantizedArr
 from functrain.transforms.base import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, Updates, call_update)
 from functrain.transforms.engine import fusion_plan, run_plan
-from functrain.tree_state import is_named_tuple
 
 Array = jax.Array
 PyTree = Any
@@ -67,7 +66,7 @@ FIELD_CODES: dict[str, dict[str, str]] = {
 # --------------------------------------------------------------------------
 
 def _is_named_tuple(x: Any) -> bool:  # a state's NamedTuple, not a stored QuantizedArray
-    return is_named_tuple(x) and not isinstance(x, QuantizedArray)
+    return ft.is_named_tuple(x) and not isinstance(x, QuantizedArray)
 
 
 def field_codes(state: PyTree, default: str = "signed") -> PyTree:

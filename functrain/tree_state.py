@@ -2,9 +2,14 @@
 params-shaped parts.
 
 ``get``, ``set`` and ``get_all_with_path`` search a state tree (NamedTuples,
-dicts, lists) for a named field; ``map_params`` applies a function to every
-params-shaped tree inside a state. Re-exported by :mod:`functrain.tree`, which is
-where users reach them (``functrain.tree.get(state, 'count')``).
+dicts, lists) for a named field, reporting NamedTuple fields as
+:class:`NamedTupleKey`; ``map_params`` applies a function to every params-shaped
+tree inside a state; ``is_named_tuple`` is the test of a state's named node they
+share. Re-exported by :mod:`functrain.tree`, which is where users reach them
+(``functrain.tree.get(state, 'count')``); ``map_params`` is also
+``functrain.tree_map_params`` (and ``functrain.tree_utils.tree_map_params``), the same
+function under optax's older name. The tree arithmetic is in
+:mod:`functrain.tree_ops`, the key-path checks in :mod:`functrain.tree_checks`.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ class NamedTupleKey:
 def is_named_tuple(x: Any) -> bool:
     """Whether ``x`` is an instance of a NamedTuple class (a tuple with ``_fields``).
 
-    The one test of what counts as a state's named node, used by the state helpers here
-    and by :mod:`functrain.quantized_state`.
+    The one test of what counts as a state's named node: the state helpers here use it,
+    and other modules reach it as ``functrain.tree.is_named_tuple`` (imported there,
+    not in its ``__all__``): :mod:`functrain.quantized_state`, the zoom line search.
 
     Args:
       x: any object.

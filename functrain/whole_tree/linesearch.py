@@ -24,7 +24,6 @@ from functrain.arg_checks import (check_range, check_state_type, hyperparameters
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
                                        Updates, as_array, safe_increment)
-from functrain.tree_state import is_named_tuple
 
 Array = jax.Array
 
@@ -560,7 +559,7 @@ def scale_by_zoom_linesearch(
 def _find_fields(tree: Any, name: str, path: str = "state") -> list:
     """``(path, value)`` of every NamedTuple field or dict entry called ``name`` in ``tree``."""
     found = []
-    if is_named_tuple(tree):
+    if ft.is_named_tuple(tree):
         items = [(f, getattr(tree, f), f".{f}") for f in tree._fields]
     elif isinstance(tree, dict):
         items = [(k, v, f"[{k!r}]") for k, v in tree.items()]
