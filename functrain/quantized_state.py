@@ -65,8 +65,8 @@ FIELD_CODES: dict[str, dict[str, str]] = {
 # The wrapper
 # --------------------------------------------------------------------------
 
-def _is_named_tuple(x: Any) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "_fields") and not isinstance(x, QuantizedArray)
+def _is_named_tuple(x: Any) -> bool:  # a state's NamedTuple, not a stored QuantizedArray
+    return ft.is_named_tuple(x) and not isinstance(x, QuantizedArray)
 
 
 def field_codes(state: PyTree, default: str = "signed") -> PyTree:

@@ -1,14 +1,23 @@
-"""Public pytree math: every function of ``optax.tree``, and the ones functrain uses itself.
+"""Public pytree math, ``functrain.tree``: every function of ``optax.tree``, and the ones
+functrain uses itself. Users import this module; it holds some of its functions and
+re-exports the rest from three helper modules:
 
-``add``, ``scale``, ``vdot``, ``norm``, ``zeros_like``, ``cast``, ``get``,
-``set``, ``map_params``, ... over whole trees (optax.tree's functions: casts
-and random trees here, arithmetic in :mod:`functrain.tree_ops`, state helpers
-in :mod:`functrain.tree_state`); ``leaf_norm`` and
-``sum_of_squares`` of one array; the dtype
-policy (``compute_dtype``); sub-trees by path (``get_path``/``set_path``); and
-``map_broadcast`` for Ivy-style arguments that may or may not be trees. The
-key-path checks (``check_structure``, ``check_shapes``, masks, ``MaskedNode``)
-live in :mod:`functrain.tree_checks` and are re-exported here.
+* defined here: ``map``, ``leaves``, ``add_scaled``, ``leaf_norm`` (of one array),
+  ``zeros_like`` / ``ones_like`` / ``full_like``, the casts and dtypes (``cast``,
+  ``cast_like``, ``dtype``, and the dtype policy ``compute_dtype``), the random trees
+  (``random_like``, ``split_key_like``, ``unwrap_random_key_data``), sub-trees by path
+  (``get_path`` / ``set_path``), ``is_single_leaf``, ``map_broadcast`` for Ivy-style
+  arguments that may or may not be trees, ``distinct_buffers`` and ``explicit_spec``;
+* from :mod:`functrain.tree_ops`: optax.tree's arithmetic, reductions and moments
+  (``add``, ``scale``, ``vdot``, ``norm``, ``update_moment``, ...) and
+  ``sum_of_squares`` of one array;
+* from :mod:`functrain.tree_state`: optax.tree's state helpers (``get``, ``set``,
+  ``get_all_with_path``, ``map_params``, ``NamedTupleKey``);
+* from :mod:`functrain.tree_checks`: the key-path checks (``check_structure``,
+  ``check_shapes``, ``key_paths``) and masks (``MaskedNode``, ``is_placeholder``).
+
+optax's older ``optax.tree_utils`` names (``tree_add``, ...) are aliases of these in
+:mod:`functrain.tree_utils`.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ from functrain.tree_checks import (MaskedNode, check_leaf_dtypes, check_shapes,
                                    is_placeholder, key_paths, resolve_leaf_mask, resolve_mask)
 # optax.tree's functions: the arithmetic in tree_ops.py, the state helpers in
 # tree_state.py; all part of this module's API.
-from functrain.tree_state import NamedTupleKey, get, get_all_with_path, map_params, set
+from functrain.tree_state import (NamedTupleKey, get, get_all_with_path, is_named_tuple,
+                                  map_params, set)
 from functrain.tree_ops import (add, add_scale, allclose, batch_shape, bias_correction, clip,
                                 conj, div, max, min, mul, norm, real, scale, size, sub, sum,
                                 sum_of_squares, update_infinity_moment, update_moment,

@@ -1,13 +1,20 @@
 """Checks that name the offending leaf: tree structures, shapes, masks and placeholders.
 
-Also optax.tree's state helpers, which find values by key path: ``get``,
-``set``, ``get_all_with_path`` and ``map_params`` (re-exported by
-:mod:`functrain.tree`).
+``check_structure``, ``check_shapes``, ``check_leaf_dtypes``, ``key_paths`` /
+``format_paths`` / ``flatten_with_paths`` / ``flatten_like``, the masks
+(``MaskedNode``, ``resolve_mask``, ``resolve_leaf_mask``, ``is_mask_function``) and the
+placeholders (``is_placeholder``, ``is_params_placeholder``). The engine
+(:mod:`functrain.transforms.engine`) and the wrappers call these before any array
+math, so a mismatch raises an error that names the key path of the leaf at fault and
+what was expected. :mod:`functrain.tree` re-exports them
+(``functrain.tree.check_structure`` and so on; its ``__all__`` lists
+``check_structure``, ``check_shapes``, ``key_paths``, ``MaskedNode`` and
+``is_placeholder``).
 
-The engine (:mod:`functrain.transforms.engine`) and the wrappers call these
-before any array math, so a mismatch raises an error that names the key path
-of the leaf at fault and what was expected. :mod:`functrain.tree` re-exports
-them as ``functrain.tree.check_structure`` and so on.
+This module imports no other functrain module. optax.tree's functions are not here:
+the arithmetic is in :mod:`functrain.tree_ops`, the state helpers (``get``, ``set``,
+``get_all_with_path``, ``map_params``) in :mod:`functrain.tree_state`, the rest in
+:mod:`functrain.tree`.
 """
 
 from __future__ import annotations

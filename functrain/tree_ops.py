@@ -1,20 +1,27 @@
-"""optax.tree's functions: whole-tree arithmetic, reductions, casts, random trees, moments.
+"""optax.tree's arithmetic: whole-tree sums, products, reductions, norms, moments.
 
-Every function of ``optax.tree`` (optax 0.2.8) with its name, signature and
-numbers, written for functrain. :mod:`functrain.tree` re-exports them all, so
-``functrain.tree.norm(t, ord=1)`` is ``optax.tree.norm(t, ord=1)``. Where
-optax maps two trees leaf by leaf, a structure mismatch raises a
-``ValueError`` that names the key paths at fault (optax raises a
-``ValueError`` too, from ``jax.tree.map``).
+The ``optax.tree`` functions that compute (optax 0.2.8's names, signatures and
+numbers, written for functrain): ``add``, ``sub``, ``mul``, ``div``, ``scale``,
+``add_scale``, ``vdot``, ``sum``, ``max``, ``min``, ``norm``, ``size``, ``clip``,
+``conj``, ``real``, ``where``, ``allclose``, ``batch_shape``, the moments
+(``update_moment``, ``update_moment_per_elem_norm``, ``update_infinity_moment``,
+``bias_correction``) and ``sum_of_squares`` of one array. :mod:`functrain.tree`
+re-exports them all, so ``functrain.tree.norm(t, ord=1)`` is
+``optax.tree.norm(t, ord=1)``. Where optax maps two trees leaf by leaf, a structure
+mismatch raises a ``ValueError`` that names the key paths at fault (optax raises a
+``ValueError`` too, from ``jax.tree.map``). Three per-array pieces live here too,
+``abs_sq``, ``ema_update`` and ``bias_correction_factor``; :mod:`functrain.numerics`
+re-exports them (``functrain.tree`` does not).
 
 Two deliberate differences, both only in precision: squared norms and sums of
 squares of 16-bit leaves accumulate in float32 (optax sums float16 squares in
 float16, which overflows at a few hundred), and an empty tree reduces to a
 float32 zero rather than the Python ``0``.
 
-optax.tree's dtype and random-tree functions are in :mod:`functrain.tree`
-itself, its state helpers (``get``, ``set``, ``get_all_with_path``,
-``map_params``) in :mod:`functrain.tree_checks` (each file stays short).
+The rest of optax.tree is elsewhere: its casts, dtypes and random trees in
+:mod:`functrain.tree` itself, its state helpers (``get``, ``set``,
+``get_all_with_path``, ``map_params``) in :mod:`functrain.tree_state`; the key-path
+checks these functions call are in :mod:`functrain.tree_checks`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,14 @@
 params-shaped parts.
 
 ``get``, ``set`` and ``get_all_with_path`` search a state tree (NamedTuples,
-dicts, lists) for a named field; ``map_params`` applies a function to every
-params-shaped tree inside a state. Re-exported by :mod:`functrain.tree`, which is
-where users reach them (``functrain.tree.get(state, 'count')``).
+dicts, lists) for a named field, reporting NamedTuple fields as
+:class:`NamedTupleKey`; ``map_params`` applies a function to every params-shaped
+tree inside a state; ``is_named_tuple`` is the test of a state's named node they
+share. Re-exported by :mod:`functrain.tree`, which is where users reach them
+(``functrain.tree.get(state, 'count')``); ``map_params`` is also
+``functrain.tree_map_params`` (and ``functrain.tree_utils.tree_map_params``), the same
+function under optax's older name. The tree arithmetic is in
+:mod:`functrain.tree_ops`, the key-path checks in :mod:`functrain.tree_checks`.
 """
 
 from __future__ import annotations
@@ -44,13 +49,30 @@ class NamedTupleKey:
         return f"{self.tuple_name}.{self.name}"
 
 
-def _is_named_tuple(x: Any) -> bool:
+def is_named_tuple(x: Any) -> bool:
+    """Whether ``x`` is an instance of a NamedTuple class (a tuple with ``_fields``).
+
+    The one test of what counts as a state's named node: the state helpers here use it,
+    and other modules reach it as ``functrain.tree.is_named_tuple`` (imported there,
+    not in its ``__all__``): :mod:`functrain.quantized_state`, the zoom line search.
+
+    Args:
+      x: any object.
+
+    Returns:
+      ``True`` for a NamedTuple instance, ``False`` for anything else (a plain tuple too).
+
+    >>> import functrain
+    >>> state = functrain.adam(0.1).init({})
+    >>> is_named_tuple(state[0]), is_named_tuple(()), is_named_tuple({'mu': 1})
+    (True, False, False)
+    """
     return isinstance(x, tuple) and hasattr(x, "_fields")
 
 
 def _has_any(node: Any, keys: tuple) -> bool:
     """Whether ``node`` has a field/key in ``keys``, or is a NamedTuple named by one."""
-    if _is_named_tuple(node):
+    if is_named_tuple(node):
         return any(k in node._fields for k in keys) or type(node).__name__ in keys
     return isinstance(node, dict) and any(k in node for k in keys)
 
@@ -60,9 +82,9 @@ def _named_leaves(tree: PyTree, stop: Callable[[Any], bool]) -> list:
     fields entered as :class:`NamedTupleKey`."""
     out = []
     pairs = jax.tree_util.tree_leaves_with_path(
-        tree, is_leaf=lambda x: stop(x) or _is_named_tuple(x))
+        tree, is_leaf=lambda x: stop(x) or is_named_tuple(x))
     for path, node in pairs:
-        if stop(node) or not _is_named_tuple(node):
+        if stop(node) or not is_named_tuple(node):
             out.append((path, node))
             continue
         for field in node._fields:
@@ -73,7 +95,7 @@ def _named_leaves(tree: PyTree, stop: Callable[[Any], bool]) -> list:
 
 
 def _children(path: KeyPath, node: Any) -> list:
-    if _is_named_tuple(node):
+    if is_named_tuple(node):
         return [((*path, NamedTupleKey(type(node).__name__, f)), getattr(node, f))
                 for f in node._fields]
     if isinstance(node, dict):
@@ -88,7 +110,7 @@ def _find(tree: PyTree, key: Any) -> list:
     nodes = [(p, n) for p, n in _named_leaves(tree, stop) if stop(n)]
     found = []
     for path, node in nodes:
-        if _is_named_tuple(node):
+        if is_named_tuple(node):
             if type(node).__name__ == key:
                 found.append((path, node))
             else:
@@ -199,7 +221,7 @@ def set(tree: PyTree, filtering: Optional[Callable[[KeyPath, Any], bool]] = None
     def replace(path: KeyPath, node: Any) -> Any:
         if not _has_any(node, keys):
             return node
-        if _is_named_tuple(node) and type(node).__name__ in kwargs and keep(path, node):
+        if is_named_tuple(node) and type(node).__name__ in kwargs and keep(path, node):
             return kwargs[type(node).__name__]
         new = {}
         for child_path, child in _children(path, node):
@@ -210,7 +232,7 @@ def set(tree: PyTree, filtering: Optional[Callable[[KeyPath, Any], bool]] = None
                 new[k] = replace(child_path, child)
             else:
                 new[k] = child
-        return node._replace(**new) if _is_named_tuple(node) else new
+        return node._replace(**new) if is_named_tuple(node) else new
 
     def stop(x: Any) -> bool:
         return _has_any(x, keys)
@@ -236,22 +258,34 @@ def map_params(initable: Any, f: Callable[..., Any], state: PyTree, /, *rest: An
                is_leaf: Optional[Callable[[Any], bool]] = None) -> PyTree:
     """``f`` mapped over every params-shaped tree inside an optimizer state.
 
-    ``initable`` (an ``init`` function or an object with ``.init``) is called
-    on a leafless stand-in for the params; where the stand-in shows up in the
-    resulting state, ``state`` holds a params-shaped tree, and ``f`` is mapped
-    over it (with the matching leaves of ``rest``). Other parts go through
-    ``transform_non_params`` (or stay as they are).
+    The one implementation of both ``functrain.tree.map_params`` (optax's
+    ``optax.tree.map_params``) and ``functrain.tree_map_params`` (optax's
+    ``optax.tree_utils.tree_map_params``): the two names are the same function.
+
+    ``initable`` (the optimizer, or its ``init``) is run on a leafless stand-in for
+    the params: the parts of its state built from the params (the moments, the
+    accumulators) are where ``state`` holds params-shaped trees, and ``f`` is mapped
+    over those leaf by leaf (with the matching leaves of ``rest``). Other fields (step
+    counts) are kept, or passed through ``transform_non_params``. Typical use:
+    sharding specs for the state from those of the params.
 
     Args:
-      initable: an ``init(params)`` function, or an object with such an ``init``.
-      f: applied leafwise to each params-shaped tree (and ``rest``).
-      state: the optimizer state.
-      *rest: more params-shaped trees passed to ``f``.
-      transform_non_params: applied to every other leaf of the state.
-      is_leaf: passed to the leafwise map over each params-shaped tree.
+      initable: the optimizer (an object with ``init``) or its ``init(params)``.
+      f: the function applied to each leaf of each params-shaped tree, with the
+        matching leaves of ``rest`` as further arguments.
+      state: the optimizer state (as made by ``initable``) to map over.
+      *rest: trees like the params, passed to ``f`` leaf by leaf.
+      transform_non_params: applied to every other leaf of the state (``None``:
+        those are kept as they are).
+      is_leaf: passed to ``jax.tree_util.tree_map`` over the params-shaped trees
+        (e.g. to stop at ``MaskedNode`` placeholders).
 
     Returns:
-      The mapped state.
+      A tree like ``state`` with ``f``'s results in place of the params-shaped trees.
+
+    Raises:
+      TypeError: ``f`` is not callable, or ``initable`` is neither an optimizer nor
+        an ``init`` function.
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.adam(0.1)
@@ -259,8 +293,19 @@ def map_params(initable: Any, f: Callable[..., Any], state: PyTree, /, *rest: An
     >>> out = map_params(opt, lambda x: x.shape, state, transform_non_params=lambda x: None)
     >>> out[0].mu, out[0].count
     ({'w': (2,)}, None)
+    >>> functrain.tree_map_params is functrain.tree.map_params
+    True
     """
-    init = initable.init if hasattr(initable, "init") else initable
+    if not callable(f):
+        raise TypeError(f"tree.map_params / tree_map_params: f must be a function, got "
+                        f"{type(f).__name__}.")
+    init = getattr(initable, "init", None)
+    if not callable(init):
+        if not callable(initable):
+            raise TypeError(f"tree.map_params / tree_map_params: initable must be an "
+                            f"optimizer (an object with init) or an init function, got "
+                            f"{type(initable).__name__}.")
+        init = initable
     skeleton = init(_ParamsStandIn())
 
     def one(marker: Any, value: Any) -> Any:

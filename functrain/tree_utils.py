@@ -3,12 +3,15 @@
 ``import functrain.tree_utils as otu`` runs code written for ``import
 optax.tree_utils as otu``: each ``tree_<name>`` that optax 0.2.8 still exports
 there is :mod:`functrain.tree`'s ``<name>``, the same function (``tree_add`` is
-``functrain.tree.add``, ``tree_get`` is ``functrain.tree.get``), and
+``functrain.tree.add``, ``tree_get`` is ``functrain.tree.get``, ``tree_map_params`` is
+``functrain.tree.map_params``, which is also ``functrain.tree_map_params``), and
 ``NamedTupleKey`` is ``functrain.tree.NamedTupleKey``. The names optax 0.2.8
 keeps only as deprecated (``tree_scalar_mul``, ``tree_add_scalar_mul``,
 ``tree_l1_norm``, ``tree_l2_norm``, ``tree_linf_norm``) work too, with optax's
 ``DeprecationWarning``. Nothing here computes anything of its own; new code
-should use :mod:`functrain.tree`.
+should use :mod:`functrain.tree` (whose functions are defined in it and in
+:mod:`functrain.tree_ops`, :mod:`functrain.tree_state` and
+:mod:`functrain.tree_checks`).
 
 >>> import jax.numpy as jnp, functrain
 >>> import functrain.tree_utils as otu

@@ -2,39 +2,43 @@
 
 * (a) No module uses another functrain module's private names (``_name``): neither
   ``from functrain.x import _y`` nor ``x._y`` on an imported functrain module.
-* (b) Imports point only down the layers of docs/design.md:
+* (b) Imports point only down the layers of docs/design.md. Every module of functrain/ is
+  in exactly one layer of ``LAYERS`` (a module in none, or in two, fails
+  ``test_every_module_is_in_exactly_one_layer``, named), and imports only from the layers
+  its entry lists, all of them below it; never from its own layer (no sideways imports),
+  except a package's ``__init__.py``, which re-exports its own package's modules:
 
-  ========================================  ==========================================
-  file                                      may import from functrain only
-  ========================================  ==========================================
-  tree_checks.py, arg_checks.py,            nothing
-  jax_compat.py
-  tree_ops.py, tree_state.py                tree_checks (optax.tree's functions: math,
-                                            state helpers)
-  tree.py                                   tree_checks, tree_ops, tree_state (L0)
-  numerics.py                               tree
-  grad, ivy_updates, sharding, schedules,  tree, numerics (beside the stack, L0 only)
-  projections, microbatching, linalg,
-  param_updates, tree_utils
-  transforms/base.py                        tree, numerics
-  transforms/recompute.py                   tree, numerics
-  transforms/engine.py                      tree, numerics, base, recompute
-  transforms/<family>.py                    tree, numerics, base, engine (no other family;
-                                            any other file of transforms/ is a family)
-  wrappers/*.py, whole_tree/*.py            tree, numerics, base, engine
-  optimizers/*.py                           tree, numerics, transforms.*, whole_tree.* (no
-                                            wrappers, no other optimizers file)
-  contrib/*.py                              tree, numerics, schedules, linalg, transforms.*,
-                                            whole_tree.*, wrappers.*, optimizers.* (no other contrib
-                                            module)
-  <package>/__init__.py                     its own package's modules (functrain/ itself:
-                                            anything: it only re-exports)
-  ========================================  ==========================================
+  ==================  ==========================================  ============================
+  layer               modules                                     may import from functrain
+  ==================  ==========================================  ============================
+  L0_checks           tree_checks, arg_checks, jax_compat         nothing
+  L0_tree_parts       tree_ops, tree_state (optax.tree's          L0_checks
+                      arithmetic, its state helpers)
+  L0_tree             tree                                        L0_checks, L0_tree_parts
+  L0_numerics         numerics                                    the L0 layers above
+  L0_beside           grad, ivy_updates, sharding, schedules,     L0_checks .. L0_numerics
+                      projections, microbatching, linalg,         (the "L0 core"; not each
+                      param_updates, tree_utils, quantization     other)
+  L0_matrix           matrix/*.py (blocks, kron_factors)          L0 core, L0_beside
+  L1_protocol         transforms/base.py,                         L0 core
+                      transforms/recompute.py
+  L1_engine           transforms/engine.py                        L0 core, L1_protocol
+  L2_stages           transforms/<family>.py (any other file of   L0 core, L1
+                      transforms/), whole_tree/*.py
+  L3_wrappers         wrappers/*.py                               L0 core, L1
+  L4_optimizers       optimizers/*.py                             L0 (all of it), L1, L2
+  L4_contrib          contrib/*.py                                L0 - L4_optimizers
+  L4_quantized_state  quantized_state.py (a wrapper whose         L0 - L4_contrib
+                      presets name optimizers)
+  L5_packages         every __init__.py                           its own package's modules
+                                                                  (functrain/ itself: any)
+  ==================  ==========================================  ============================
 
-  "tree" includes tree_checks (the key-path checks tree.py re-exports), arg_checks
-  (the hyperparameter, transformation and state checks) and jax_compat (the JAX APIs that
-  differ between the supported versions). A new
-  file fails until it is given a rule here.
+  The modules "beside the stack" (L0_beside) use only the L0 core, the matrix helpers
+  (L0_matrix) that and ``linalg``; the engine stack (L1 - L3) uses neither, the optimizers
+  and contrib above it may (contrib's ``sam`` takes its ascent step with
+  ``param_updates.apply_updates``, Shampoo calls ``linalg``, ``schedule_free``
+  ``schedules``, Kron ``matrix``).
 * (c) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
 
 Each failure names the file and the offending import or name.
@@ -43,8 +47,9 @@ Each failure names the file and the offending import or name.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import pathlib
-from typing import Optional
+from typing import Callable
 
 import pytest
 
@@ -54,18 +59,15 @@ MAX_LINES = 650
 # path relative to functrain/ -> why it may be longer than MAX_LINES.
 LONG_FILES: dict[str, str] = {}
 
-# L0: the tree modules and the argument checks every layer above may use.
-TREE = {"functrain.tree", "functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state",
-        "functrain.arg_checks", "functrain.jax_compat"}
-NUMERICS = {"functrain.numerics"}
 BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
 RECOMPUTE = "functrain.transforms.recompute"
 # Every other module of transforms/ is a stage family (found on disk, so a new family
 # needs no entry here).
-FAMILIES = {f"functrain.transforms.{p.stem}"
-            for p in (pathlib.Path(__file__).resolve().parent.parent / "functrain"
-                      / "transforms").glob("*.py")
+FAMILIES = {f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").glob("*.py")
             if p.stem not in ("__init__", "base", "engine", "recompute")}
+BESIDE = {f"functrain.{name}" for name in (
+    "grad", "ivy_updates", "sharding", "schedules", "projections", "microbatching", "linalg",
+    "param_updates", "tree_utils", "quantization")}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -79,52 +81,73 @@ FILES = sorted(PACKAGE.rglob("*.py"))
 MODULES = {module_name(p): p for p in FILES}
 
 
-def allowed_imports(module: str) -> Optional[object]:
-    """The functrain modules ``module`` may import: a set, a predicate, or None (no rule)."""
-    path = MODULES[module]
-    if module == "functrain":
-        return lambda target: True  # the public surface: re-exports only
-    if path.name == "__init__.py":  # a sub-package: its own modules
+def is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def in_package(package: str) -> Callable[[str], bool]:
+    """The modules (not the ``__init__``) of the sub-package ``functrain.<package>``."""
+    return lambda m: m.startswith(f"functrain.{package}.") and not is_package(m)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One layer: which modules are in it, and the (lower) layers they may import from."""
+
+    name: str
+    members: Callable[[str], bool]
+    imports: tuple[str, ...]
+
+
+L0_CORE = ("L0_checks", "L0_tree_parts", "L0_tree", "L0_numerics")
+L0 = L0_CORE + ("L0_beside", "L0_matrix")
+L1 = ("L1_protocol", "L1_engine")
+
+# Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
+LAYERS = [
+    Layer("L0_checks", lambda m: m in {"functrain.tree_checks", "functrain.arg_checks",
+                                       "functrain.jax_compat"}, ()),
+    Layer("L0_tree_parts", lambda m: m in {"functrain.tree_ops", "functrain.tree_state"},
+          ("L0_checks",)),
+    Layer("L0_tree", lambda m: m == "functrain.tree", ("L0_checks", "L0_tree_parts")),
+    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:3]),
+    Layer("L0_beside", lambda m: m in BESIDE, L0_CORE),
+    Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
+    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE),
+    Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_protocol",)),
+    Layer("L2_stages", lambda m: m in FAMILIES or in_package("whole_tree")(m), L0_CORE + L1),
+    Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
+    Layer("L4_optimizers", in_package("optimizers"), L0 + L1 + ("L2_stages",)),
+    Layer("L4_contrib", in_package("contrib"),
+          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),
+    Layer("L4_quantized_state", lambda m: m == "functrain.quantized_state",
+          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib")),
+    # Re-exports only: a sub-package's own modules; functrain/ itself anything.
+    Layer("L5_packages", is_package, ()),
+]
+LAYER = {layer.name: layer for layer in LAYERS}
+
+
+def layers_of(module: str) -> list[str]:
+    return [layer.name for layer in LAYERS if layer.members(module)]
+
+
+def layer_of(module: str) -> "str | None":
+    """The one layer of ``module`` (None: none, or several; a test below fails on those)."""
+    found = layers_of(module) if module in MODULES else []
+    return found[0] if len(found) == 1 else None
+
+
+def allowed_imports(module: str) -> Callable[[str], bool]:
+    """Whether ``module`` may import the functrain module ``target``: a predicate."""
+    layer = layer_of(module)
+    if layer is None:
+        return lambda target: False
+    if layer == "L5_packages":
+        if module == "functrain":
+            return lambda target: True  # the public surface: re-exports only
         return lambda target: target.startswith(module + ".")
-    if module in ("functrain.tree_checks", "functrain.arg_checks", "functrain.jax_compat"):
-        return set()
-    if module in ("functrain.tree_ops", "functrain.tree_state"):
-        return {"functrain.tree_checks"}
-    if module == "functrain.tree":
-        return {"functrain.tree_checks", "functrain.tree_ops", "functrain.tree_state"}
-    if module == "functrain.numerics":
-        return TREE
-    if module in {"functrain.grad", "functrain.ivy_updates", "functrain.sharding",
-                  "functrain.schedules", "functrain.projections", "functrain.microbatching",
-                  "functrain.linalg", "functrain.param_updates", "functrain.tree_utils",
-                  "functrain.quantization"}:
-        return TREE | NUMERICS
-    if module == BASE:
-        return TREE | NUMERICS
-    if module == RECOMPUTE:
-        return TREE | NUMERICS
-    if module == ENGINE:
-        return TREE | NUMERICS | {BASE, RECOMPUTE}
-    if module in FAMILIES:
-        return TREE | NUMERICS | {BASE, ENGINE}
-    if module.startswith("functrain.wrappers.") or module.startswith("functrain.whole_tree."):
-        return TREE | NUMERICS | {BASE, ENGINE}
-    if module.startswith("functrain.contrib."):
-        return lambda target: (target in TREE | NUMERICS | {"functrain.schedules",
-                                                            "functrain.linalg"}
-                               or target.startswith(("functrain.transforms.",
-                                                     "functrain.whole_tree.",
-                                                     "functrain.wrappers.",
-                                                     "functrain.optimizers.")))
-    if module.startswith("functrain.optimizers."):
-        return lambda target: (target in TREE | NUMERICS
-                               or target.startswith(("functrain.transforms.",
-                                                     "functrain.whole_tree.")))
-    if module == "functrain.quantized_state":  # a wrapper whose presets name optimizers
-        return lambda target: (target in TREE | NUMERICS | {BASE, ENGINE,
-                                                            "functrain.quantization"}
-                               or target.startswith("functrain.optimizers."))
-    return None
+    return lambda target: layer_of(target) in LAYER[layer].imports
 
 
 def is_private(name: str) -> bool:
@@ -250,23 +273,49 @@ def test_the_real_import_graph_is_read():
     assert len(FILES) >= 30
 
 
-def test_the_rules_reject_upward_and_sideways_imports():
-    def allows(module, target):
-        rule = allowed_imports(module)
-        return rule(target) if callable(rule) else target in rule
+def allows(module: str, target: str) -> bool:
+    return allowed_imports(module)(target)
 
+
+def test_the_rules_reject_upward_and_sideways_imports():
     assert not allows("functrain.tree", "functrain.numerics")
+    assert not allows("functrain.tree_ops", "functrain.tree")
     assert not allows("functrain.numerics", BASE)
     assert not allows(BASE, ENGINE)
+    assert not allows(BASE, "functrain.linalg")
     assert not allows("functrain.transforms.adam", "functrain.transforms.rms")
     assert not allows("functrain.transforms.adam", "functrain.wrappers.masking")
     assert not allows("functrain.transforms.adam", "functrain")
+    assert not allows("functrain.whole_tree.lbfgs", "functrain.transforms.adam")
     assert not allows("functrain.wrappers.masking", "functrain.wrappers.accumulation")
     assert not allows("functrain.wrappers.masking", "functrain.transforms.adam")
     assert not allows("functrain.optimizers.adam_family", "functrain.wrappers.masking")
     assert not allows("functrain.optimizers.adam_family", "functrain.optimizers.sgd")
+    assert not allows("functrain.linalg", "functrain.schedules")
+    assert not allows("functrain.param_updates", BASE)
+    assert not allows("functrain.matrix.blocks", "functrain.contrib.kron")
+    assert not allows("functrain.matrix.blocks", "functrain.matrix.kron_factors")
+    # The helpers that once lived in contrib: an optimizer importing them there is sideways.
+    assert not allows("functrain.contrib.kron", "functrain.contrib.partition")
+    assert not allows("functrain.contrib.soap", "functrain.contrib.kron_factors")
+    assert not allows("functrain.contrib.sam", "functrain.contrib.sophia")
+    assert not allows("functrain.contrib.sam", "functrain.quantized_state")
+    assert not allows("functrain.matrix", "functrain.contrib.kron")
+    assert allows("functrain.contrib.kron", "functrain.matrix.blocks")
+    assert allows("functrain.contrib.sam", "functrain.param_updates")
+    assert allows("functrain.matrix.blocks", "functrain.linalg")
     assert allows("functrain.optimizers.adam_family", "functrain.transforms.adam")
     assert allows("functrain.transforms.adam", ENGINE)
+    assert allows("functrain.contrib", "functrain.contrib.kron")
+    assert allows("functrain", "functrain.contrib.kron")
+
+
+def test_the_layer_table_points_down():
+    order = [layer.name for layer in LAYERS]
+    assert len(set(order)) == len(order), order
+    for i, layer in enumerate(LAYERS):
+        upward = [name for name in layer.imports if name not in order[:i]]
+        assert not upward, f"{layer.name} may import {upward}: not below it"
 
 
 # --------------------------------------------------------------------------
@@ -286,38 +335,26 @@ def test_no_module_uses_another_modules_private_names():
 # (b) imports point only down
 # --------------------------------------------------------------------------
 
-def test_every_file_has_a_layer_rule():
-    missing = [str(MODULES[m].relative_to(ROOT)) for m in sorted(MODULES)
-               if allowed_imports(m) is None]
-    assert not missing, f"no import rule for {missing}: add one to tests/test_architecture.py"
+def test_every_module_is_in_exactly_one_layer():
+    unplaced = [str(MODULES[m].relative_to(ROOT)) for m in sorted(MODULES) if not layers_of(m)]
+    assert not unplaced, (f"modules in no layer: {unplaced}; add each to a layer of LAYERS in "
+                          f"tests/test_architecture.py")
+    twice = [f"{MODULES[m].relative_to(ROOT)}: {layers_of(m)}" for m in sorted(MODULES)
+             if len(layers_of(m)) > 1]
+    assert not twice, "modules in more than one layer:\n  " + "\n  ".join(twice)
 
 
-@pytest.mark.parametrize("layer", ["tree", "numerics", "base", "families", "engine",
-                                   "wrappers", "optimizers", "beside", "packages"])
+@pytest.mark.parametrize("layer", [layer.name for layer in LAYERS])
 def test_imports_point_only_down(layer):
-    members = {
-        "tree": lambda m: m in TREE,
-        "numerics": lambda m: m in NUMERICS,
-        "base": lambda m: m == BASE,
-        "families": lambda m: m in FAMILIES,
-        "engine": lambda m: m in {ENGINE, RECOMPUTE},
-        "wrappers": lambda m: m.startswith("functrain.wrappers.") and m in MODULES
-        and MODULES[m].name != "__init__.py",
-        "optimizers": lambda m: m.startswith("functrain.optimizers.")
-        and MODULES[m].name != "__init__.py",
-        "beside": lambda m: m in {"functrain.grad", "functrain.ivy_updates",
-                                  "functrain.sharding", "functrain.schedules"},
-        "packages": lambda m: MODULES[m].name == "__init__.py",
-    }[layer]
-    modules = [m for m in sorted(ANALYSED) if members(m)]
-    assert modules, layer
+    modules = [m for m in sorted(ANALYSED) if LAYER[layer].members(m)]
+    assert modules, f"layer {layer} has no module"
     offences = []
     for m in modules:
-        rule = allowed_imports(m)
-        ok = rule if callable(rule) else rule.__contains__
+        ok = allowed_imports(m)
         for target, line, text in ANALYSED[m].edges:
             if target != m and not ok(target):
-                offences.append(f"{where(m, line)}: {text}")
+                offences.append(f"{where(m, line)}: {text} (from {layer} into "
+                                f"{layer_of(target) if target in MODULES else 'no module'})")
     assert not offences, f"imports against the layering ({layer}):\n  " + "\n  ".join(offences)
 
 

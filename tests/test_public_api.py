@@ -65,6 +65,7 @@ def test_optax_is_never_imported_by_functrain():
 SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
               "functrain.ivy_updates", "functrain.grad", "functrain.projections",
               "functrain.microbatching", "functrain.linalg",
+              "functrain.matrix.blocks", "functrain.matrix.kron_factors",
               "functrain.contrib.adopt", "functrain.contrib.madgrad", "functrain.contrib.acprop",
               "functrain.contrib.ademamix",
               "functrain.contrib.galore",

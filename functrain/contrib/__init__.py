@@ -9,8 +9,11 @@ optax.contrib). The five most used are also at functrain's top level: ``muon``,
 
 Each module here holds one family: its per-array stages (run by functrain's
 engine, like every other transform) and its named optimizers. A contrib module
-may import functrain's tree, numerics, transforms, wrappers and optimizers, but
-not another contrib module.
+may import functrain's lower layers (tree, numerics, the modules beside the stack such
+as linalg and schedules, the matrix helpers of :mod:`functrain.matrix`, transforms,
+wrappers and optimizers), but not another contrib module. ``partition`` and
+``kron_factors`` here are the former paths of :mod:`functrain.matrix`'s ``blocks`` and
+``kron_factors`` (re-exports only).
 
 >>> import jax.numpy as jnp, functrain
 >>> opt = functrain.contrib.adopt(1e-3)

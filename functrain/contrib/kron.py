@@ -24,7 +24,7 @@ updated is ONE coin flip for the tree (one ``lax.cond``, so a skipped step costs
 nothing), and leaves of one shape and factor structure are stacked into groups,
 so each group's factor updates, triangular solves (one matrix per LAPACK call on
 CPU, :func:`functrain.linalg.map_matrices`) and ``P m`` are batched operations
-(:mod:`functrain.contrib.kron_factors`); the state stays per leaf. With
+(:mod:`functrain.matrix.kron_factors`); the state stays per leaf. With
 ``block_size``, each block of a split leaf is a leaf of its own here.
 
 References: Xi-Lin Li, 2018, "Preconditioned Stochastic Gradient Descent" (IEEE
@@ -42,10 +42,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.contrib.kron_factors import precondition, whitening_step
-from functrain.contrib.partition import (block_grid, block_groups, check_block_size,
-                                         from_blocks, gather_blocks, merged_shape,
-                                         scatter_blocks, to_blocks)
+from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
+                                     from_blocks, gather_blocks, merged_shape,
+                                     scatter_blocks, to_blocks)
+from functrain.matrix.kron_factors import precondition, whitening_step
 from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
@@ -297,12 +297,12 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         taking ``1/N`` of the group's leaves; ``None``: every device does all of them.
       block_size: split each axis (after merging) longer than this into ``ceil(d /
         block_size)`` blocks, as Shampoo does (the last may be shorter, never padded:
-        :func:`functrain.contrib.partition.block_grid`); each block has its own
+        :func:`functrain.matrix.blocks.block_grid`); each block has its own
         factors, as a separate leaf would (their kinds those of a full-size block), and
         draws its noise in row-major block order, as separate leaves would; the clip
         and ``normalize_grads`` stay per leaf. ``None`` (the reference's): no blocks.
       merge_dims: merge neighbouring axes while the product stays ``<=
-        max_size_triangular`` (SOAP's rule: :func:`functrain.contrib.partition.merged_shape`),
+        max_size_triangular`` (SOAP's rule: :func:`functrain.matrix.blocks.merged_shape`),
         then precondition the reshaped leaf (a ``(64, 64)`` matrix becomes one axis).
 
     Returns:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.contrib.partition import block_grid, check_block_size, from_blocks, to_blocks
+from functrain.matrix.blocks import block_grid, check_block_size, from_blocks, to_blocks
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.transforms.adam import corrections
@@ -213,7 +213,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
       matrix_eps: the ridge of the inverse roots, relative to each block's
         largest eigenvalue, ``>= 0``.
       block_size: the largest block along a dimension, an integer ``>= 1``
-        (:func:`functrain.contrib.partition.block_grid`); ``None``: no blocks.
+        (:func:`functrain.matrix.blocks.block_grid`); ``None``: no blocks.
       max_precond_dim: a matrix dimension above this gets no preconditioner.
       precondition_frequency: recompute the inverse roots every this many
         steps (``>= 1``), counted from ``start_preconditioning_step``.

@@ -36,9 +36,9 @@ import numpy as np
 from jax import lax
 
 from functrain import tree as ft
-from functrain.contrib.partition import (block_grid, block_groups, check_block_size,
-                                         from_blocks, gather_blocks, map_by_shape,
-                                         merged_shape, scatter_blocks, to_blocks)
+from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
+                                     from_blocks, gather_blocks, map_by_shape,
+                                     merged_shape, scatter_blocks, to_blocks)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
@@ -372,14 +372,14 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         an integer ``>= 1``.
       merge_dims: merge neighbouring axes of tensors with 2 or more axes while
         the product stays ``<= max_precond_dim`` (a ``(4, 4, 64)`` kernel is
-        rotated as ``(16, 64)``; :func:`functrain.contrib.partition.merged_shape`).
+        rotated as ``(16, 64)``; :func:`functrain.matrix.blocks.merged_shape`).
       precondition_1d: rotate 1-D leaves too (one ``(n, n)`` statistic each).
       normalize_grads: divide each leaf's rotated-back direction by its RMS.
       correct_bias: Adam's bias correction, ``sqrt(1 - b2^t) / (1 - b1^t)``,
         applied as a step-size factor (``eps`` is not rescaled), as in the paper.
       block_size: split each rotated axis (after merging) longer than this into
         ``ceil(d / block_size)`` blocks as Shampoo does (the last may be shorter,
-        never padded: :func:`functrain.contrib.partition.block_grid`); each block
+        never padded: :func:`functrain.matrix.blocks.block_grid`); each block
         is rotated as a separate leaf would be (own statistics, bases, ``nu``),
         ``normalize_grads`` stays per leaf. A split leaf's ``stats`` and
         ``bases`` are ``(blocks, b, b)`` per axis. ``None`` (the reference's): no blocks.

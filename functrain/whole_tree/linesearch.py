@@ -559,7 +559,7 @@ def scale_by_zoom_linesearch(
 def _find_fields(tree: Any, name: str, path: str = "state") -> list:
     """``(path, value)`` of every NamedTuple field or dict entry called ``name`` in ``tree``."""
     found = []
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+    if ft.is_named_tuple(tree):
         items = [(f, getattr(tree, f), f".{f}") for f in tree._fields]
     elif isinstance(tree, dict):
         items = [(k, v, f"[{k!r}]") for k, v in tree.items()]

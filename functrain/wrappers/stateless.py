@@ -6,7 +6,8 @@
 * ``init_empty_state``: the ``init`` of a transformation that keeps no state;
 * ``tree_map_params``: apply a function to every params-shaped tree inside an
   optimizer's state (e.g. to build sharding specs for the state from those
-  of the params).
+  of the params); re-exported here, it is :func:`functrain.tree.map_params`
+  (defined in :mod:`functrain.tree_state`), the same function under optax's older name.
 
 Names, arguments and results are optax 0.2.8's.
 """
@@ -18,6 +19,7 @@ from typing import Any, Callable, Optional
 import jax
 
 from functrain import tree as ft
+from functrain.tree import map_params as tree_map_params  # noqa: F401  (re-exported)
 from functrain.transforms.base import (EmptyState, GradientTransformation, OptState, Params,
                                        Updates)
 
@@ -105,72 +107,3 @@ def stateless_with_tree_map(f: Callable[[Array, Optional[Array]], Array]
         return jax.tree_util.tree_map(f, updates, params), EmptyState()
 
     return GradientTransformation(init_empty_state, update_fn)
-
-
-class _ParamsSlot:
-    """A tree with no leaves standing for the params when an ``init`` is traced.
-
-    Wherever an optimizer's ``init`` puts a tree like the params (a moment, an
-    accumulator), it puts this object; everything else (counts) is an array.
-    """
-
-
-jax.tree_util.register_pytree_node(_ParamsSlot, lambda _: ((), None),
-                                   lambda aux, children: _ParamsSlot())
-
-
-def tree_map_params(initable: Any, f: Callable[..., Any], state: OptState, /, *rest: Any,
-                    transform_non_params: Optional[Callable[[Any], Any]] = None,
-                    is_leaf: Optional[Callable[[Any], bool]] = None) -> OptState:
-    """Apply ``f`` to every params-shaped tree inside an optimizer state.
-
-    ``initable`` (the optimizer, or its ``init``) is run on a placeholder that
-    stands for the params: the parts of its state built from the params (the
-    moments, the accumulators) are where ``state`` holds params-shaped trees,
-    and ``f`` is mapped over those leaf by leaf (with the matching leaves of
-    ``rest``). Other fields (step counts) are kept, or passed through
-    ``transform_non_params``. Typical use: sharding specs for the state from
-    those of the params.
-
-    Args:
-      initable: the optimizer (an object with ``init``) or its ``init``.
-      f: the function applied to each leaf of each params-shaped tree, with
-        the matching leaves of ``rest`` as further arguments.
-      state: the optimizer state (as made by ``initable``) to map over.
-      *rest: trees like the params, passed to ``f`` leaf by leaf.
-      transform_non_params: applied to every other leaf of the state
-        (``None``: those are kept as they are).
-      is_leaf: passed to ``jax.tree_util.tree_map`` over the params-shaped
-        trees (e.g. to stop at ``MaskedNode`` placeholders).
-
-    Returns:
-      A tree like ``state`` with ``f``'s results in place of the params-shaped
-      trees.
-
-    >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.adam(0.1)
-    >>> params = {'w': jnp.ones(2)}
-    >>> state = opt.init(params)
-    >>> specs = functrain.tree_map_params(opt, lambda x: x.shape, state,
-    ...                                   transform_non_params=lambda x: None)
-    >>> specs[0].mu, specs[0].count
-    ({'w': (2,)}, None)
-    """
-    if not callable(f):
-        raise TypeError(f"tree_map_params: f must be a function, got {type(f).__name__}.")
-    init = getattr(initable, "init", None)
-    if not callable(init):
-        if not callable(initable):
-            raise TypeError(f"tree_map_params: initable must be an optimizer (an object "
-                            f"with init) or an init function, got "
-                            f"{type(initable).__name__}.")
-        init = initable
-    slots = init(_ParamsSlot())
-
-    def map_one(slot: Any, value: Any) -> Any:
-        if isinstance(slot, _ParamsSlot):
-            return jax.tree_util.tree_map(f, value, *rest, is_leaf=is_leaf)
-        return value if transform_non_params is None else transform_non_params(value)
-
-    return jax.tree_util.tree_map(map_one, slots, state,
-                                  is_leaf=lambda x: isinstance(x, _ParamsSlot))

@@ -1,4 +1,4 @@
-"""functrain.contrib.partition: the merge and block rules of Shampoo, SOAP and Kron, against
+"""functrain.matrix.blocks: the merge and block rules of Shampoo, SOAP and Kron, against
 expectations written out by hand."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import functrain
-from functrain.contrib.partition import (block_grid, block_groups, check_block_size,
-                                         from_blocks, gather_blocks, merged_shape,
-                                         scatter_blocks, to_blocks)
+from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
+                                     from_blocks, gather_blocks, merged_shape,
+                                     scatter_blocks, to_blocks)
 
 
 @pytest.mark.parametrize("shape, max_dim, want", [
@@ -163,3 +163,16 @@ def test_blocked_state_layout_eval_shape_and_orbax(name, tmp_path):
         u_restored, restored = step(params, restored, g)
         for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(u_restored)):
             np.testing.assert_array_equal(a, b)
+
+
+def test_the_former_contrib_paths_import_the_same_functions():
+    import functrain.contrib.kron_factors as old_kron_factors
+    import functrain.contrib.partition as old_partition
+    import functrain.matrix.blocks as blocks
+    import functrain.matrix.kron_factors as kron_factors
+    assert old_partition.__all__ == blocks.__all__
+    for name in blocks.__all__:
+        assert getattr(old_partition, name) is getattr(blocks, name), name
+    assert old_kron_factors.__all__ == kron_factors.__all__
+    for name in kron_factors.__all__:
+        assert getattr(old_kron_factors, name) is getattr(kron_factors, name), name
