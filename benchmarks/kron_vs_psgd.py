@@ -1,6 +1,6 @@
 """functrain's ``contrib.kron`` against psgd-jax's ``kron`` (the reference) on lightbench's tasks.
 
-Why does Kron solve fewer lightbench tasks than LightBench's table suggests (issue 25)? Three
+Why does Kron solve fewer lightbench tasks than LightBench's table suggests? Three
 checks, printed as markdown tables (their numbers and the explanation: docs/performance.md,
 "Why Kron solves fewer of these tasks"):
 

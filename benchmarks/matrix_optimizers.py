@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Muon, SOAP, Shampoo and Kron against adam, their peers, and the machine's matmul speed.
 
-Issue 21's benchmark. In one process: the machine's float32 matmul throughput
+In one process: the machine's float32 matmul throughput
 (a 512x512 GEMM, and a batch of 16 128x128 ones), then for each optimizer on
 each model the trace+lower+compile time of the jitted, donated step, the
 median step time (blocks of 10 steps, so SOAP's refresh every 10 steps and
@@ -15,7 +15,7 @@ the measured matmul throughput. Peers: ``optax.contrib.muon`` for muon and
 psgd-jax's ``kron`` (``pip install psgd-jax``, a bench-only dependency) for
 kron.
 
-Models: ``transformer`` (issue 21's 39 leaves, 0.9M parameters: an embedding
+Models: ``transformer`` (39 leaves, 0.9M parameters: an embedding
 (512, 128), a head (128, 512), four blocks of four (128, 128) attention
 matrices, a (128, 512) and a (512, 128) MLP matrix, norm and bias vectors)
 and ``100layers`` (100 leaves of (64, 64)).

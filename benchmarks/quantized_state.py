@@ -15,7 +15,7 @@ gains and biases; ~3.7M parameters by default), this measures
 * **peak memory of the compiled step** ``(params, state, grads) -> (params, state)``
   (params and state donated): ``jax.jit(step).lower(...).compile().memory_analysis()``,
   its temp, output, argument and alias sizes as XLA reports them, and the temp bytes
-  over the largest float32 leaf (the issue's target: no params-sized float32 temporary
+  over the largest float32 leaf (the target: no params-sized float32 temporary
   beyond one leaf at a time);
 * XLA's ``cost_analysis()`` bytes accessed and flops of the step;
 * **step time**: median of interleaved repetitions (every variant of an optimizer once

@@ -430,7 +430,7 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def check_targets(results: dict) -> list[dict]:
-    """The issue's targets, each checked on this run's ratios (first lib / second lib)."""
+    """The project's targets, each checked on this run's ratios (first lib / second lib)."""
     libs = results["config"]["libs"]
     if len(libs) < 2:
         return []

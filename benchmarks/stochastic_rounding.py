@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""bfloat16 parameters: round-to-nearest against stochastic rounding (issue 23, item 2).
+"""bfloat16 parameters: round-to-nearest against stochastic rounding.
 
 A linear regression ``y = X w*`` (512 examples, 64 features, ``w* ~ N(0, 1)``, the start
 ``w0 = w* + N(0, 0.5^2)``) trained by full-batch SGD and Adam with small learning rates, in

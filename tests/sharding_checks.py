@@ -33,7 +33,7 @@ from functrain.jax_compat import enable_x64
 # test arrays are float64), so a comparison with one device never depends on the order the
 # devices sum in: float64 rounding differences, amplified by ten optimizer steps, stay
 # below 1e-12, where float32's (seen: 3e-6 after 3 ACProp steps) crossed float32's own
-# tolerance. rtol as issue 6 asks; atol for entries that cross zero (params are O(1)).
+# tolerance. rtol as docs/scaling.md promises; atol for entries that cross zero (params are O(1)).
 DTYPE = jnp.float64
 RTOL, ATOL = 2e-5, 1e-6
 CHECKS: dict[str, Callable[[], None]] = {}

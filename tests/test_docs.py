@@ -234,7 +234,7 @@ def test_api_refs_find_prefers_the_public_names():
 
 
 def test_readme_stays_short():
-    """The README is the front door (issue 22: it had grown to 388 lines); details live in
-    docs/, reached by its links."""
+    """The README is the front door: it stays short enough to read through; details live
+    in docs/, reached by its links."""
     lines = (DOCS.parent / "README.md").read_text().splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines; move details into docs/"

@@ -139,7 +139,7 @@ def test_mask_that_does_not_fit():
 
 
 # --------------------------------------------------------------------------
-# Issue 11: dtypes, hyperparameter types, and optax's peer-suite defects
+# Dtypes, hyperparameter types, and optax's peer-suite defects
 # --------------------------------------------------------------------------
 
 import numpy as np  # noqa: E402

@@ -1,4 +1,4 @@
-"""Several processes (issue 24): ZeRO-1 training over 2 processes, saved with Orbax from both,
+"""Several processes: ZeRO-1 training over 2 processes, saved with Orbax from both,
 restored into 1 process and into 4; a process killed during a save leaves the previous
 checkpoint restorable.
 

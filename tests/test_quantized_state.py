@@ -415,8 +415,8 @@ def run_against_float32(bits, shape, steps=50):
     return worst_err, worst_not_close
 
 
-# Measured on the 2-core CPU, 2026-11-25, worst step of 50, in the order of SHAPES: see
-# each test's docstring.
+# Each test's bars sit just above the errors measured on the 2-core CPU (worst step of 50,
+# in the order of SHAPES: see each test's docstring).
 SHAPES = [(1024, 32), (1024, 1024), (1024, 4097)]
 
 
@@ -466,7 +466,7 @@ def state_bytes(state):
                                                          ("fp8", 1.0, 256, 0.27)])
 def test_state_bytes_per_parameter(bits, per_value, block, target):
     """float32 AdamW keeps 8 bytes per parameter; quantized, 2 fields x (code + a float32
-    absmax per block), with the small bias leaf still float32 (the issue's targets: at
+    absmax per block), with the small bias leaf still float32 (the project's targets: at
     most 0.27x float32 for 8-bit, 0.15x for 4-bit, small leaves included)."""
     n, bias = 1024 * 1024, 1024
     params = {"w": jnp.zeros((1024, 1024)), "b": jnp.zeros(bias)}

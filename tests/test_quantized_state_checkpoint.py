@@ -1,4 +1,4 @@
-"""Quantized optimizer state (issue 23, item 3) through Orbax checkpoints and ZeRO-1.
+"""Quantized optimizer state through Orbax checkpoints and ZeRO-1.
 
 * Orbax: 8-bit, 4-bit and fp8 AdamW state saved with ``StandardCheckpointer`` and restored
   into ``jax.eval_shape(opt.init)`` comes back bit-identical (codes, float8 values,

@@ -1,4 +1,4 @@
-"""Tests for functrain.sharding (issue 6).
+"""Tests for functrain.sharding.
 
 The multi-device checks live in ``tests/sharding_checks.py`` and run once, in a
 subprocess with 8 simulated CPU devices (``--xla_force_host_platform_device_count``
@@ -49,8 +49,8 @@ def test_on_eight_devices(eight_device_results: dict, name: str) -> None:
         pytest.skip(result["skipped"])
 
 
-def test_checks_cover_the_issue() -> None:
-    # The issue's test list, each with a check (guards against a check silently dropped).
+def test_required_sharding_checks_exist() -> None:
+    # Each behaviour sharding must keep has a check (guards against one silently dropped).
     for needed in ["zero1_matches_single_device", "model_parallel_state_follows_params",
                    "trust_ratio_uses_whole_leaf", "hlo_no_moment_all_gather",
                    "multisteps_and_apply_if_finite", "eval_shape"]:

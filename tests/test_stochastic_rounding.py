@@ -1,4 +1,4 @@
-"""functrain.apply_updates_stochastic: bfloat16 parameters with stochastic rounding (issue 23).
+"""functrain.apply_updates_stochastic: bfloat16 parameters with stochastic rounding.
 
 The expectations are derived by hand: a float32 sum ``x`` strictly between two
 neighbouring bfloat16 values ``lo < x < hi`` must round to ``hi`` with probability

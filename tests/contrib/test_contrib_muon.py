@@ -359,7 +359,7 @@ def test_bad_leaves_are_named_before_any_math():
 
 
 # --------------------------------------------------------------------------
-# Same-shape batching (issue 21): one Newton-Schulz loop per matrix shape
+# Same-shape batching: one Newton-Schulz loop per matrix shape
 # --------------------------------------------------------------------------
 
 def _grouping_tree():

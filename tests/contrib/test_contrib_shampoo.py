@@ -419,7 +419,7 @@ def test_compile_time_of_a_hundred_layers():
 
 
 # --------------------------------------------------------------------------
-# Same-size blocks of all leaves batched (issue 21): same numbers as each leaf alone
+# Same-size blocks of all leaves batched: same numbers as each leaf alone
 # --------------------------------------------------------------------------
 
 def _grouping_tree(dtype=jnp.float32):

@@ -75,7 +75,8 @@ STRESSED: dict[str, Stressed] = {
 
 
 def small_transformer_shapes() -> dict:
-    """The 39-leaf, 0.9M-parameter tree of issue 21: name -> shape (also the benchmark's)."""
+    """A 39-leaf, 0.9M-parameter transformer tree: name -> shape (also the matrix
+    optimizers benchmark's)."""
     shapes = {"emb": (512, 128), "head": (128, 512)}
     for b in range(4):
         for n in ("q", "k", "v", "o"):
