@@ -20,7 +20,7 @@ from functrain.whole_tree.linesearch import scale_by_zoom_linesearch
 from functrain.transforms.scaling import scale, scale_by_learning_rate
 
 
-@declare_optimizer("optimizers", "Nocedal, 1980; Liu & Nocedal, 1989", optax="core", stressed=True)
+@declare_optimizer("optimizers", "Liu & Nocedal, 1989", optax="core", stressed=True)
 @hyperparameters(learning_rate="schedule or None", memory_size="number")
 def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 10,
           scale_init_precond: bool = True,
