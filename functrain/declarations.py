@@ -2,12 +2,12 @@
 
 Every public optimizer builder carries :func:`declare_optimizer` (its name, docs group,
 paper, whether optax has it, whether its step holds a conditional or a decomposition), and
-every state class whose fields are quantized by :func:`functrain.quantized_state.quantized_state`
-carries :func:`state_value_kinds` (the low-bit code of each field). Both return what they
-decorate unchanged: nothing is wrapped, nothing runs inside a step.
+every state class whose fields ``functrain.quantized_state`` quantizes carries
+:func:`state_value_kinds` (the low-bit code of each field). Both return what they decorate
+unchanged: nothing is wrapped, nothing runs inside a step.
 
-The lists elsewhere are generated or checked from :data:`OPTIMIZERS` and
-:data:`STATE_VALUE_KINDS`: the low-bit field codes, the stress list, the API pages, the
+The lists elsewhere are generated or checked from ``OPTIMIZERS`` and
+``STATE_VALUE_KINDS``: the low-bit field codes, the stress list, the API pages, the
 README and docs/optimizers.md tables, lightbench's list and the tests' registry
 (``tests/test_declarations.py`` and ``tests/test_registry.py`` name a stale entry).
 
@@ -22,13 +22,10 @@ This module imports nothing from functrain: every layer may use it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, TypeVar
+from typing import Callable, Optional
 
 __all__ = ["GROUPS", "OPTAX", "KINDS", "Declared", "OPTIMIZERS", "STATE_VALUE_KINDS",
            "declare_optimizer", "state_value_kinds", "value_kinds_of", "declared_state_classes"]
-
-F = TypeVar("F", bound=Callable)
-C = TypeVar("C", bound=type)
 
 #: docs group -> (its API page under docs/api/, its section heading in docs/optimizers.md).
 GROUPS: dict[str, tuple[str, str]] = {
@@ -52,9 +49,9 @@ class Declared:
       module: the module defining it (``functrain.contrib.*`` ones are
         ``functrain.contrib.<name>``; the others ``functrain.<name>``).
       function: the builder itself.
-      group: its docs group, a key of :data:`GROUPS`.
+      group: its docs group, a key of ``GROUPS``.
       paper: the citation of its paper (or what it comes from).
-      optax: ``"core"``, ``"contrib"`` or ``None`` (see :data:`OPTAX`).
+      optax: ``"core"``, ``"contrib"`` or ``None`` (see ``OPTAX``).
       stressed: its step holds a conditional, a loop or a matrix decomposition, so it is
         on the stress run's list (tests/stress/run_stress.py).
 
@@ -85,17 +82,17 @@ _STATE_CLASSES: dict[str, type] = {}
 
 
 def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
-                      stressed: bool = False) -> Callable[[F], F]:
+                      stressed: bool = False) -> Callable[[Callable], Callable]:
     """Declares the public optimizer builder it decorates; returns the builder itself.
 
     Args:
-      group: its docs group: a key of :data:`GROUPS`.
+      group: its docs group: a key of ``GROUPS``.
       paper: the citation of its paper (``"Kingma & Ba, 2014"``), or what it comes from.
       optax: where optax has it: ``"core"``, ``"contrib"``, or ``None`` (optax lacks it).
       stressed: whether its step holds a conditional, a loop or a matrix decomposition.
 
     Returns:
-      A decorator recording the function in :data:`OPTIMIZERS` under its ``__name__`` and
+      A decorator recording the function in ``OPTIMIZERS`` under its ``__name__`` and
       returning the same function object. A second declaration of one name, an unknown
       group or optax value, or an empty paper raises a ``ValueError``.
 
@@ -113,7 +110,7 @@ def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
     if not isinstance(paper, str) or not paper.strip():
         raise ValueError("declare_optimizer: paper must name the paper (a non-empty string)")
 
-    def record(function: F) -> F:
+    def record(function: Callable) -> Callable:
         name = function.__name__
         if name in OPTIMIZERS and OPTIMIZERS[name].function is not function:
             raise ValueError(f"declare_optimizer: {name} is declared twice (in "
@@ -124,7 +121,7 @@ def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
     return record
 
 
-def state_value_kinds(**kinds: str) -> Callable[[C], C]:
+def state_value_kinds(**kinds: str) -> Callable[[type], type]:
     """Declares the low-bit value kind of each field of the state class it decorates.
 
     ``quantized_state`` stores a ``"signed"`` field with a code for values of either sign,
@@ -138,7 +135,7 @@ def state_value_kinds(**kinds: str) -> Callable[[C], C]:
       **kinds: field name -> ``"signed"``, ``"unsigned"`` or ``"keep"``.
 
     Returns:
-      A decorator recording the kinds in :data:`STATE_VALUE_KINDS` and returning the same
+      A decorator recording the kinds in ``STATE_VALUE_KINDS`` and returning the same
       class. An unknown field or kind, or another class of the same name declared with
       other kinds, raises a ``ValueError``.
 
@@ -156,7 +153,7 @@ def state_value_kinds(**kinds: str) -> Callable[[C], C]:
     if bad:
         raise ValueError(f"state_value_kinds: kinds must be one of {KINDS}, got {bad}")
 
-    def record(cls: C) -> C:
+    def record(cls: type) -> type:
         name = cls.__name__
         unknown = sorted(set(kinds) - set(getattr(cls, "_fields", ())))
         if unknown:
