@@ -46,8 +46,8 @@ class Declared:
 
     Attributes:
       name: its public name (the function's ``__name__``).
-      module: the module defining it (``functrain.contrib.*`` ones are
-        ``functrain.contrib.<name>``; the others ``functrain.<name>``).
+      module: the module defining it; a builder of ``functrain/contrib/`` is public as
+        ``functrain.contrib.<name>``, any other as ``functrain.<name>``.
       function: the builder itself.
       group: its docs group, a key of ``GROUPS``.
       paper: the citation of its paper (or what it comes from).

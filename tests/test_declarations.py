@@ -5,8 +5,8 @@ Generated from the declarations (no list to go stale): the low-bit field codes
 (quantized_state.field_codes), tests/test_checkpoint_interchange.py's BEYOND_OPTAX, the
 registry's contrib flags and optax references. Checked here, each failure naming the entry:
 docs/optimizers.md's tables, the README's optimizer tables, the API pages docs/api/*.rst,
-functrain.contrib's docstring, lightbench's list. Checked elsewhere: the stress list
-(tests/test_stress_list.py), the registry (tests/test_registry.py).
+functrain.contrib's docstring, the benchmarks' lists (lightbench, beyond_optax). Checked
+elsewhere: the stress list (tests/test_stress_list.py), the registry (tests/test_registry.py).
 """
 
 from __future__ import annotations
@@ -293,27 +293,35 @@ def test_contrib_docstring_names_the_declared_optimizers():
         "\n  ".join(problems)
 
 
-def stale_in_lightbench(optimizers: dict) -> list[str]:
-    """Each lightbench entry is named after declared optimizers (``a+b``: a modifier
-    in front; ``name_variant``: a setting) and calls only declared optimizers and chain."""
+def stale_in_benchmark(optimizers: dict) -> list[str]:
+    """Each benchmark entry (lightbench's, beyond_optax's) is named after declared optimizers
+    (``a+b``: a modifier in front; ``name_variant``: a setting) and calls only declared
+    optimizers and chain."""
     problems = []
     for key, build in sorted(optimizers.items()):
         for part in key.split("+"):
             if not any(part == n or part.startswith(n + "_") for n in DECLARED):
-                problems.append(f"lightbench's {key!r}: {part!r} names no declared optimizer")
+                problems.append(f"{key!r}: {part!r} names no declared optimizer")
         called = {n for n in build.__code__.co_names if _exists(n)}  # functions only
         undeclared = sorted(called - set(DECLARED) - {"chain"})
         if undeclared or not called & set(DECLARED):
-            problems.append(f"lightbench's {key!r} calls {sorted(called)}: not declared "
-                            f"optimizers: {undeclared}")
+            problems.append(f"{key!r} calls {sorted(called)}: not declared optimizers: "
+                            f"{undeclared}")
     return problems
 
 
 def test_lightbench_names_only_declared_optimizers():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import lightbench
-    problems = stale_in_lightbench(lightbench.OPTIMIZERS)
+    problems = stale_in_benchmark(lightbench.OPTIMIZERS)
     assert not problems, "benchmarks/lightbench.py is stale:\n  " + "\n  ".join(problems)
+
+
+def test_beyond_optax_benchmark_names_only_declared_optimizers():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import beyond_optax
+    problems = stale_in_benchmark(beyond_optax.OPTIMIZERS)
+    assert not problems, "benchmarks/beyond_optax.py is stale:\n  " + "\n  ".join(problems)
 
 
 # --------------------------------------------------------------------------
@@ -357,5 +365,5 @@ def test_the_checks_name_planted_stale_entries():
     import lightbench
     planted = {**lightbench.OPTIMIZERS, "adamz": lambda lr: functrain.adam(lr),
                "clipped": lambda lr: functrain.clip(lr)}
-    problems = stale_in_lightbench(planted)
+    problems = stale_in_benchmark(planted)
     assert any("'adamz'" in p for p in problems) and any("'clipped'" in p for p in problems)
