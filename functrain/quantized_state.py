@@ -33,31 +33,13 @@ from functrain.transforms.engine import Program, fusion_plan
 Array = jax.Array
 PyTree = Any
 
-#: For each known state class (by name), the code of each field: ``"signed"`` (values of
-#: either sign), ``"unsigned"`` (never negative: second moments) or ``"keep"`` (not
-#: quantized). Unlisted fields of a listed class are kept. Fields of a class *not* listed
-#: use the signed code: it represents every value (a non-negative field loses one bit of
-#: resolution), where an error would refuse every optimizer not in this table.
-FIELD_CODES: dict[str, dict[str, str]] = {
-    "ScaleByAdamState": {"mu": "signed", "nu": "unsigned"},
-    "ScaleByAmsgradState": {"mu": "signed", "nu": "unsigned", "nu_max": "unsigned"},
-    "ScaleByBeliefState": {"mu": "signed", "nu": "unsigned"},
-    "ScaleByLapropState": {"mu": "signed", "nu": "unsigned"},
-    "ScaleByAdemamixState": {"m1": "signed", "m2": "signed", "nu": "unsigned"},
-    "ScaleBySimplifiedAdEMAMixState": {"m": "signed", "n": "unsigned"},
-    "ScaleByAdanState": {"m": "signed", "v": "signed", "n": "unsigned", "g": "signed"},
-    "ScaleByLionState": {"mu": "signed"},
-    "MuonState": {"mu": "signed"},
-    "TraceState": {"trace": "signed"},
-    "EmaState": {"ema": "signed"},
-    "ScaleByRmsState": {"nu": "unsigned"},
-    "ScaleByRmsWithCountState": {"nu": "unsigned"},
-    "ScaleByRStdDevState": {"mu": "signed", "nu": "unsigned"},
-    "ScaleByRStdDevWithCountState": {"mu": "signed", "nu": "unsigned"},
-    "ScaleByRssState": {"sum_of_squares": "unsigned"},
-    "ScaleByAdaDeltaState": {"e_g": "unsigned", "e_x": "unsigned"},
-    "MultiStepsState": {},  # accumulated gradients stay exact; the inner state is walked
-}
+# The code of each field comes from its state class's ``@state_value_kinds(...)``
+# declaration (functrain.declarations), looked up by class name: optax's state classes of
+# the same names (``optax.adam``'s ``ScaleByAdamState``, ...) get the same codes.
+# Undeclared fields of a declared class are kept. Fields of a class nobody declared use the
+# signed code: it represents every value (a non-negative field loses one bit of
+# resolution), where an error would refuse every optimizer not declared.
+from functrain.declarations import value_kinds_of  # noqa: E402  (kept beside its use)
 
 
 
@@ -70,7 +52,9 @@ def _is_named_tuple(x: Any) -> bool:  # a state's NamedTuple, not a stored Quant
 
 
 def field_codes(state: PyTree, default: str = "signed") -> PyTree:
-    """A tree like ``state`` whose leaves say how each is quantized, from ``FIELD_CODES``.
+    """A tree like ``state`` whose leaves say how each is quantized, from each state class's
+    ``@state_value_kinds`` declaration (by class name, so optax's classes of the same names
+    count; classes nobody declared take ``default``).
 
     Args:
       state: an optimizer state.
@@ -84,7 +68,7 @@ def field_codes(state: PyTree, default: str = "signed") -> PyTree:
     (ScaleByAdamState(count='keep', mu='signed', nu='unsigned'), EmptyState())
     """
     if _is_named_tuple(state):
-        table = FIELD_CODES.get(type(state).__name__)
+        table = value_kinds_of(type(state))
         kinds = [default if table is None else table.get(f, "keep") for f in state._fields]
         return type(state)(*(field_codes(v, "signed" if k == "keep" else k)
                              if _is_named_tuple(v) else _leaf_kinds(v, k)

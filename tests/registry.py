@@ -15,6 +15,10 @@ Read by: tests/parity/test_optax_parity.py (core parity), tests/contrib/test_com
 every record), tests/test_stress_list.py, tests/sharding_checks.py, tests/optimizers/*
 (the per-family checks, through helpers), tests/test_public_api.py (docs coverage).
 
+What the package declares itself (``@declare_optimizer`` where each optimizer is defined:
+whether it lives in functrain.contrib, whether optax has it) is read from
+``functrain.declarations.OPTIMIZERS``, not repeated here.
+
 Adding an optimizer: one ``_add(...)`` line below (and, for a new check it cannot
 pass, a ``skip`` entry with the reason).
 """
@@ -31,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 import functrain
+from functrain.declarations import OPTIMIZERS as DECLARED
 from helpers import matrices_only
 
 PACKAGE = pathlib.Path(functrain.__file__).resolve().parent
@@ -128,11 +133,15 @@ REGISTRY: dict[str, Optimizer] = {}
 
 
 def _add(name: str, args: Optional[dict] = None, *, reference: Optional[str] = None,
-         contrib: bool = False, settings: Optional[dict] = None, **fields: Any) -> None:
-    """Declares ``name`` (once). ``settings``: label -> kwargs, or label -> (kwargs, skip)."""
-    assert name not in REGISTRY, f"{name} declared twice"
+         settings: Optional[dict] = None, **fields: Any) -> None:
+    """Records ``name`` (once). ``settings``: label -> kwargs, or label -> (kwargs, skip).
+    Where it lives and its optax reference come from its ``@declare_optimizer``."""
+    assert name not in REGISTRY, f"{name} recorded twice"
+    assert name in DECLARED, f"{name}: no @declare_optimizer(...) on it where it is defined"
+    contrib, optax_has = DECLARED[name].contrib, DECLARED[name].optax
     if reference is None:
-        reference = f"optax.{'contrib.' if contrib else ''}{name}"
+        assert optax_has, f"{name} is declared optax=None: give its numpy reference"
+        reference = f"optax.{'contrib.' if optax_has == 'contrib' else ''}{name}"
     extra = tuple(Setting(label, *s) if isinstance(s, tuple) else Setting(label, s)
                   for label, s in (settings or {}).items())
     REGISTRY[name] = Optimizer(name, dict(args or {}), reference, contrib, settings=extra,
@@ -253,7 +262,8 @@ del M
 # --------------------------------------------------------------------------
 
 def _contrib(name: str, args: Optional[dict] = None, **fields: Any) -> None:
-    _add(name, args, contrib=True, **fields)
+    assert DECLARED[name].contrib, f"{name} is not declared in functrain/contrib/"
+    _add(name, args, **fields)
 
 
 # Whole-tree scalars kept in the tree's lowest float dtype (as optax.tree.dtype(..., 'lowest')).
@@ -416,6 +426,7 @@ def _beyond(name: str, args: dict, tests: str = "", own: Optional[dict] = None,
             **fields: Any) -> None:
     """An optimizer optax lacks. ``own``: check -> the test of ``tests`` that does it
     already (the common check would repeat it)."""
+    assert DECLARED[name].optax is None, f"{name} is declared optax={DECLARED[name].optax!r}"
     tests = tests or f"tests/contrib/test_contrib_{name}.py"
     reason = f"optax has no {name}: numpy reference in {tests}"
     skip = {"parity": reason, "inject": reason, **fields.pop("skip", {})}

@@ -19,6 +19,8 @@ import orbax.checkpoint as ocp  # the [orbax] extra, which make test installs
 import pytest
 
 import functrain
+import registry
+from functrain.declarations import OPTIMIZERS as DECLARED
 
 BUILDERS = {
     "adamw": (lambda m: m.adamw(1e-2, weight_decay=1e-2)),
@@ -71,20 +73,21 @@ def test_checkpoint_restores_across_libraries_and_continues(name, direction, tmp
         np.testing.assert_allclose(p_reader[k], p_writer[k], rtol=2e-5, atol=1e-6, err_msg=k)
 
 
-BEYOND_OPTAX = {
-    "shampoo": lambda: functrain.contrib.shampoo(1e-2, precondition_frequency=2),
-    "kron": lambda: functrain.contrib.kron(1e-2),
-    "came": lambda: functrain.contrib.came(1e-2),
-    "mars": lambda: functrain.contrib.mars(1e-2),
-    "laprop": lambda: functrain.contrib.laprop(1e-2),
-    "soap": lambda: functrain.contrib.soap(1e-2, precondition_frequency=2),
-}
+# Every optimizer optax lacks (declared ``optax=None`` where it is defined), built as
+# tests/registry.py builds it; Shampoo and SOAP refresh their preconditioners every 2 steps.
+BEYOND_OPTAX = sorted(n for n, d in DECLARED.items() if d.optax is None)
+_REFRESH = {"shampoo": dict(precondition_frequency=2), "soap": dict(precondition_frequency=2)}
 
 
-@pytest.mark.parametrize("name", sorted(BEYOND_OPTAX))
+def _beyond(name):
+    record = registry.REGISTRY[name]
+    return record.make(functrain, **{**record.args, **_REFRESH.get(name, {})})
+
+
+@pytest.mark.parametrize("name", BEYOND_OPTAX)
 def test_optimizers_optax_lacks_round_trip_through_orbax(name, tmp_path):
     """Their states hold no zero-size array (Orbax refuses those) and restore exactly."""
-    opt = BEYOND_OPTAX[name]()
+    opt = _beyond(name)
     params = _params()
     params, state = _train(opt, params, opt.init(params), 3, 0)
     checkpointer = ocp.StandardCheckpointer()

@@ -11,6 +11,7 @@ import types
 
 import functrain
 import registry
+from functrain.declarations import OPTIMIZERS as DECLARED
 from helpers import TYPE_ALIASES
 
 # Type aliases cannot carry a docstring of their own; they are documented where defined.
@@ -75,6 +76,8 @@ SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
               "functrain.contrib.sophia", "functrain.contrib.sam", "functrain.contrib.momo",
               "functrain.contrib.reduce_on_plateau", "functrain.contrib.privacy",
               "functrain.contrib.soap"]
+# ... and every module that defines a declared optimizer (a new one is included by itself).
+SUBMODULES += sorted({d.module for d in DECLARED.values()} - set(SUBMODULES))
 
 
 def public_functions():

@@ -22,7 +22,8 @@ from helpers import EXPLICIT_AXES
 from functrain.quantization import (CODES, QuantizedArray, dequantize_blockwise,
                                     dynamic_code, linear_code, nearest_code_index,
                                     quantize_blockwise, to_e4m3fn)
-from functrain.quantized_state import FIELD_CODES, field_codes
+from functrain.declarations import STATE_VALUE_KINDS
+from functrain.quantized_state import field_codes
 
 
 # --------------------------------------------------------------------------
@@ -271,7 +272,7 @@ class UnlistedState(NamedTuple):
 
 
 def test_unlisted_state_classes_get_the_signed_code():
-    assert "UnlistedState" not in FIELD_CODES
+    assert "UnlistedState" not in STATE_VALUE_KINDS
     params = {"w": jnp.ones(8)}
     tx = functrain.GradientTransformation(
         lambda p: UnlistedState(jnp.zeros([], jnp.int32), functrain.tree.zeros_like(p)),

@@ -9,6 +9,7 @@ import optax.contrib  # noqa: F401  (the references)
 
 import functrain
 import registry
+from functrain.declarations import OPTIMIZERS as DECLARED
 from registry import CHECKS, REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -30,6 +31,24 @@ def test_every_optimizer_has_exactly_one_record():
     assert not not_exported, f"optimizers not exported as functrain.<name>: {not_exported}"
     for name in REGISTRY:
         assert REGISTRY[name].make(functrain) is not None
+
+
+def test_every_declared_optimizer_has_a_record_and_back():
+    """``@declare_optimizer`` (functrain.declarations) and tests/registry.py name the same
+    optimizers; each declaration is of the public function (``functrain.<name>``, or
+    ``functrain.contrib.<name>`` for contrib's), and every optimizer the discovery finds
+    in the package is declared."""
+    no_record = sorted(set(DECLARED) - set(REGISTRY))
+    assert not no_record, f"declared optimizers without a record in tests/registry.py: {no_record}"
+    undeclared = sorted(set(REGISTRY) - set(DECLARED))
+    assert not undeclared, f"records of optimizers with no @declare_optimizer: {undeclared}"
+    found = {**registry.optimizer_functions(), **registry.contrib_functions()}
+    not_declared = sorted(set(found) - set(DECLARED))
+    assert not not_declared, f"public optimizers with no @declare_optimizer: {not_declared}"
+    for name, declared in DECLARED.items():
+        public = getattr(functrain.contrib if declared.contrib else functrain, name, None)
+        assert public is declared.function, f"{name}: the declared function is not the public one"
+        assert REGISTRY[name].contrib == declared.contrib, name
 
 
 def test_discovery_leaves_out_only_building_blocks():

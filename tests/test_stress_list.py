@@ -3,7 +3,8 @@
 An optimizer is at risk when its jitted step contains a conditional or loop (on
 XLA:CPU their bodies run on the intra-op pool's workers) or a LAPACK-backed
 decomposition (docs/matrix_optimizers.md, "The Shampoo hang"). Each such
-optimizer, found here by tracing its update, must be on
+optimizer, found here by tracing its update, must be declared ``stressed=True``
+(``@declare_optimizer`` where it is defined) and every declared one must be on
 ``tests/stress/run_stress.py``'s ``STRESSED`` list; and every
 decomposition over a stack of matrices must go through
 ``functrain.linalg.map_matrices`` (one LAPACK call per matrix on CPU).
@@ -18,6 +19,7 @@ import pytest
 
 import functrain
 import registry
+from functrain.declarations import OPTIMIZERS as DECLARED
 from helpers import all_equations, lapack_calls
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "stress"))
@@ -55,9 +57,17 @@ def test_optimizers_at_risk_are_stressed(label):
     """Every setting of every optimizer in tests/registry.py."""
     record, setting = SETTINGS[label]
     found = risky_primitives(_step_jaxpr(record, setting))
-    assert not found or record.name in STRESSED_BASES, (
-        f"{label}'s step contains {sorted(found)}: add {record.name} to STRESSED in "
-        f"tests/stress/run_stress.py")
+    assert not found or DECLARED[record.name].stressed, (
+        f"{label}'s step contains {sorted(found)}: declare {record.name} with "
+        f"@declare_optimizer(..., stressed=True) in {DECLARED[record.name].module}")
+
+
+def test_every_optimizer_declared_stressed_is_on_the_list():
+    missing = sorted(n for n, d in DECLARED.items() if d.stressed and n not in STRESSED_BASES)
+    assert not missing, (f"declared stressed=True but not in STRESSED "
+                         f"(tests/stress/run_stress.py): {missing}")
+    stale = sorted(n for n in STRESSED_BASES if n in DECLARED and not DECLARED[n].stressed)
+    assert not stale, f"STRESSED lists optimizers not declared stressed=True: {stale}"
 
 
 @pytest.mark.parametrize("name", ["shampoo", "soap", "kron"])

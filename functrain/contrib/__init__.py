@@ -1,6 +1,7 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
-matrix and adaptive optimizers optax does not have (Shampoo, SOAP, Kron, CAME, MARS, LaProp)
-and modifiers for any optimizer (cautious updates, the MARS correction, trust-region clipping).
+matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``kron``, ``came``,
+``mars``, ``laprop``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
+``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import ScaleByBeliefState
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, safe_increment, zero_count)
@@ -83,6 +84,7 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
         init_global=zero_count, prepare=prepare))
 
 
+@declare_optimizer("contrib", "Zhuang et al., 2021", optax="contrib")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="schedule")
 def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, bias_correction_factor, ema_update
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, safe_increment, value_at)
 from functrain.transforms.engine import chain, stage_transform
@@ -38,6 +39,7 @@ __all__ = ["ScaleByAdemamixState", "scale_by_ademamix", "ademamix",
 # AdEMAMix
 # --------------------------------------------------------------------------
 
+@state_value_kinds(m1="signed", m2="signed", nu="unsigned")
 class ScaleByAdemamixState(NamedTuple):
     """State of :func:`scale_by_ademamix` (optax's fields and order).
 
@@ -129,6 +131,7 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
         prepare=prepare))
 
 
+@declare_optimizer("contrib", "Pagliardini et al., 2024", optax="contrib")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="schedule",
                  alpha="schedule", eps="number", eps_root="number", weight_decay="schedule")
 def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -179,6 +182,7 @@ def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999
                  scale_by_learning_rate(learning_rate))
 
 
+@state_value_kinds(m="signed", n="unsigned")
 class ScaleBySimplifiedAdEMAMixState(NamedTuple):
     """State of :func:`scale_by_simplified_ademamix` (optax's fields and order).
 
@@ -248,6 +252,7 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
         init_global=lambda: {"t": jnp.zeros([], jnp.int32)}, prepare=prepare))
 
 
+@declare_optimizer("contrib", "Morwani et al., 2025", optax="contrib")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", alpha="schedule",
                  eps="number", eps_root="number", weight_decay="schedule")
 def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: float = 0.95,

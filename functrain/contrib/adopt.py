@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import ScaleByAdamState
 from functrain.transforms.base import (GradientTransformation, LeafStage, ScalarOrSchedule,
                                        safe_increment, zero_count)
@@ -111,6 +112,7 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
         init_global=zero_count, prepare=prepare, real_only=use_clipping))
 
 
+@declare_optimizer("contrib", "Taniguchi et al., 2024", optax="contrib")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def adopt(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9999,
           eps: float = 1e-6, mu_dtype: Optional[Any] = None, *, nesterov: bool = False,

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, count_only, zero_count)
 from functrain.transforms.engine import chain, stage_transform
@@ -181,6 +182,7 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
         init_global=zero_count, prepare=count_only, shaped_fields=("mu",)))
 
 
+@declare_optimizer("beyond optax", "Luo et al., 2023", optax=None)
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number",
                  eps1="number", eps2="number", clip_threshold="number or None",
                  weight_decay="schedule")

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_nonnegative, check_range, hyperparameters
 from functrain import tree as ft
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule)
 from functrain.transforms.engine import chain, stage_transform
@@ -98,6 +99,7 @@ def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> GradientTransform
         real_only=True))
 
 
+@declare_optimizer("contrib", "Orabona & Tommasi, 2017", optax="contrib")
 @hyperparameters(learning_rate="schedule", alpha="number", eps="number", weight_decay="number")
 def cocob(learning_rate: ScalarOrSchedule = 1.0, alpha: float = 100.0, eps: float = 1e-8,
           weight_decay: float = 0.0, mask: Optional[MaskOrFn] = None) -> GradientTransformation:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import check_state_type, check_transformation
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import GradientTransformation, Params, Updates, call_update
 
 Array = jax.Array
@@ -78,6 +79,7 @@ def _split_tree(tree: Any) -> Any:
     return jax.tree_util.tree_map(_split, tree)
 
 
+@declare_optimizer("contrib", "optax.contrib.split_real_and_imaginary (no paper)", optax="contrib")
 def split_real_and_imaginary(inner: GradientTransformation) -> GradientTransformation:
     """Run ``inner`` on the real and imaginary parts of complex leaves as separate reals.
 

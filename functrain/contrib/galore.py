@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
                                   hyperparameters, state_mismatch_error)
 from functrain import tree as ft
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import scale_by_adam
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, OptState, Params,
                                        ScalarOrSchedule, Updates, call_update, safe_increment)
@@ -307,6 +308,7 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
     return GradientTransformation(init_fn, update_fn)
 
 
+@declare_optimizer("contrib", "Zhao et al., 2024", optax="contrib", stressed=True)
 @hyperparameters(learning_rate="schedule", rank="number", update_proj_gap="number",
                  scale="number", weight_decay="schedule")
 def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: int = 200,

@@ -50,6 +50,7 @@ from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment, value_at)
 from functrain.transforms.engine import chain
@@ -504,6 +505,7 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     return GradientTransformation(init_fn, update_fn)
 
 
+@declare_optimizer("beyond optax", "Li, 2018", optax=None, stressed=True)
 @hyperparameters(
     learning_rate="schedule", b1="number", weight_decay="schedule",
     preconditioner_update_probability="schedule or None", max_size_triangular="number",

@@ -17,6 +17,7 @@ import jax
 from functrain import tree as ft
 from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain.numerics import abs_sq, adam_direction, ema_update
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.transforms.adam import BiasCorrections, corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, zero_count)
@@ -28,6 +29,7 @@ Array = jax.Array
 __all__ = ["ScaleByLapropState", "scale_by_laprop", "laprop"]
 
 
+@state_value_kinds(mu="signed", nu="unsigned")
 class ScaleByLapropState(NamedTuple):
     """State of :func:`scale_by_laprop` (the fields of optax's Adam state).
 
@@ -86,6 +88,7 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
         init_global=zero_count, prepare=corrections(b1, b2)))
 
 
+@declare_optimizer("beyond optax", "Ziyin et al., 2020", optax=None)
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  weight_decay="schedule")
 def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 0.999,

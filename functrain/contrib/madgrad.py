@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_momentum, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, LeafStage, ScalarOrSchedule,
                                        safe_increment, value_at, zero_count)
 from functrain.transforms.engine import chain, stage_transform
@@ -100,6 +101,7 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
         init_global=zero_count, prepare=prepare, needs_params=True, real_only=True))
 
 
+@declare_optimizer("contrib", "Defazio & Jelassi, 2021", optax="contrib")
 @hyperparameters(learning_rate="schedule", momentum="number", weight_decay="number",
                  eps="number")
 def madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, weight_decay: float = 0.0,

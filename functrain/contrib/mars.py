@@ -31,6 +31,7 @@ import jax
 from functrain.arg_checks import check_betas, check_nonnegative, check_positive, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, ema_update, mars_corrected_gradient
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import BiasCorrections, corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, zero_count)
@@ -126,6 +127,7 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
         init_global=zero_count, prepare=corrections(b1, b2)))
 
 
+@declare_optimizer("beyond optax", "Yuan et al., 2024", optax=None)
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  gamma="number", weight_decay="schedule", max_norm="bound or None")
 def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.99,

@@ -20,6 +20,7 @@ from functrain.arg_checks import (check_nonnegative, check_range, check_state_ty
                                   check_transformation, hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import safe_int32_increment, sum_of_products
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, as_array, call_update)
 from functrain.transforms.engine import leaf_compute_dtype
@@ -54,6 +55,7 @@ class MechanicState(NamedTuple):
     x0: Any
 
 
+@declare_optimizer("contrib", "Cutkosky et al., 2023", optax="contrib")
 @hyperparameters(weight_decay="number", eps="number", s_init="number", num_betas="number")
 def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2,
               eps: float = 1e-8, s_init: float = 1e-6, num_betas: int = 6

@@ -26,6 +26,7 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_positive, check_range,
                                   check_transformation, hyperparameters)
 from functrain.numerics import mars_corrected_gradient
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import scale_by_adam
 from functrain.transforms.base import (GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskOrFn,
@@ -69,6 +70,7 @@ def _cautious(inner: GradientTransformation, descent_sign: float,
     return GradientTransformationExtraArgs(inner.init, update_fn)
 
 
+@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None)
 def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraArgs:
     """Cautious updates (Liang et al., 2024) for any optimizer.
 
@@ -97,6 +99,7 @@ def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraAr
     return _cautious(optimizer, -1.0, "cautious")
 
 
+@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None)
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="schedule")
 def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -135,6 +138,7 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None)
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                   mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
@@ -186,6 +190,7 @@ class MarsCorrectionState(NamedTuple):
     prev_grad: Any
 
 
+@declare_optimizer("beyond optax", "Yuan et al., 2024", optax=None)
 @hyperparameters(gamma="number", b1="number", max_norm="bound or None")
 def mars_correction(gamma: float = 0.025, b1: float = 0.95,
                     max_norm: Optional[float] = 1.0) -> GradientTransformation:
@@ -306,6 +311,7 @@ def palm_beta2_schedule(exponent: float = 0.8) -> DecaySchedule:
 # HeavyBall's trust-region update clipping
 # --------------------------------------------------------------------------
 
+@declare_optimizer("beyond optax", "HeavyBall's update clipping (no paper)", optax=None)
 @hyperparameters(lerp="number", scale="number")
 def trust_region_clip(lerp: float = 0.9, scale: float = 1.5) -> GradientTransformation:
     """A soft elementwise bound on the update: HeavyBall's default update clipping.

@@ -24,6 +24,7 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_state_ty
                                   hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
                                        ScalarOrSchedule, Updates, safe_increment,
                                        value_at)
@@ -182,6 +183,7 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
+@declare_optimizer("contrib", "Schaipp et al., 2023", optax="contrib")
 @hyperparameters(learning_rate="schedule", beta="number", lower_bound="number",
                  weight_decay="number")
 def momo(learning_rate: ScalarOrSchedule = 1.0, beta: float = 0.9, lower_bound: float = 0.0,
@@ -229,6 +231,7 @@ def momo(learning_rate: ScalarOrSchedule = 1.0, beta: float = 0.9, lower_bound: 
                  adapt_lower_bound)
 
 
+@declare_optimizer("contrib", "Schaipp et al., 2023", optax="contrib")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  lower_bound="number", weight_decay="number")
 def momo_adam(learning_rate: ScalarOrSchedule = 1e-2, b1: float = 0.9, b2: float = 0.999,

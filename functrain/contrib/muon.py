@@ -31,6 +31,7 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
 from functrain import jax_compat, tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.optimizers.adam_family import adamw
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.transforms.adam import corrections
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
@@ -73,6 +74,7 @@ class MuonDimensionNumbers(NamedTuple):
     output_axis: Union[Sequence[int], int] = 1
 
 
+@state_value_kinds(mu="signed")
 class MuonState(NamedTuple):
     """State of :func:`scale_by_muon`: step count, momentum, Newton-Schulz coefficients.
 
@@ -526,6 +528,7 @@ def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
     return GradientTransformation(init_fn, update_fn)
 
 
+@declare_optimizer("contrib", "Jordan et al., 2024", optax="contrib", stressed=True)
 @hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", eps="number",
                  weight_decay="schedule", adam_b1="number", adam_b2="decay",
                  adam_eps_root="number", adam_weight_decay="schedule",

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from functrain import tree as ft
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage
 from functrain.transforms.engine import stage_transform
 
@@ -30,6 +31,7 @@ EmptyState()
 """
 
 
+@declare_optimizer("contrib", "optax.contrib.normalize (no paper)", optax="contrib")
 def normalize() -> GradientTransformation:
     """Divide the updates by their global L2 norm: ``u = g / ||g||``.
 

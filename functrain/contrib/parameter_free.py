@@ -25,6 +25,7 @@ from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonne
                                   needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
                                        value_at)
@@ -108,6 +109,7 @@ class ProdigyState(NamedTuple):
     count: Any
 
 
+@declare_optimizer("contrib", "Mishchenko & Defazio, 2023", optax="contrib")
 @hyperparameters(learning_rate="schedule", beta3="number or None", eps="number",
                  estim_lr0="number", estim_lr_coef="number", weight_decay="number")
 def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = (0.9, 0.999),
@@ -231,6 +233,7 @@ class DAdaptAdamWState(NamedTuple):
     count: Any
 
 
+@declare_optimizer("contrib", "Defazio & Mishchenko, 2023", optax="contrib")
 @hyperparameters(learning_rate="schedule", eps="number", estim_lr0="number",
                  weight_decay="number")
 def dadapt_adamw(learning_rate: ScalarOrSchedule = 1.0,
@@ -430,6 +433,7 @@ def _decay_stage(weight_decay: Optional[Any], mask: Optional[MaskOrFn]) -> Gradi
     return identity() if weight_decay is None else add_decayed_weights(weight_decay, mask)
 
 
+@declare_optimizer("contrib", "Ivgi et al., 2023", optax="contrib")
 @hyperparameters(learning_rate="schedule", eps="number", weight_decay="number or None")
 def dog(learning_rate: ScalarOrSchedule = 1.0, init_step: InitStep = ("heuristic", 1e-6),
         eps: float = 1e-8, weight_decay: Optional[float] = None,
@@ -541,6 +545,7 @@ def scale_by_dowg(init_estim_sq_dist: Optional[float] = None, eps: float = 1e-4
     return GradientTransformation(init_fn, update_fn)
 
 
+@declare_optimizer("contrib", "Khaled et al., 2023", optax="contrib")
 @hyperparameters(learning_rate="schedule", init_estim_sq_dist="number or None", eps="number",
                  weight_decay="number or None")
 def dowg(learning_rate: ScalarOrSchedule = 1.0, init_estim_sq_dist: Optional[float] = None,

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_momentum, check_range, check_state_type, hyperparameters
 from functrain import tree as ft
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import GradientTransformation, Params, ScalarOrSchedule, Updates
 from functrain.transforms.clipping import per_example_global_norm_clip
 from functrain.transforms.engine import chain, identity
@@ -63,6 +64,7 @@ def _canonical_key(key: Any) -> Array:
                         f"an int seed, got {type(key).__name__} {key!r:.40}.") from err
 
 
+@declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib")
 @hyperparameters(l2_norm_clip="number", noise_multiplier="number", seed="number or None")
 def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: float,
                                      key: Any = None, *, seed: Optional[int] = None
@@ -139,6 +141,7 @@ def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: floa
     return GradientTransformation(init_fn, update_fn)
 
 
+@declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib")
 @hyperparameters(learning_rate="schedule", l2_norm_clip="number", noise_multiplier="number",
                  seed="number", momentum="number or None")
 def dpsgd(learning_rate: ScalarOrSchedule, l2_norm_clip: float, noise_multiplier: float,

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformationExtraArgs, LeafStage, OptState,
                                        Params, safe_increment)
 from functrain.transforms.engine import stage_transform, with_guard
@@ -58,6 +59,7 @@ class ReduceLROnPlateauState(NamedTuple):
 _GLOBALS = ReduceLROnPlateauState._fields
 
 
+@declare_optimizer("contrib", "PyTorch's ReduceLROnPlateau", optax="contrib", stressed=True)
 @hyperparameters(factor="number", patience="number", rtol="number", atol="number",
                  cooldown="number", accumulation_size="number", min_scale="number")
 def reduce_on_plateau(factor: float = 0.1, patience: int = 10, rtol: float = 1e-4,

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
                                   hyperparameters, needs_params_error)
 from functrain import tree as ft
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, call_update)
 from functrain.param_updates import apply_updates
@@ -71,6 +72,7 @@ def _negated(tree: Updates) -> Updates:
     return jax.tree_util.tree_map(lambda x: -x, tree)
 
 
+@declare_optimizer("contrib", "Foret et al., 2021", optax="contrib")
 @hyperparameters(sync_period="number")
 def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation,
         sync_period: int = 2, reset_state: bool = True, opaque_mode: bool = False,

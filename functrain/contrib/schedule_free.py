@@ -23,6 +23,7 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   needs_params_error)
 from functrain import tree as ft
 from functrain.schedules import linear_schedule
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        LeafStage, OptState, Params, ScalarOrSchedule, Updates,
                                        call_update, safe_increment)
@@ -111,6 +112,7 @@ def _averaging_weight(weight: Array, total: Array) -> Array:
     return jnp.where(jnp.isnan(weight) | jnp.isnan(total), jnp.nan, ratio)
 
 
+@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib")
 @hyperparameters(learning_rate="schedule", b1="number", weight_lr_power="number")
 def schedule_free(base_optimizer: GradientTransformation, learning_rate: ScalarOrSchedule,
                   b1: float = 0.9, weight_lr_power: float = 2.0,
@@ -219,6 +221,7 @@ def _warmup(learning_rate: Any, warmup_steps: Optional[int], owner: str) -> Any:
     return linear_schedule(0.0, learning_rate, warmup_steps)
 
 
+@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib")
 @hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
                  weight_decay="number or None", weight_lr_power="number")
 def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = None,
@@ -262,6 +265,7 @@ def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = 
                          weight_lr_power=weight_lr_power, state_dtype=state_dtype)
 
 
+@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib")
 @hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
                  b2="number", eps="number", weight_decay="number", weight_lr_power="number")
 def schedule_free_adamw(learning_rate: float = 0.0025, warmup_steps: Optional[int] = None,

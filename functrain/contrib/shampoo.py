@@ -26,6 +26,7 @@ from functrain import tree as ft
 from functrain.matrix.blocks import block_grid, check_block_size, from_blocks, to_blocks
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import corrections
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
@@ -399,6 +400,8 @@ def _check_int(owner: str, name: str, value: Any, low: int) -> None:
                          f"shapes, so it cannot be traced), got {value!r}.")
 
 
+@declare_optimizer("beyond optax", "Gupta et al., 2018; Anil et al., 2020", optax=None,
+                   stressed=True)
 @hyperparameters(
     learning_rate="schedule", b1="number", b2="number", eps="number", matrix_eps="number",
     weight_decay="schedule", block_size="number or None", max_precond_dim="number",

@@ -41,6 +41,7 @@ from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
                                      merged_shape, scatter_blocks, to_blocks)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, state_compute_dtype)
@@ -507,6 +508,7 @@ scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and
     "precondition_frequency", "max_precond_dim", "block_size", "mesh")
 
 
+@declare_optimizer("beyond optax", "Vyas et al., 2024", optax=None, stressed=True)
 @hyperparameters(
     learning_rate="schedule", b1="number", b2="decay", shampoo_beta="number or None",
     eps="number", weight_decay="schedule", precondition_frequency="number",

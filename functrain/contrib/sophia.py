@@ -25,6 +25,7 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates,
                                        safe_increment, with_extra_args_support)
@@ -203,6 +204,7 @@ def _scale_by_sophia(b1: Any, b2: Any, eps: Any, gamma: Any, clip_threshold: Opt
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
+@declare_optimizer("contrib", "Liu et al., 2023", optax="contrib", stressed=True)
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  weight_decay="number", gamma="number", clip_threshold="number or None",
                  update_interval="number", print_win_rate_every_n_steps="number")

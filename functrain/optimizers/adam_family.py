@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from functrain.arg_checks import hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import (scale_by_adam, scale_by_adamax, scale_by_adan,
                                        scale_by_amsgrad, scale_by_belief, scale_by_radam,
                                        scale_by_yogi)
@@ -26,6 +27,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning
                                           weight_decay_stage)
 
 
+@declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -79,6 +81,7 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Loshchilov & Hutter, 2019", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -135,6 +138,7 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Dozat, 2016", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -177,6 +181,7 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                 nu_dtype=nu_dtype)
 
 
+@declare_optimizer("optimizers", "Dozat, 2016; Loshchilov & Hutter, 2019", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -224,6 +229,7 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  nesterov=nesterov, nu_dtype=nu_dtype)
 
 
+@declare_optimizer("optimizers", "Reddi et al., 2018", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -269,6 +275,7 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8) -> GradientTransformation:
@@ -302,6 +309,7 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_adamax(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Kingma & Ba, 2014; Loshchilov & Hutter, 2019", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  weight_decay="schedule")
 def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -344,6 +352,7 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Liu et al., 2020", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", threshold="bound")
 def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -388,6 +397,7 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Zaheer et al., 2018", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-3) -> GradientTransformation:
@@ -424,6 +434,7 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Zhuang et al., 2020", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -464,6 +475,7 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "You et al., 2019", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule", max_trust_ratio="bound or None")
 def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -530,6 +542,7 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Xie et al., 2022", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number", eps="number",
                  eps_root="number", weight_decay="schedule")
 def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from functrain.arg_checks import check_momentum, hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.engine import chain
 from functrain.transforms.layerwise import scale_by_novograd, scale_by_trust_ratio
@@ -20,6 +21,7 @@ from functrain.transforms.momentum import trace
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate, weight_decay_stage)
 
 
+@declare_optimizer("optimizers", "You et al., 2017", optax="core")
 @hyperparameters(learning_rate="schedule", weight_decay="schedule", trust_coefficient="number",
                  eps="number", momentum="number")
 def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
@@ -77,6 +79,7 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
         trace(decay=momentum, nesterov=nesterov))
 
 
+@declare_optimizer("optimizers", "Bernstein et al., 2020", optax="core")
 @hyperparameters(learning_rate="schedule", min_norm="number")
 def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
             ) -> GradientTransformation:
@@ -119,6 +122,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
                  weight_decay_stage(mult - 1, signed=True))
 
 
+@declare_optimizer("optimizers", "Ginsburg et al., 2019", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="number")
 def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,

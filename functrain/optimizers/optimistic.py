@@ -14,6 +14,7 @@ import warnings
 from typing import Any, Optional
 
 from functrain.arg_checks import hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.adam import scale_by_adam
 from functrain.transforms.base import GradientTransformation, ScalarOrSchedule
 from functrain.transforms.engine import chain
@@ -21,6 +22,7 @@ from functrain.transforms.momentum import scale_by_optimistic_gradient
 from functrain.transforms.scaling import scale_by_learning_rate
 
 
+@declare_optimizer("optimizers", "Mokhtari et al., 2019", optax="core")
 @hyperparameters(learning_rate="schedule", alpha="number", beta="number")
 def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
                                 beta: float = 1.0) -> GradientTransformation:
@@ -58,6 +60,7 @@ def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core")
 @hyperparameters(learning_rate="number", optimism="number or None", b1="number", b2="number",
                  eps="number", eps_root="number")
 def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: float = 0.9,
@@ -109,6 +112,7 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
         scale_by_learning_rate(1.0))
 
 
+@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core")
 @hyperparameters(learning_rate="schedule", alpha="number", beta="number", b1="number",
                  b2="number", eps="number", eps_root="number")
 def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,

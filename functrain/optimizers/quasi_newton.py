@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from functrain.arg_checks import check_transformation, hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
                                        ScalarOrSchedule)
 from functrain.transforms.engine import chain, identity
@@ -19,6 +20,7 @@ from functrain.whole_tree.linesearch import scale_by_zoom_linesearch
 from functrain.transforms.scaling import scale, scale_by_learning_rate
 
 
+@declare_optimizer("optimizers", "Liu & Nocedal, 1989", optax="core", stressed=True)
 @hyperparameters(learning_rate="schedule or None", memory_size="number")
 def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 10,
           scale_init_precond: bool = True,

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import jax.numpy as jnp
 
 from functrain.arg_checks import check_momentum, hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.clipping import clip_by_block_rms
 from functrain.transforms.engine import chain, identity
@@ -26,6 +27,7 @@ from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_l
                                           weight_decay_stage)
 
 
+@declare_optimizer("optimizers", "Hinton, 2012", optax="core")
 @hyperparameters(learning_rate="schedule", decay="number", eps="number",
                  initial_scale="number", momentum="number or None")
 def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-8,
@@ -84,6 +86,7 @@ def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e
         trace(decay=momentum, nesterov=nesterov) if momentum is not None else identity())
 
 
+@declare_optimizer("optimizers", "Duchi et al., 2011", optax="core")
 @hyperparameters(learning_rate="schedule", initial_accumulator_value="number", eps="number")
 def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 0.1,
             eps: float = 1e-7) -> GradientTransformation:
@@ -118,6 +121,7 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Zeiler, 2012", optax="core")
 @hyperparameters(learning_rate="schedule or None", rho="number", eps="number",
                  weight_decay="schedule")
 def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
@@ -166,6 +170,7 @@ def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
                  scale_by_adadelta(rho, eps), learning_rate_stage(learning_rate))
 
 
+@declare_optimizer("optimizers", "Anil et al., 2019", optax="core")
 @hyperparameters(learning_rate="number", momentum="number")
 def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     """SM3 (Anil et al., 2019) with a constant learning rate.
@@ -200,6 +205,7 @@ def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     return chain(scale_by_sm3(momentum), scale(-learning_rate))
 
 
+@declare_optimizer("optimizers", "Shazeer & Stern, 2018", optax="core")
 @hyperparameters(learning_rate="schedule or None", min_dim_size_to_factor="number",
                  decay_rate="number", decay_offset="number",
                  clipping_threshold="bound or None", momentum="number or None",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from functrain.arg_checks import check_momentum, hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import GradientTransformation, ScalarOrSchedule
 from functrain.transforms.engine import chain, identity
 from functrain.transforms.momentum import trace
@@ -19,6 +20,7 @@ from functrain.whole_tree.noise import add_noise
 from functrain.transforms.scaling import (scale_by_learning_rate, scale_by_polyak)
 
 
+@declare_optimizer("optimizers", "Polyak, 1964; Sutskever et al., 2013", optax="core")
 @hyperparameters(learning_rate="schedule", momentum="number or None")
 def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         nesterov: bool = False, accumulator_dtype: Optional[Any] = None
@@ -62,6 +64,7 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Neelakantan et al., 2015", optax="core")
 @hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="number or None")
 def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
               key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
@@ -105,6 +108,7 @@ def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float =
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Loizou et al., 2021", optax="core")
 @hyperparameters(max_learning_rate="bound", scaling="schedule", f_min="bound", eps="number")
 def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
                f_min: float = 0.0, eps: float = 0.0, variant: str = "sps"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from functrain.arg_checks import hyperparameters
+from functrain.declarations import declare_optimizer
 from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.engine import chain
 from functrain.transforms.momentum import ema
@@ -20,6 +21,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale, scale_by_l
 from functrain.transforms.sign import scale_by_lion, scale_by_rprop, scale_by_sign
 
 
+@declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core")
 @hyperparameters(learning_rate="schedule")
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     """signSGD (Bernstein et al., 2018): step by the sign of the gradient.
@@ -46,6 +48,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core")
 @hyperparameters(learning_rate="schedule", beta="number")
 def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
            accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -78,6 +81,7 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
                  scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Chen et al., 2023", optax="core")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
          mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
@@ -122,6 +126,7 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                  scale_by_learning_rate(learning_rate))
 
 
+@declare_optimizer("optimizers", "Riedmiller & Braun, 1993", optax="core")
 @hyperparameters(learning_rate="number", eta_minus="number", eta_plus="number",
                  min_step_size="number", max_step_size="bound")
 def rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,

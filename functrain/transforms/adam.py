@@ -18,6 +18,7 @@ from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import (abs_sq, adam_direction, bias_correction_factor, ema_update,
                                 nesterov_mu_hat)
+from functrain.declarations import state_value_kinds
 from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
                                        zero_count)
 from functrain.transforms.engine import stage_transform
@@ -25,6 +26,7 @@ from functrain.transforms.engine import stage_transform
 Array = jax.Array
 
 
+@state_value_kinds(mu="signed", nu="unsigned")
 class ScaleByAdamState(NamedTuple):
     """State of :func:`scale_by_adam` (also AdaMax, RAdam, Yogi): count and two moments.
 
@@ -43,6 +45,7 @@ class ScaleByAdamState(NamedTuple):
     nu: Any
 
 
+@state_value_kinds(mu="signed", nu="unsigned", nu_max="unsigned")
 class ScaleByAmsgradState(NamedTuple):
     """State of :func:`scale_by_amsgrad`: count, moments and the running max of ``nu``.
 
@@ -63,6 +66,7 @@ class ScaleByAmsgradState(NamedTuple):
     nu_max: Any
 
 
+@state_value_kinds(mu="signed", nu="unsigned")
 class ScaleByBeliefState(NamedTuple):
     """State of :func:`scale_by_belief`: count, first moment, belief (centred) moment.
 
@@ -482,6 +486,7 @@ def scale_by_belief(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
 # Adan
 # --------------------------------------------------------------------------
 
+@state_value_kinds(m="signed", v="signed", n="unsigned", g="signed")
 class ScaleByAdanState(NamedTuple):
     """State of :func:`scale_by_adan`: three moving averages, the last gradient, the count.
 

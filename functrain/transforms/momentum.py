@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
+from functrain.declarations import state_value_kinds
 from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
                                        zero_count)
 from functrain.transforms.engine import stage_transform
@@ -21,6 +22,7 @@ from functrain.transforms.engine import stage_transform
 Array = jax.Array
 
 
+@state_value_kinds(trace="signed")
 class TraceState(NamedTuple):
     """State of :func:`trace`: the momentum buffer.
 
@@ -36,6 +38,7 @@ class TraceState(NamedTuple):
     trace: Any
 
 
+@state_value_kinds(ema="signed")
 class EmaState(NamedTuple):
     """State of :func:`ema`: the step count and the moving average.
 

@@ -20,6 +20,7 @@ import numpy as np
 from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
+from functrain.declarations import state_value_kinds
 from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
                                        zero_count)
 from functrain.transforms.engine import stage_transform
@@ -27,6 +28,7 @@ from functrain.transforms.engine import stage_transform
 Array = jax.Array
 
 
+@state_value_kinds(nu="unsigned")
 class ScaleByRmsState(NamedTuple):
     """State of :func:`scale_by_rms` without bias correction.
 
@@ -41,6 +43,7 @@ class ScaleByRmsState(NamedTuple):
     nu: Any
 
 
+@state_value_kinds(nu="unsigned")
 class ScaleByRmsWithCountState(NamedTuple):
     """State of :func:`scale_by_rms` with bias correction.
 
@@ -57,6 +60,7 @@ class ScaleByRmsWithCountState(NamedTuple):
     nu: Any
 
 
+@state_value_kinds(mu="signed", nu="unsigned")
 class ScaleByRStdDevState(NamedTuple):
     """State of :func:`scale_by_stddev` without bias correction.
 
@@ -73,6 +77,7 @@ class ScaleByRStdDevState(NamedTuple):
     nu: Any
 
 
+@state_value_kinds(mu="signed", nu="unsigned")
 class ScaleByRStdDevWithCountState(NamedTuple):
     """State of :func:`scale_by_stddev` with bias correction.
 
@@ -91,6 +96,7 @@ class ScaleByRStdDevWithCountState(NamedTuple):
     nu: Any
 
 
+@state_value_kinds(sum_of_squares="unsigned")
 class ScaleByRssState(NamedTuple):
     """State of :func:`scale_by_rss`: the running sum of squared gradients.
 
@@ -106,6 +112,7 @@ class ScaleByRssState(NamedTuple):
     sum_of_squares: Any
 
 
+@state_value_kinds(e_g="unsigned", e_x="unsigned")
 class ScaleByAdaDeltaState(NamedTuple):
     """State of :func:`scale_by_adadelta`: EMAs of squared gradients and updates.
 

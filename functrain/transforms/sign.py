@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import ema_update
+from functrain.declarations import state_value_kinds
 from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
                                        count_only, zero_count)
 from functrain.transforms.engine import stage_transform
@@ -43,6 +44,7 @@ def scale_by_sign() -> GradientTransformation:
     c: (jnp.sign(g), ())))
 
 
+@state_value_kinds(mu="signed")
 class ScaleByLionState(NamedTuple):
     """State of :func:`scale_by_lion`: step count and momentum.
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from functrain.arg_checks import check_state_type, check_transformation
 from functrain import tree as ft
+from functrain.declarations import state_value_kinds
 from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
                                        safe_increment)
 
@@ -24,6 +25,7 @@ Array = jax.Array
 PyTree = Any
 
 
+@state_value_kinds()  # accumulated gradients stay exact; the inner state is walked
 class MultiStepsState(NamedTuple):
     """State of :class:`MultiSteps`.
 

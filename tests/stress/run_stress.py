@@ -14,7 +14,8 @@ against (a batched LAPACK call inside ``lax.cond`` deadlocking XLA:CPU).
 
 ``STRESSED`` is the list; ``tests/test_stress_list.py`` checks that every
 optimizer whose compiled step contains a conditional, a loop or a LAPACK
-decomposition is on it.
+decomposition is declared ``stressed=True`` (``@declare_optimizer``) and that every
+one so declared is on it.
 
 Usage: ``python tests/stress/run_stress.py [--runs N] [--only NAME ...]``;
 ``python tests/stress/run_stress.py --one NAME SEED`` runs one process's work.

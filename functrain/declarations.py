@@ -1,0 +1,201 @@
+"""What each optimizer and state class declares about itself, where it is defined.
+
+Every public optimizer builder carries :func:`declare_optimizer` (its name, docs group,
+paper, whether optax has it, whether its step holds a conditional or a decomposition), and
+every state class whose fields ``functrain.quantized_state`` quantizes carries
+:func:`state_value_kinds` (the low-bit code of each field). Both return what they decorate
+unchanged: nothing is wrapped, nothing runs inside a step.
+
+The lists elsewhere are generated or checked from ``OPTIMIZERS`` and
+``STATE_VALUE_KINDS``: the low-bit field codes, the stress list, the API pages, the
+README and docs/optimizers.md tables, lightbench's list and the tests' registry
+(``tests/test_declarations.py`` and ``tests/test_registry.py`` name a stale entry).
+
+This module imports nothing from functrain: every layer may use it.
+
+>>> import functrain
+>>> from functrain.declarations import OPTIMIZERS
+>>> OPTIMIZERS["adam"].group, OPTIMIZERS["adam"].optax, OPTIMIZERS["adam"].paper
+('optimizers', 'core', 'Kingma & Ba, 2014')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+__all__ = ["GROUPS", "OPTAX", "KINDS", "Declared", "OPTIMIZERS", "STATE_VALUE_KINDS",
+           "declare_optimizer", "state_value_kinds", "value_kinds_of", "declared_state_classes"]
+
+#: docs group -> (its API page under docs/api/, its section heading in docs/optimizers.md).
+GROUPS: dict[str, tuple[str, str]] = {
+    "optimizers": ("optimizers.rst", "## Optimizers"),
+    "contrib": ("contrib.rst", "## `functrain.contrib`: optax.contrib's optimizers"),
+    "beyond optax": ("contrib.rst", "## Beyond optax"),
+}
+#: Where optax has the optimizer: ``"core"`` (``optax.<name>``), ``"contrib"``
+#: (``optax.contrib.<name>``), or ``None`` (optax lacks it).
+OPTAX = ("core", "contrib", None)
+#: The low-bit value kinds of a state field: either sign, never negative, not quantized.
+KINDS = ("signed", "unsigned", "keep")
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """One optimizer's declaration (see :func:`declare_optimizer`).
+
+    Attributes:
+      name: its public name (the function's ``__name__``).
+      module: the module defining it; a builder of ``functrain/contrib/`` is public as
+        ``functrain.contrib.<name>``, any other as ``functrain.<name>``.
+      function: the builder itself.
+      group: its docs group, a key of ``GROUPS``.
+      paper: the citation of its paper (or what it comes from).
+      optax: ``"core"``, ``"contrib"`` or ``None`` (see ``OPTAX``).
+      stressed: its step holds a conditional, a loop or a matrix decomposition, so it is
+        on the stress run's list (tests/stress/run_stress.py).
+
+    >>> import functrain
+    >>> OPTIMIZERS["muon"].stressed, OPTIMIZERS["muon"].contrib
+    (True, True)
+    """
+
+    name: str
+    module: str
+    function: Callable
+    group: str
+    paper: str
+    optax: Optional[str]
+    stressed: bool
+
+    @property
+    def contrib(self) -> bool:
+        """Whether it lives in ``functrain.contrib``."""
+        return self.module.startswith("functrain.contrib.")
+
+
+#: name -> declaration, for every public optimizer (filled as functrain's modules load).
+OPTIMIZERS: dict[str, Declared] = {}
+#: state class name -> field -> value kind (filled as functrain's modules load).
+STATE_VALUE_KINDS: dict[str, dict[str, str]] = {}
+_STATE_CLASSES: dict[str, type] = {}
+
+
+def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
+                      stressed: bool = False) -> Callable[[Callable], Callable]:
+    """Declares the public optimizer builder it decorates; returns the builder itself.
+
+    Args:
+      group: its docs group: a key of ``GROUPS``.
+      paper: the citation of its paper (``"Kingma & Ba, 2014"``), or what it comes from.
+      optax: where optax has it: ``"core"``, ``"contrib"``, or ``None`` (optax lacks it).
+      stressed: whether its step holds a conditional, a loop or a matrix decomposition.
+
+    Returns:
+      A decorator recording the function in ``OPTIMIZERS`` under its ``__name__`` and
+      returning the same function object. A second declaration of one name, an unknown
+      group or optax value, or an empty paper raises a ``ValueError``.
+
+    >>> def my_sgd(learning_rate: float) -> None:
+    ...     '''An example.'''
+    >>> declare_optimizer("optimizers", "Robbins & Monro, 1951", optax="core")(my_sgd) is my_sgd
+    True
+    >>> OPTIMIZERS.pop("my_sgd").paper
+    'Robbins & Monro, 1951'
+    """
+    if group not in GROUPS:
+        raise ValueError(f"declare_optimizer: group {group!r} is none of {sorted(GROUPS)}")
+    if optax not in OPTAX:
+        raise ValueError(f"declare_optimizer: optax={optax!r} is none of {OPTAX}")
+    if not isinstance(paper, str) or not paper.strip():
+        raise ValueError("declare_optimizer: paper must name the paper (a non-empty string)")
+
+    def record(function: Callable) -> Callable:
+        name = function.__name__
+        if name in OPTIMIZERS and OPTIMIZERS[name].function is not function:
+            raise ValueError(f"declare_optimizer: {name} is declared twice (in "
+                             f"{OPTIMIZERS[name].module} and {function.__module__})")
+        OPTIMIZERS[name] = Declared(name, function.__module__, function, group, paper, optax,
+                                    bool(stressed))
+        return function
+    return record
+
+
+def state_value_kinds(**kinds: str) -> Callable[[type], type]:
+    """Declares the low-bit value kind of each field of the state class it decorates.
+
+    ``quantized_state`` stores a ``"signed"`` field with a code for values of either sign,
+    an ``"unsigned"`` one (second moments: never negative) with a code for non-negative
+    values, and keeps a ``"keep"`` field (or an undeclared field of a declared class) as it
+    is. The declaration is keyed by the class's name, so a class of the same name from
+    another library (optax's ``ScaleByAdamState``) gets the same codes: see
+    :func:`value_kinds_of`.
+
+    Args:
+      **kinds: field name -> ``"signed"``, ``"unsigned"`` or ``"keep"``.
+
+    Returns:
+      A decorator recording the kinds in ``STATE_VALUE_KINDS`` and returning the same
+      class. An unknown field or kind, or another class of the same name declared with
+      other kinds, raises a ``ValueError``.
+
+    >>> from typing import NamedTuple
+    >>> @state_value_kinds(mu="signed", nu="unsigned")
+    ... class MyState(NamedTuple):
+    ...     count: int
+    ...     mu: float
+    ...     nu: float
+    >>> value_kinds_of(MyState)
+    {'mu': 'signed', 'nu': 'unsigned'}
+    >>> del STATE_VALUE_KINDS["MyState"], _STATE_CLASSES["MyState"]
+    """
+    bad = {f: k for f, k in kinds.items() if k not in KINDS}
+    if bad:
+        raise ValueError(f"state_value_kinds: kinds must be one of {KINDS}, got {bad}")
+
+    def record(cls: type) -> type:
+        name = cls.__name__
+        unknown = sorted(set(kinds) - set(getattr(cls, "_fields", ())))
+        if unknown:
+            raise ValueError(f"state_value_kinds: {name} has no field(s) {unknown}")
+        if name in STATE_VALUE_KINDS and STATE_VALUE_KINDS[name] != kinds:
+            raise ValueError(f"state_value_kinds: two state classes named {name} "
+                             f"({_STATE_CLASSES[name].__module__} and {cls.__module__}) "
+                             f"declare different kinds")
+        STATE_VALUE_KINDS[name] = dict(kinds)
+        _STATE_CLASSES[name] = cls
+        return cls
+    return record
+
+
+def value_kinds_of(cls: type) -> Optional[dict[str, str]]:
+    """The declared field -> value kind of a state class, or ``None`` if none is declared.
+
+    Looked up by the class's name: a state class of the same name as a declared one (optax's
+    ``ScaleByAdamState``, ``TraceState``, ... when optax's optimizers are wrapped) takes its
+    kinds, as the fields of such classes mean the same.
+
+    Args:
+      cls: a state class (a ``NamedTuple`` type).
+
+    Returns:
+      The declared kinds (fields not in it are kept), or ``None``.
+
+    >>> import functrain
+    >>> value_kinds_of(functrain.ScaleByAdamState)
+    {'mu': 'signed', 'nu': 'unsigned'}
+    """
+    return STATE_VALUE_KINDS.get(cls.__name__)
+
+
+def declared_state_classes() -> dict[str, type]:
+    """Class name -> the functrain state class that declared its value kinds.
+
+    Returns:
+      A new dict (the classes declared so far).
+
+    >>> import functrain
+    >>> declared_state_classes()["ScaleByAdamState"] is functrain.ScaleByAdamState
+    True
+    """
+    return dict(_STATE_CLASSES)

@@ -1,0 +1,373 @@
+"""Every list of optimizers outside their modules agrees with what each declares where it is
+defined (``@declare_optimizer``, ``@state_value_kinds``: functrain.declarations).
+
+Generated from the declarations (no list to go stale): the low-bit field codes
+(quantized_state.field_codes), tests/test_checkpoint_interchange.py's BEYOND_OPTAX, the
+registry's contrib flags and optax references. Checked here, each failure naming the entry:
+docs/optimizers.md's tables, the README's optimizer tables, the API pages docs/api/*.rst,
+functrain.contrib's docstring, the benchmarks' lists (lightbench, beyond_optax). Checked
+elsewhere: the stress list (tests/test_stress_list.py), the registry (tests/test_registry.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+import re
+import sys
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import optax
+import pytest
+
+import functrain
+from functrain import declarations
+from functrain.declarations import (GROUPS, OPTIMIZERS as DECLARED, STATE_VALUE_KINDS,
+                                    declare_optimizer, declared_state_classes,
+                                    state_value_kinds)
+from functrain.quantized_state import field_codes
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BACKTICKED = re.compile(r"`(\w+)[`(]")
+
+
+def _public(name: str, contrib: bool) -> object:
+    return getattr(functrain.contrib if contrib else functrain, name, None)
+
+
+def _exists(name: str) -> bool:
+    """Whether ``name`` is a function or class of functrain or functrain.contrib."""
+    return any(inspect.isfunction(o) or inspect.isclass(o)
+               for o in (_public(name, False), _public(name, True)))
+
+
+# --------------------------------------------------------------------------
+# The declarations themselves
+# --------------------------------------------------------------------------
+
+def test_declarations_are_complete_and_well_formed():
+    assert len(DECLARED) >= 67, sorted(DECLARED)
+    for name, d in DECLARED.items():
+        assert d.function.__name__ == name and d.group in GROUPS and d.paper.strip(), name
+        assert (d.optax == "core") == (d.group == "optimizers"), (name, d.group, d.optax)
+        assert (d.optax == "contrib") == (d.group == "contrib"), (name, d.group, d.optax)
+        assert d.contrib == (d.group != "optimizers"), (name, d.module)
+        if d.optax:  # optax has a function of this name where declared
+            home = optax.contrib if d.optax == "contrib" else optax
+            assert callable(getattr(home, name, None)), f"{name}: optax has no {d.optax} {name}"
+        else:
+            assert getattr(optax, name, None) is None and getattr(optax.contrib, name, None) \
+                is None, f"{name} is declared optax=None, but optax has it"
+        years = re.findall(r"\b(?:19|20)\d\d\b", d.paper)
+        assert all(y in (d.function.__doc__ or "") for y in years), (
+            f"{name}: its docstring does not cite the declared paper {d.paper!r}")
+
+
+def test_the_decorators_return_what_they_decorate_and_refuse_bad_declarations(monkeypatch):
+    with pytest.raises(ValueError, match="two state classes named ScaleByAdamState"):
+        state_value_kinds(mu="signed")(
+            type("ScaleByAdamState", (NamedTuple("S0", [("mu", float)]),), {}))
+    for table in ("OPTIMIZERS", "STATE_VALUE_KINDS", "_STATE_CLASSES"):  # on empty tables
+        monkeypatch.setattr(declarations, table, {})
+
+    def my_opt(learning_rate: float) -> None:
+        """Example."""
+    assert declare_optimizer("contrib", "A & B, 2020", optax=None)(my_opt) is my_opt
+    assert declarations.OPTIMIZERS["my_opt"].function is my_opt
+    with pytest.raises(ValueError, match="declared twice"):
+        def my_opt(learning_rate: float) -> None:  # noqa: F811 (another one, same name)
+            """Example."""
+        declare_optimizer("contrib", "A & B, 2020", optax=None)(my_opt)
+    with pytest.raises(ValueError, match="group"):
+        declare_optimizer("optimisers", "A, 2020", optax="core")
+    with pytest.raises(ValueError, match="optax"):
+        declare_optimizer("optimizers", "A, 2020", optax="yes")
+    with pytest.raises(ValueError, match="paper"):
+        declare_optimizer("optimizers", " ", optax="core")
+
+    class S(NamedTuple):
+        mu: float
+    assert state_value_kinds(mu="signed")(S) is S
+    assert declarations.STATE_VALUE_KINDS == {"S": {"mu": "signed"}}
+    with pytest.raises(ValueError, match="no field"):
+        state_value_kinds(nu="unsigned")(S)
+    with pytest.raises(ValueError, match="kinds must be"):
+        state_value_kinds(mu="positive")
+
+
+# The table quantized_state held before the declarations (FIELD_CODES): the codes stay.
+CODES_BEFORE = {
+    "ScaleByAdamState": {"mu": "signed", "nu": "unsigned"},
+    "ScaleByAmsgradState": {"mu": "signed", "nu": "unsigned", "nu_max": "unsigned"},
+    "ScaleByBeliefState": {"mu": "signed", "nu": "unsigned"},
+    "ScaleByLapropState": {"mu": "signed", "nu": "unsigned"},
+    "ScaleByAdemamixState": {"m1": "signed", "m2": "signed", "nu": "unsigned"},
+    "ScaleBySimplifiedAdEMAMixState": {"m": "signed", "n": "unsigned"},
+    "ScaleByAdanState": {"m": "signed", "v": "signed", "n": "unsigned", "g": "signed"},
+    "ScaleByLionState": {"mu": "signed"},
+    "MuonState": {"mu": "signed"},
+    "TraceState": {"trace": "signed"},
+    "EmaState": {"ema": "signed"},
+    "ScaleByRmsState": {"nu": "unsigned"},
+    "ScaleByRmsWithCountState": {"nu": "unsigned"},
+    "ScaleByRStdDevState": {"mu": "signed", "nu": "unsigned"},
+    "ScaleByRStdDevWithCountState": {"mu": "signed", "nu": "unsigned"},
+    "ScaleByRssState": {"sum_of_squares": "unsigned"},
+    "ScaleByAdaDeltaState": {"e_g": "unsigned", "e_x": "unsigned"},
+    "MultiStepsState": {},
+}
+
+
+def test_state_value_kinds_keep_the_codes_of_before():
+    assert {n: k for n, k in STATE_VALUE_KINDS.items() if n in CODES_BEFORE} == CODES_BEFORE
+    assert set(declared_state_classes()) == set(STATE_VALUE_KINDS)
+    # A wrong kind on a second moment would store it with the signed code, silently.
+    unsigned = {f for k in STATE_VALUE_KINDS.values() for f, v in k.items() if v == "unsigned"}
+    assert unsigned <= {"nu", "nu_max", "n", "sum_of_squares", "e_g", "e_x"}, unsigned
+
+
+OPTAX_STATES = {  # optax's optimizer -> functrain's of the same state classes
+    "adam": lambda m: m.adam(1e-3), "amsgrad": lambda m: m.amsgrad(1e-3),
+    "adabelief": lambda m: m.adabelief(1e-3), "adan": lambda m: m.adan(1e-3),
+    "lion": lambda m: m.lion(1e-3), "sgd_momentum": lambda m: m.sgd(1e-3, momentum=0.9),
+    "rmsprop_centered": lambda m: m.rmsprop(1e-3, centered=True),
+    "adagrad": lambda m: m.adagrad(1e-3), "adadelta": lambda m: m.adadelta(1e-3),
+    "multi_steps_adam": lambda m: m.MultiSteps(m.adam(1e-3), 2),
+    "muon": lambda m: m.contrib.muon(1e-3), "ademamix": lambda m: m.contrib.ademamix(1e-3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTAX_STATES))
+def test_optax_state_classes_get_the_codes_of_functrain_classes_of_the_same_name(name):
+    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}
+    theirs = field_codes(OPTAX_STATES[name](optax).init(params))
+    ours = field_codes(OPTAX_STATES[name](functrain).init(params))
+    assert str(theirs) == str(ours), (theirs, ours)  # same class names, fields and codes
+    assert "unsigned" in str(ours) or name in ("lion", "sgd_momentum", "muon"), ours
+
+
+def test_optax_adam_wrapped_in_quantized_state_stores_nu_with_the_unsigned_code():
+    params = {"w": jnp.ones((64, 64))}
+    state = functrain.quantized_state(optax.adam(1e-3), min_size=64).init(params)
+    assert type(state[0]).__module__.startswith("optax")
+    assert state[0].mu["w"].code.endswith("_signed") and state[0].nu["w"].code.endswith(
+        "_unsigned"), (state[0].mu["w"].code, state[0].nu["w"].code)
+
+
+# --------------------------------------------------------------------------
+# Lists checked against the declarations
+# --------------------------------------------------------------------------
+
+def _sections(text: str) -> dict[str, str]:
+    """'## heading' line -> the text up to the next '## ' heading."""
+    parts = re.split(r"^(## .*)$", text, flags=re.MULTILINE)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def _first_cells(text: str) -> list[str]:
+    """The first cell of every table row, less header and separator rows."""
+    rows = [line.split("|")[1] for line in text.splitlines() if line.startswith("|")]
+    return [c for c in rows if not set(c.strip()) <= set("-") and "`" in c]
+
+
+def optimizers_md_names(text: str) -> dict[str, set]:
+    """group -> the names in the first column of its section's table in docs/optimizers.md."""
+    sections = _sections(text)
+    found = {}
+    for group, (_, heading) in GROUPS.items():
+        matches = [body for h, body in sections.items() if h.startswith(heading)]
+        assert len(matches) == 1, f"docs/optimizers.md: no single section '{heading}...'"
+        found[group] = {n for c in _first_cells(matches[0]) for n in BACKTICKED.findall(c)}
+    return found
+
+
+def stale_in_optimizers_md(text: str) -> list[str]:
+    problems = []
+    listed = optimizers_md_names(text)
+    for name, d in sorted(DECLARED.items()):
+        if name not in listed[d.group]:
+            problems.append(f"{name} (group {d.group!r}) is not in its section's table")
+    for group, names in sorted(listed.items()):
+        for name in sorted(names):
+            if name in DECLARED and DECLARED[name].group != group:
+                problems.append(f"{name} is listed under {group!r}, declared "
+                                f"{DECLARED[name].group!r}")
+            elif not _exists(name):
+                problems.append(f"{name} (under {group!r}) is no name of functrain")
+    return problems
+
+
+def test_optimizers_md_lists_every_declared_optimizer_in_its_group():
+    problems = stale_in_optimizers_md((ROOT / "docs" / "optimizers.md").read_text())
+    assert not problems, "docs/optimizers.md is stale:\n  " + "\n  ".join(problems)
+
+
+def stale_in_readme(text: str) -> list[str]:
+    """The README lists a selection: what its optimizer tables name must be declared (the
+    'optimizers' row of the API table, the beyond-optax table) or exist (contrib's)."""
+    problems = []
+    tables = re.findall(r"((?:^\|.*\n)+)", text, flags=re.MULTILINE)
+    checked = 0
+    for table in tables:
+        header = table.splitlines()[0].split("|")[1].strip()
+        for line in table.splitlines()[2:]:
+            cells = line.split("|")
+            if header == "optimizer":        # the beyond-optax table
+                names, must_declare = BACKTICKED.findall(cells[1]), True
+            elif header == "group" and cells[1].strip() == "optimizers":
+                names, must_declare = BACKTICKED.findall(cells[2]), True
+            elif header == "family":         # contrib's families: names of functrain.contrib
+                names, must_declare = BACKTICKED.findall(cells[2]), False
+            else:
+                continue
+            checked += len(names)
+            for name in names:
+                if must_declare and name not in DECLARED:
+                    problems.append(f"{name} is listed as an optimizer but not declared")
+                elif _public(name, True) is None and _public(name, False) is None:
+                    problems.append(f"{name} is no name of functrain or functrain.contrib")
+    assert checked >= 40, f"the README's optimizer tables were not found ({checked} names)"
+    return problems
+
+
+def test_readme_lists_only_declared_optimizers():
+    problems = stale_in_readme((ROOT / "README.md").read_text())
+    assert not problems, "README.md is stale:\n  " + "\n  ".join(problems)
+
+
+DIRECTIVE = re.compile(r"^\.\. auto(function|class)::\s+([\w.]+)", re.MULTILINE)
+
+
+def stale_in_api_pages(pages: dict[str, str]) -> list[str]:
+    """Every declared optimizer has an autofunction on its group's page, every declared state
+    class an autoclass on some page (``pages``: file name -> text)."""
+    problems = []
+    for name, d in sorted(DECLARED.items()):
+        page = GROUPS[d.group][0]
+        path = f"functrain.{'contrib.' if d.contrib else ''}{name}"
+        if (".. autofunction:: " + path) not in pages.get(page, "").splitlines():
+            problems.append(f"{path}: no '.. autofunction:: {path}' in docs/api/{page}")
+    classes = {}
+    for text in pages.values():
+        for kind, path in DIRECTIVE.findall(text):
+            module, _, attr = path.rpartition(".")
+            if kind == "class":
+                classes[id(getattr(importlib.import_module(module), attr))] = path
+    for name, cls in sorted(declared_state_classes().items()):
+        if id(cls) not in classes:
+            problems.append(f"{cls.__module__}.{name}: declared @state_value_kinds, no "
+                            f"'.. autoclass::' in docs/api/*.rst")
+    return problems
+
+
+def test_api_pages_document_every_declared_optimizer_and_state_class():
+    pages = {p.name: p.read_text() for p in (ROOT / "docs" / "api").glob("*.rst")}
+    problems = stale_in_api_pages(pages)
+    assert not problems, "docs/api/*.rst is stale:\n  " + "\n  ".join(problems)
+
+
+def stale_in_contrib_docstring(doc: str) -> list[str]:
+    """functrain.contrib's docstring names (``name``) every optimizer optax lacks, and its
+    'also at functrain's top level' list is what the top level re-exports."""
+    named = set(re.findall(r"``(\w+)``", doc))
+    problems = [f"{n} (declared optax=None) is not named in functrain.contrib's docstring"
+                for n, d in sorted(DECLARED.items()) if d.contrib and d.optax is None
+                and n not in named]
+    listed = set(re.findall(r"``(\w+)``", doc.split("\n\n")[0]))  # the first paragraph's list
+    problems += [f"``{n}`` in functrain.contrib's docstring's list is no declared contrib "
+                 f"optimizer" for n in sorted(listed)
+                 if n not in DECLARED or not DECLARED[n].contrib]
+    top = re.search(r"top level: (.*?)\. ", doc.replace("\n", " "))
+    listed = set(re.findall(r"``(\w+)``", top.group(1))) if top else set()
+    at_top = {n for n, d in DECLARED.items() if d.contrib and _public(n, False) is d.function}
+    problems += [f"{n}: re-exported at the top level, not in the docstring's list"
+                 for n in sorted(at_top - listed)]
+    problems += [f"{n}: in the docstring's top-level list, not at functrain's top level"
+                 for n in sorted(listed - at_top)]
+    return problems
+
+
+def test_contrib_docstring_names_the_declared_optimizers():
+    problems = stale_in_contrib_docstring(functrain.contrib.__doc__)
+    assert not problems, "functrain/contrib/__init__.py's docstring is stale:\n  " + \
+        "\n  ".join(problems)
+
+
+def stale_in_benchmark(optimizers: dict) -> list[str]:
+    """Each benchmark entry (lightbench's, beyond_optax's) is named after declared optimizers
+    (``a+b``: a modifier in front; ``name_variant``: a setting) and calls only declared
+    optimizers and chain."""
+    problems = []
+    for key, build in sorted(optimizers.items()):
+        for part in key.split("+"):
+            if not any(part == n or part.startswith(n + "_") for n in DECLARED):
+                problems.append(f"{key!r}: {part!r} names no declared optimizer")
+        called = {n for n in build.__code__.co_names if _exists(n)}  # functions only
+        undeclared = sorted(called - set(DECLARED) - {"chain"})
+        if undeclared or not called & set(DECLARED):
+            problems.append(f"{key!r} calls {sorted(called)}: not declared optimizers: "
+                            f"{undeclared}")
+    return problems
+
+
+def test_lightbench_names_only_declared_optimizers():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import lightbench
+    problems = stale_in_benchmark(lightbench.OPTIMIZERS)
+    assert not problems, "benchmarks/lightbench.py is stale:\n  " + "\n  ".join(problems)
+
+
+def test_beyond_optax_benchmark_names_only_declared_optimizers():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import beyond_optax
+    problems = stale_in_benchmark(beyond_optax.OPTIMIZERS)
+    assert not problems, "benchmarks/beyond_optax.py is stale:\n  " + "\n  ".join(problems)
+
+
+# --------------------------------------------------------------------------
+# Each check fails on a planted stale entry, naming it
+# --------------------------------------------------------------------------
+
+def _text(*parts: str) -> str:
+    return (ROOT.joinpath(*parts)).read_text()
+
+
+def test_the_checks_name_planted_stale_entries():
+    md = _text("docs", "optimizers.md")
+    row = next(line for line in md.splitlines() if line.startswith("| `sgd("))
+    assert any("sgd (group 'optimizers')" in p
+               for p in stale_in_optimizers_md(md.replace(row + "\n", "")))
+    muon = next(line for line in md.splitlines() if line.startswith("| `muon("))
+    moved = md.replace(muon + "\n", "").replace(row, row + "\n" + muon)
+    assert any("muon is listed under 'optimizers'" in p for p in stale_in_optimizers_md(moved))
+    planted = md.replace(row, row + "\n| `adamz(lr)` | x |")
+    assert any("adamz" in p for p in stale_in_optimizers_md(planted))
+
+    readme = _text("README.md")
+    planted = readme.replace("| `sgd`, ", "| `sgd`, `adamz`, ")
+    assert any("adamz" in p for p in stale_in_readme(planted))
+
+    pages = {p.name: p.read_text() for p in (ROOT / "docs" / "api").glob("*.rst")}
+    pages["optimizers.rst"] = pages["optimizers.rst"].replace(
+        ".. autofunction:: functrain.adam\n", "")
+    pages["building_blocks.rst"] = pages["building_blocks.rst"].replace(
+        ".. autoclass:: functrain.ScaleByAdamState\n", "")
+    problems = stale_in_api_pages(pages)
+    assert any(p.startswith("functrain.adam:") for p in problems), problems
+    assert any("ScaleByAdamState" in p for p in problems), problems
+
+    doc = functrain.contrib.__doc__
+    planted = doc.replace("``soap``, ", "")
+    assert any(p.startswith("soap ") for p in stale_in_contrib_docstring(planted))
+    assert any("prodigy" in p for p in stale_in_contrib_docstring(doc.replace("``prodigy``, ", "")))
+    planted = doc.replace("``soap``, ", "``soap``, ``adamz``, ")
+    assert any("``adamz``" in p for p in stale_in_contrib_docstring(planted))
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import lightbench
+    planted = {**lightbench.OPTIMIZERS, "adamz": lambda lr: functrain.adam(lr),
+               "clipped": lambda lr: functrain.clip(lr)}
+    problems = stale_in_benchmark(planted)
+    assert any("'adamz'" in p for p in problems) and any("'clipped'" in p for p in problems)
