@@ -7,8 +7,8 @@ value. Inside ``update`` the state is dequantized to its own dtype, the optimize
 unchanged, and the new state is quantized again: for an optimizer made of stages
 (adam's, lion's, ...) inside the engine's pass over the leaves, one leaf at a time.
 
-Which fields are non-negative (the unsigned codes) is declared in ``FIELD_CODES`` per
-state class, never guessed from values.
+Which fields are non-negative (the unsigned codes) is declared where each state class is
+defined (``@state_value_kinds`` of :mod:`functrain.declarations`), never guessed from values.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
 
     Every floating state leaf with the shape of a parameter and at least ``min_size``
     elements is kept as a :class:`QuantizedArray` (signed or unsigned code per
-    ``FIELD_CODES``); counts, scalars, other shapes, complex and small leaves stay as
+    ``field_codes``); counts, scalars, other shapes, complex and small leaves stay as
     they are.
     ``update`` dequantizes to each leaf's dtype, calls ``optimizer.update``, and quantizes
     the new state with the same codes. References: Dettmers et al., 2021, "8-bit

@@ -11,7 +11,8 @@
   ==================  ==========================================  ============================
   layer               modules                                     may import from functrain
   ==================  ==========================================  ============================
-  L0_checks           tree_checks, arg_checks, jax_compat         nothing
+  L0_checks           tree_checks, arg_checks, jax_compat,        nothing
+                      declarations
   L0_tree_parts       tree_ops, tree_state (optax.tree's          L0_checks
                       arithmetic, its state helpers)
   L0_tree             tree                                        L0_checks, L0_tree_parts
@@ -106,7 +107,7 @@ L1 = ("L1_protocol", "L1_engine")
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
     Layer("L0_checks", lambda m: m in {"functrain.tree_checks", "functrain.arg_checks",
-                                       "functrain.jax_compat"}, ()),
+                                       "functrain.jax_compat", "functrain.declarations"}, ()),
     Layer("L0_tree_parts", lambda m: m in {"functrain.tree_ops", "functrain.tree_state"},
           ("L0_checks",)),
     Layer("L0_tree", lambda m: m == "functrain.tree", ("L0_checks", "L0_tree_parts")),

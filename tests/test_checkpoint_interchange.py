@@ -1,4 +1,4 @@
-"""Checkpoints interchange with optax (issue 24): an Orbax checkpoint of optax's adamw, lamb
+"""Checkpoints interchange with optax: an Orbax checkpoint of optax's adamw, lamb
 and muon state restores into functrain's state (functrain's ``jax.eval_shape(init)`` as the
 target) and training continues with optax's numbers, and the other way round.
 

@@ -42,7 +42,8 @@ from helpers import TYPE_ALIASES  # noqa: E402
 NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
               "functrain.numerics", "functrain.linalg", "functrain.projections",
               "functrain.microbatching", "functrain.sharding", "functrain.grad",
-              "functrain.ivy_updates"]
+              "functrain.ivy_updates", "functrain.matrix.blocks",
+              "functrain.matrix.kron_factors"]
 DIRECTIVE = re.compile(r"^\s*\.\. (?:auto(?:function|class|data)|py:(?:function|class|data))"
                        r"::\s+([\w.]+)", re.MULTILINE)
 
