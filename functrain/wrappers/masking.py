@@ -34,7 +34,7 @@ from functrain.arg_checks import (check_state_type, check_transformation, sorted
 from functrain import tree as ft
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, OptState,
                                        Params, Updates, call_update)
-from functrain.transforms.engine import chain, fusion_plan, stage_transform
+from functrain.transforms.engine import Program, fusion_plan, stage_transform
 
 Array = jax.Array
 PyTree = Any
@@ -220,31 +220,22 @@ def _masked_part(tx: Any, mask: MaskOrFn, wrapper: str, extra: bool) -> Gradient
         if isinstance(item, LeafStage):
             return stage_transform(_masked_stage(item, mask, wrapper))
         return _generic_masked(tx, mask, wrapper, extra)
-    # A functrain chain: mask each part, run the parts as one flat (fused) chain,
-    # and keep each part's state at its path in the chain's nested state.
-    paths = [path for path, _ in plan]
-    flat = chain(*(stage_transform(_masked_stage(item, mask, wrapper))
-                   if isinstance(item, LeafStage) else _masked_part(item, mask, wrapper, extra)
-                   for _, item in plan))
+    # A functrain chain: the same program with each step masked (each part's state at its
+    # path in the chain's nested state), so its stages still fuse.
+    steps = tuple((path, _masked_stage(item, mask, wrapper)) if isinstance(item, LeafStage)
+                  else (path, _masked_part(item, mask, wrapper, extra)) for path, item in plan)
 
     def init_fn(params: Params) -> OptState:
         # The nesting of tx's state (every part is replaced below), from params with
         # the masked-out leaves left out, so that tx.init never sees those leaves.
         flags = ft.resolve_leaf_mask(mask, params, wrapper)
         state = jax.eval_shape(tx.init, _mask_tree(params, flags))
-        for path, part in zip(paths, flat.init(params)):
+        for path, item in steps:
+            part = item.init_state(params) if isinstance(item, LeafStage) else item.init(params)
             state = ft.set_path(state, path, part)
         return state
 
-    def update_fn(updates: Updates, state: OptState, params: Optional[Params] = None,
-                  **extra_args: Any) -> tuple[Updates, OptState]:
-        parts = tuple(ft.get_path(state, path) for path in paths)
-        new_updates, new_parts = flat.update(updates, parts, params, **extra_args)
-        for path, part in zip(paths, new_parts):
-            state = ft.set_path(state, path, part)
-        return new_updates, state
-
-    return GradientTransformation(init_fn, update_fn)
+    return GradientTransformation(init_fn, Program(steps))
 
 
 def masked(inner: GradientTransformation, mask: MaskOrFn, *,
