@@ -7,7 +7,9 @@ Each optimizer declares its docs group where it is defined (``@declare_optimizer
 
    .. declared-modules:: beyond optax
 
-stands for one section per module that defines an optimizer declared in that group: a title,
+stands for one section per module that defines an optimizer declared in that group (every
+module of ``functrain.optimizers`` and ``functrain.contrib`` is imported first, so the
+Sphinx build and the tests find the same modules, exported or not): a title,
 an ``autosummary`` of the module's public names (its ``__all__``, in that order) and an
 ``autoclass`` or ``autofunction`` entry for each. A name is documented where users import it:
 ``functrain.contrib.NAME`` (or ``functrain.NAME``) when that package exports the same object,
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 import re
 
 from sphinx.util.docutils import SphinxDirective
@@ -53,9 +56,13 @@ DIRECTIVE = re.compile(r"^\.\. declared-modules::[ \t]+(.+?)[ \t]*$", re.MULTILI
 
 def modules(group: str) -> list[str]:
     """The modules defining an optimizer declared in ``group``, in the page's order."""
-    import functrain  # noqa: F401 (the declarations are recorded as functrain's modules load)
+    import functrain.contrib
+    import functrain.optimizers
     from functrain.declarations import GROUPS, OPTIMIZERS
 
+    for package in (functrain.optimizers, functrain.contrib):  # the declarations are recorded
+        for found in pkgutil.iter_modules(package.__path__, package.__name__ + "."):  # on import
+            importlib.import_module(found.name)
     if group not in GROUPS:
         raise ValueError(f"declared-modules: group {group!r} is none of {sorted(GROUPS)}")
     found = {d.module for d in OPTIMIZERS.values() if d.group == group}
