@@ -261,21 +261,25 @@ def test_declared_modules_generate_each_modules_entries(monkeypatch):
     assert titles[-1] == "Beyond optax: modifiers for any optimizer", titles
     assert ".. autofunction:: functrain.contrib.laprop\n" in text
     assert ".. autoclass:: functrain.contrib.DecaySchedule\n   :members: bias_correction\n" in text
+    text = declared_modules.expand(".. declared-modules:: contrib\n")  # modules of one title
+    section = text[text.index("Mechanic and COCOB\n"):text.index("Adam variants")]  # share it
+    assert "functrain.contrib.mechanize\n" in section and "functrain.contrib.cocob\n" in section
+    assert "NormalizeState" not in text  # EmptyState's other name: on building_blocks.rst
 
     module = types.ModuleType("functrain.contrib.zz_planted", "Zed (Z et al., 2031): a plant.")
     def zz(learning_rate): """A planted optimizer."""
     class ZzState: """Its state."""
     zz.__module__ = ZzState.__module__ = module.__name__
-    module.zz, module.ZzState, module.__all__ = zz, ZzState, ["ZzState", "zz"]
+    module.zz, module.ZzState, module.__all__ = zz, ZzState, ["zz", "ZzState"]
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(OPTIMIZERS, "zz", Declared("zz", module.__name__, zz, "beyond optax",
                                                    "Z et al., 2031", None, False))
     text = declared_modules.expand(".. declared-modules:: beyond optax\n")
     assert text.endswith("Beyond optax: Zed\n-----------------\n\n.. autosummary::\n\n"
-                         "   functrain.contrib.zz_planted.ZzState\n"
-                         "   functrain.contrib.zz_planted.zz\n\n"
-                         ".. autoclass:: functrain.contrib.zz_planted.ZzState\n\n"
-                         ".. autofunction:: functrain.contrib.zz_planted.zz\n"), text[-400:]
+                         "   functrain.contrib.zz_planted.zz\n"
+                         "   functrain.contrib.zz_planted.ZzState\n\n"
+                         ".. autofunction:: functrain.contrib.zz_planted.zz\n\n"
+                         ".. autoclass:: functrain.contrib.zz_planted.ZzState\n"), text[-400:]
     with pytest.raises(ValueError, match="group"):
         declared_modules.expand(".. declared-modules:: beyond optx\n")
 

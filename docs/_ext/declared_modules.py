@@ -10,7 +10,8 @@ Each optimizer declares its docs group where it is defined (``@declare_optimizer
 stands for one section per module that defines an optimizer declared in that group (every
 module of ``functrain.optimizers`` and ``functrain.contrib`` is imported first, so the
 Sphinx build and the tests find the same modules, exported or not): a title,
-an ``autosummary`` of the module's public names (its ``__all__``, in that order) and an
+an ``autosummary`` of the module's public names (its ``__all__``, in the order the module
+defines them) and an
 ``autoclass`` or ``autofunction`` entry for each. A name is documented where users import it:
 ``functrain.contrib.NAME`` (or ``functrain.NAME``) when that package exports the same object,
 else under its module (``functrain.contrib.parameter_free.scale_by_dog``). A class that is no
@@ -19,8 +20,10 @@ tuple (no state class) lists the public methods it defines (``:members:``).
 The modules come in the order of ``ORDER`` (the page's order before it was generated), then
 the others alphabetically. A section's title is ``PREFIX[group]`` and the module's entry in
 ``TITLES``, or else the first words of its docstring, up to a colon or a parenthesis
-(``"SOAP (Vyas et al., 2024): ..."`` gives ``SOAP``). So a new optimizer module needs nothing
-here: its ``__all__`` and its export are its API entries.
+(``"SOAP (Vyas et al., 2024): ..."`` gives ``SOAP``); modules next to each other with one
+title share a section. A name that is another name of an object (``NormalizeState`` is
+``EmptyState``) is left to the page documenting the object. So a new optimizer module needs
+nothing here: its ``__all__`` and its export are its API entries.
 
 The directive inserts the generated reStructuredText into the page, as ``.. include::``
 does: Sphinx and the checks that read the pages (tests/test_docs.py, tests/test_declarations.py,
@@ -39,14 +42,32 @@ from sphinx.util.docutils import SphinxDirective
 #: group -> the modules in the order of the page before it was generated; the group's other
 #: modules follow, alphabetically.
 ORDER: dict[str, list[str]] = {
+    "contrib": ["functrain.contrib." + m for m in (
+        "muon", "schedule_free", "parameter_free", "mechanic", "coin_betting", "adopt",
+        "madgrad", "acprop", "ademamix", "galore", "sophia", "sam", "momo", "reduce_on_plateau",
+        "privacy", "normalize", "complex_valued")],
     "beyond optax": ["functrain.contrib." + m for m in (
         "shampoo", "soap", "kron", "mars", "came", "laprop", "modifiers")],
 }
-#: module -> its section's title, where the docstring's first words are not the title.
+_ADAM_VARIANTS = "Adam variants: ADOPT, MADGRAD, ACProp, AdEMAMix"
+#: module -> its section's title, where the docstring's first words are not the title;
+#: modules next to each other in the order with the same title share one section.
 TITLES: dict[str, str] = {
     "functrain.contrib.kron": "Kron (PSGD)",
     "functrain.contrib.mars": "MARS",
     "functrain.contrib.modifiers": "modifiers for any optimizer",
+    "functrain.contrib.schedule_free": "Schedule-Free",
+    "functrain.contrib.parameter_free": "Learning-rate-free: Prodigy, D-Adaptation, DoG, DoWG",
+    "functrain.contrib.mechanic": "Mechanic and COCOB",
+    "functrain.contrib.coin_betting": "Mechanic and COCOB",
+    "functrain.contrib.adopt": _ADAM_VARIANTS,
+    "functrain.contrib.madgrad": _ADAM_VARIANTS,
+    "functrain.contrib.acprop": _ADAM_VARIANTS,
+    "functrain.contrib.ademamix": _ADAM_VARIANTS,
+    "functrain.contrib.momo": "Momo",
+    "functrain.contrib.reduce_on_plateau": "Reduce on plateau",
+    "functrain.contrib.normalize": "Normalization and complex parameters",
+    "functrain.contrib.complex_valued": "Normalization and complex parameters",
 }
 #: group -> what its section titles begin with.
 PREFIX: dict[str, str] = {"beyond optax": "Beyond optax: "}
@@ -92,36 +113,58 @@ def public_path(module: str, name: str) -> str:
 
 
 def names(module: str) -> list[str]:
-    """``module``'s public names: its ``__all__``, else what it defines, in source order."""
+    """``module``'s public names (its ``__all__``, else the functions and classes it defines)
+    in the order the module defines them; names it imports come last."""
     mod = importlib.import_module(module)
     if hasattr(mod, "__all__"):
-        return list(mod.__all__)
-    return [n for n, obj in vars(mod).items() if not n.startswith("_")
-            and (inspect.isfunction(obj) or inspect.isclass(obj))
-            and getattr(obj, "__module__", None) == module]
+        public = list(mod.__all__)
+    else:
+        public = [n for n, obj in vars(mod).items() if not n.startswith("_")
+                  and (inspect.isfunction(obj) or inspect.isclass(obj))
+                  and getattr(obj, "__module__", None) == module]
+
+    def line(name: str) -> float:
+        obj = getattr(mod, name)
+        try:
+            if getattr(obj, "__module__", None) == module:
+                return inspect.getsourcelines(obj)[1]
+        except (OSError, TypeError):
+            pass
+        return float("inf")
+    return sorted(public, key=line)  # a stable sort: __all__'s order where no line is known
 
 
 def entries(module: str) -> list[tuple[str, str, list[str]]]:
-    """(``"class"`` or ``"function"``, dotted path, members) for each public name."""
+    """(``"class"``, ``"function"`` or ``"data"``, dotted path, members) for each public
+    name."""
     mod = importlib.import_module(module)
     out = []
     for name in names(module):
         obj = getattr(mod, name)
+        if getattr(obj, "__name__", name) != name:
+            continue  # another name of an object documented under its own name
         members = []
         if inspect.isclass(obj) and not issubclass(obj, tuple):
             members = [m for m, v in vars(obj).items()
                        if not m.startswith("_") and inspect.isfunction(v)]
-        out.append(("class" if inspect.isclass(obj) else "function",
-                    public_path(module, name), members))
+        kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "data"
+        out.append((kind, public_path(module, name), members))
     return out
 
 
 def rst(group: str) -> str:
     """The reStructuredText the directive stands for on a page."""
-    lines: list[str] = []
+    sections: list[tuple[str, list]] = []  # (title, entries), next modules of one title merged
     for module in modules(group):
         heading = title(module, group)
-        found = entries(module)
+        if sections and sections[-1][0] == heading:
+            sections[-1][1].extend(entries(module))
+        else:
+            sections.append((heading, entries(module)))
+    lines: list[str] = []
+    for heading, found in sections:
+        if not found:
+            continue
         lines += [heading, "-" * len(heading), "", ".. autosummary::", ""]
         lines += [f"   {path}" for _, path, _ in found] + [""]
         for kind, path, members in found:
