@@ -50,6 +50,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "repo_links",
     "api_refs",
+    "declared_modules",
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "README.md"]

@@ -35,6 +35,7 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 
 import api_refs  # noqa: E402
+import declared_modules  # noqa: E402
 import repo_links  # noqa: E402
 from helpers import TYPE_ALIASES  # noqa: E402
 
@@ -68,11 +69,18 @@ def public_names() -> dict[str, object]:
     return found
 
 
-def documented() -> dict[str, object]:
+def api_pages() -> dict[str, str]:
+    """docs/api/*.rst: file name -> its text, each ``.. declared-modules::`` expanded into the
+    entries it generates (docs/_ext/declared_modules.py), as Sphinx reads it."""
+    return {page.name: declared_modules.expand(page.read_text())
+            for page in sorted((DOCS / "api").glob("*.rst"))}
+
+
+def documented(pages: dict[str, str] | None = None) -> dict[str, object]:
     """dotted path -> object for every name a directive of docs/api/ documents."""
     out = {}
-    for page in sorted((DOCS / "api").glob("*.rst")):
-        for path in DIRECTIVE.findall(page.read_text()):
+    for text in (api_pages() if pages is None else pages).values():
+        for path in DIRECTIVE.findall(text):
             module_name, _, attr = path.rpartition(".")
             out[path] = getattr(importlib.import_module(module_name), attr)
     return out
@@ -87,8 +95,9 @@ def test_public_names_are_found():
     assert len({id(o) for o in names.values()}) >= 340
 
 
-def test_every_public_name_has_a_reference_entry():
-    docs = documented()
+def undocumented(pages: dict[str, str] | None = None) -> list[str]:
+    """The public names (dotted paths) that no directive of ``pages`` documents."""
+    docs = documented(pages)
     documented_objects = {id(obj) for path, obj in docs.items()
                           if path.rsplit(".", 1)[1] not in TYPE_ALIASES}
     missing = []
@@ -100,18 +109,24 @@ def test_every_public_name_has_a_reference_entry():
             ok = id(obj) in documented_objects
         if not ok:
             missing.append(path)
+    return missing
+
+
+def test_every_public_name_has_a_reference_entry():
+    missing = undocumented()
     assert not missing, (f"{len(missing)} public names have no entry in docs/api/*.rst "
-                         f"(add an autofunction/autoclass line in the right group):\n  "
+                         f"(add an autofunction/autoclass line in the right group, or the "
+                         f"name to its module's __all__ where a '.. declared-modules::' "
+                         f"generates the module's entries):\n  "
                          + "\n  ".join(missing))
 
 
 def test_reference_entries_are_not_repeated():
     seen = {}
-    for page in sorted((DOCS / "api").glob("*.rst")):
-        for path in re.findall(r"^\.\. auto(?:function|class)::\s+([\w.]+)", page.read_text(),
-                               re.MULTILINE):
-            assert path not in seen, f"{path} documented in {page.name} and {seen[path]}"
-            seen[path] = page.name
+    for name, text in api_pages().items():
+        for path in re.findall(r"^\.\. auto(?:function|class)::\s+([\w.]+)", text, re.MULTILINE):
+            assert path not in seen, f"{path} documented in {name} and {seen[path]}"
+            seen[path] = name
 
 
 def test_site_builds_strictly(tmp_path):
@@ -201,7 +216,7 @@ def test_design_guide_code_is_the_packages_and_runs():
         exec(compile(block, "docs/design.md", "exec"), namespace)
 
 
-# --- the two build extensions -------------------------------------------------------------
+# --- the build extensions ----------------------------------------------------------------
 
 def test_repo_links_rewrite_links_that_leave_docs():
     page = DOCS / "design.md"
@@ -232,6 +247,49 @@ def test_api_refs_find_prefers_the_public_names():
     assert api_refs.find(objects, "scale_by_dog") == "functrain.contrib.parameter_free.scale_by_dog"
     assert api_refs.find(objects, "scale") == "functrain.scale"
     assert api_refs.find(objects, "nothing") is None
+
+
+def test_declared_modules_generate_each_modules_entries(monkeypatch):
+    """``.. declared-modules:: beyond optax`` gives every module of the group its section, the
+    known ones in the page's order and a new one after them, titled from its docstring."""
+    from functrain.declarations import OPTIMIZERS, Declared
+
+    text = declared_modules.expand(".. declared-modules:: beyond optax\n")
+    titles = re.findall(r"^(.+)\n-+$", text, re.MULTILINE)
+    assert titles[:3] == ["Beyond optax: Shampoo", "Beyond optax: SOAP",
+                          "Beyond optax: Kron (PSGD)"], titles
+    assert titles[-1] == "Beyond optax: modifiers for any optimizer", titles
+    assert ".. autofunction:: functrain.contrib.laprop\n" in text
+    assert ".. autoclass:: functrain.contrib.DecaySchedule\n   :members: bias_correction\n" in text
+    text = declared_modules.expand(".. declared-modules:: contrib\n")  # modules of one title
+    section = text[text.index("Mechanic and COCOB\n"):text.index("Adam variants")]  # share it
+    assert "functrain.contrib.mechanize\n" in section and "functrain.contrib.cocob\n" in section
+    assert "NormalizeState" not in text  # EmptyState's other name: on building_blocks.rst
+
+    module = types.ModuleType("functrain.contrib.zz_planted", "Zed (Z et al., 2031): a plant.")
+    def zz(learning_rate): """A planted optimizer."""
+    class ZzState: """Its state."""
+    zz.__module__ = ZzState.__module__ = module.__name__
+    module.zz, module.ZzState, module.__all__ = zz, ZzState, ["zz", "ZzState"]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(OPTIMIZERS, "zz", Declared("zz", module.__name__, zz, "beyond optax",
+                                                   "Z et al., 2031", None, False))
+    text = declared_modules.expand(".. declared-modules:: beyond optax\n")
+    assert text.endswith("Beyond optax: Zed\n-----------------\n\n.. autosummary::\n\n"
+                         "   functrain.contrib.zz_planted.zz\n"
+                         "   functrain.contrib.zz_planted.ZzState\n\n"
+                         ".. autofunction:: functrain.contrib.zz_planted.zz\n\n"
+                         ".. autoclass:: functrain.contrib.zz_planted.ZzState\n"), text[-400:]
+    with pytest.raises(ValueError, match="group"):
+        declared_modules.expand(".. declared-modules:: beyond optx\n")
+
+
+def test_a_public_name_left_out_of_its_modules_all_is_reported(monkeypatch):
+    """The generated entries are a module's ``__all__``: a name functrain.contrib exports but
+    its module's ``__all__`` leaves out has no entry, and the coverage check names it."""
+    laprop = importlib.import_module("functrain.contrib.laprop")
+    monkeypatch.setattr(laprop, "__all__", ["ScaleByLapropState", "laprop"])
+    assert undocumented() == ["functrain.contrib.scale_by_laprop"]
 
 
 def test_readme_stays_short():
