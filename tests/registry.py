@@ -304,7 +304,8 @@ _contrib("dadapt_adamw", dict(learning_rate=1e-1), real_only=_DISTANCE,
          skip={**_LOWEST, **_ZERO_D})
 _contrib("dog", dict(learning_rate=1.0), skip=_LOWEST)
 _contrib("dowg", dict(learning_rate=1.0), skip=_LOWEST)
-_contrib("cocob", {}, real_only="coin betting's wealth and bets are real quantities", settings={"cocob(weight_decay=1e-2)": dict(weight_decay=1e-2)})
+_contrib("cocob", {}, real_only="coin betting's wealth and bets are real quantities",
+         settings={"cocob(weight_decay=1e-2)": dict(weight_decay=1e-2)})
 _contrib("mechanize", dict(base="sgd", learning_rate=1e-1, weight_decay=0.0),
          skip={"inject": _WRAPS, **_LOWEST},
          real_only="its scale is learned from a real inner product of updates and gradients",
