@@ -2,9 +2,8 @@
 
 Every public optimizer builder carries :func:`declare_optimizer` (its name, docs group,
 paper, whether optax has it, whether its step holds a conditional or a decomposition, its
-row in docs/optimizers.md), and
-every state class whose fields ``functrain.quantized_state`` quantizes carries
-:func:`state_value_kinds` (the low-bit code of each field). Both return what they decorate
+row in docs/optimizers.md), and every state class whose fields ``functrain.quantized_state``
+quantizes carries :func:`state_value_kinds` (the low-bit code of each field). Both return what they decorate
 unchanged: nothing is wrapped, nothing runs inside a step.
 
 The lists elsewhere are generated or checked from ``OPTIMIZERS`` and

@@ -182,6 +182,20 @@ def test_declared_row_signatures_keep_the_functions_defaults():
         "\n  ".join(problems)
 
 
+def test_declare_optimizer_refuses_a_bad_row(monkeypatch):
+    monkeypatch.setattr(declarations, "OPTIMIZERS", {})
+
+    def my_opt(learning_rate: float) -> None:
+        """Example."""
+    for bad in (dict(summary=" "), dict(summary="A row.", listed_with="adam")):
+        with pytest.raises(ValueError, match="summary"):
+            declare_optimizer("contrib", "A & B, 2020", optax=None, **bad)
+    with pytest.raises(ValueError, match="listed_with itself"):
+        declare_optimizer("contrib", "A & B, 2020", optax=None, listed_with="my_opt")(my_opt)
+    declare_optimizer("contrib", "A & B, 2020", optax=None, summary="A row.")(my_opt)
+    assert declarations.OPTIMIZERS["my_opt"].summary == "A row."
+
+
 def stale_in_readme(text: str) -> list[str]:
     """The README lists a selection: what its optimizer tables name must be declared (the
     'optimizers' row of the API table, the beyond-optax table) or exist (contrib's)."""
