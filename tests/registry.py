@@ -494,7 +494,7 @@ def default_record(name: str) -> Optimizer:
 
     Raises:
       ValueError: naming it, when the builder has a required argument other than
-        ``learning_rate`` (a transformation to wrap, a rank, ...): it needs a record.
+        ``learning_rate`` (a transformation to wrap, a clipping norm...): it needs a record.
     """
     params = inspect.signature(DECLARED[name].function).parameters
     required = [p for p, v in params.items() if v.default is inspect.Parameter.empty
@@ -503,14 +503,14 @@ def default_record(name: str) -> Optimizer:
         raise ValueError(f"{name}: the default record cannot fill its required argument(s) "
                          f"{required}: add a record for it to tests/registry.py")
     args = dict(learning_rate=1e-2) if "learning_rate" in params else {}
-    saved = REGISTRY.pop(name, None)
+    saved = dict(REGISTRY)  # recorded by the same code as an _add line, then REGISTRY restored
+    REGISTRY.clear()
     try:
         (_beyond if DECLARED[name].optax is None else _add)(name, args)
         return REGISTRY[name]
     finally:
-        REGISTRY.pop(name)
-        if saved is not None:
-            REGISTRY[name] = saved
+        REGISTRY.clear()
+        REGISTRY.update(saved)
 
 
 # declared name -> why it has no record (tests/test_registry.py names each).
