@@ -1,15 +1,16 @@
 """What each optimizer and state class declares about itself, where it is defined.
 
 Every public optimizer builder carries :func:`declare_optimizer` (its name, docs group,
-paper, whether optax has it, whether its step holds a conditional or a decomposition), and
-every state class whose fields ``functrain.quantized_state`` quantizes carries
-:func:`state_value_kinds` (the low-bit code of each field). Both return what they decorate
+paper, whether optax has it, whether its step holds a conditional or a decomposition, its
+row in docs/optimizers.md), and every state class whose fields ``functrain.quantized_state``
+quantizes carries :func:`state_value_kinds` (the low-bit code of each field). Both return what they decorate
 unchanged: nothing is wrapped, nothing runs inside a step.
 
 The lists elsewhere are generated or checked from ``OPTIMIZERS`` and
 ``STATE_VALUE_KINDS``: the low-bit field codes, the stress list, the API pages, the
-README and docs/optimizers.md tables, lightbench's list and the tests' registry
-(``tests/test_declarations.py`` and ``tests/test_registry.py`` name a stale entry).
+README table, lightbench's list and the tests' registry (``tests/test_declarations.py``
+and ``tests/test_registry.py`` name a stale entry); docs/optimizers.md's tables are
+written from them by ``make docs-tables`` (docs/generate_tables.py).
 
 This module imports nothing from functrain: every layer may use it.
 
@@ -54,6 +55,11 @@ class Declared:
       optax: ``"core"``, ``"contrib"`` or ``None`` (see ``OPTAX``).
       stressed: its step holds a conditional, a loop or a matrix decomposition, so it is
         on the stress run's list (tests/stress/run_stress.py).
+      summary: its row's text in docs/optimizers.md (one sentence), or ``None`` if it is
+        listed in another optimizer's row (``listed_with``).
+      signature: its row's first cell (the call, defaults abridged with ``...``), or
+        ``None``: its full signature with every default (docs/generate_tables.py).
+      listed_with: the optimizer whose row lists this one too, after it, or ``None``.
 
     >>> import functrain
     >>> OPTIMIZERS["muon"].stressed, OPTIMIZERS["muon"].contrib
@@ -67,6 +73,9 @@ class Declared:
     paper: str
     optax: Optional[str]
     stressed: bool
+    summary: Optional[str] = None
+    signature: Optional[str] = None
+    listed_with: Optional[str] = None
 
     @property
     def contrib(self) -> bool:
@@ -81,8 +90,9 @@ STATE_VALUE_KINDS: dict[str, dict[str, str]] = {}
 _STATE_CLASSES: dict[str, type] = {}
 
 
-def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
-                      stressed: bool = False) -> Callable[[Callable], Callable]:
+def declare_optimizer(group: str, paper: str, *, optax: Optional[str], stressed: bool = False,
+                      summary: Optional[str] = None, signature: Optional[str] = None,
+                      listed_with: Optional[str] = None) -> Callable[[Callable], Callable]:
     """Declares the public optimizer builder it decorates; returns the builder itself.
 
     Args:
@@ -90,18 +100,26 @@ def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
       paper: the citation of its paper (``"Kingma & Ba, 2014"``), or what it comes from.
       optax: where optax has it: ``"core"``, ``"contrib"``, or ``None`` (optax lacks it).
       stressed: whether its step holds a conditional, a loop or a matrix decomposition.
+      summary: the text of its row in its group's table in docs/optimizers.md, one
+        sentence (``"LaProp (Ziyin et al., 2020): ..."``).
+      signature: the row's first cell, ``name(arg, key=default, ...)``, where the full
+        signature (the default) is too long; its defaults must be the function's.
+      listed_with: instead of ``summary``: the optimizer whose row lists this one after
+        it (``schedule_free`` in ``schedule_free_adamw``'s), its summary covering both.
 
     Returns:
       A decorator recording the function in ``OPTIMIZERS`` under its ``__name__`` and
       returning the same function object. A second declaration of one name, an unknown
-      group or optax value, or an empty paper raises a ``ValueError``.
+      group or optax value, an empty paper or summary, or both ``summary`` and
+      ``listed_with``, raises a ``ValueError``.
 
     >>> def my_sgd(learning_rate: float) -> None:
     ...     '''An example.'''
-    >>> declare_optimizer("optimizers", "Robbins & Monro, 1951", optax="core")(my_sgd) is my_sgd
+    >>> declare_optimizer("optimizers", "Robbins & Monro, 1951", optax="core",
+    ...                   summary="SGD (Robbins & Monro, 1951).")(my_sgd) is my_sgd
     True
-    >>> OPTIMIZERS.pop("my_sgd").paper
-    'Robbins & Monro, 1951'
+    >>> OPTIMIZERS.pop("my_sgd").summary
+    'SGD (Robbins & Monro, 1951).'
     """
     if group not in GROUPS:
         raise ValueError(f"declare_optimizer: group {group!r} is none of {sorted(GROUPS)}")
@@ -109,14 +127,18 @@ def declare_optimizer(group: str, paper: str, *, optax: Optional[str],
         raise ValueError(f"declare_optimizer: optax={optax!r} is none of {OPTAX}")
     if not isinstance(paper, str) or not paper.strip():
         raise ValueError("declare_optimizer: paper must name the paper (a non-empty string)")
+    if summary is not None and (listed_with is not None or not summary.strip()):
+        raise ValueError("declare_optimizer: give a non-empty summary, or listed_with, not both")
 
     def record(function: Callable) -> Callable:
         name = function.__name__
         if name in OPTIMIZERS and OPTIMIZERS[name].function is not function:
             raise ValueError(f"declare_optimizer: {name} is declared twice (in "
                              f"{OPTIMIZERS[name].module} and {function.__module__})")
+        if listed_with == name:
+            raise ValueError(f"declare_optimizer: {name} is listed_with itself")
         OPTIMIZERS[name] = Declared(name, function.__module__, function, group, paper, optax,
-                                    bool(stressed))
+                                    bool(stressed), summary, signature, listed_with)
         return function
     return record
 

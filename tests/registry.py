@@ -19,8 +19,14 @@ What the package declares itself (``@declare_optimizer`` where each optimizer is
 whether it lives in functrain.contrib, whether optax has it) is read from
 ``functrain.declarations.OPTIMIZERS``, not repeated here.
 
-Adding an optimizer: one ``_add(...)`` line below (and, for a new check it cannot
-pass, a ``skip`` entry with the reason).
+Adding an optimizer: nothing here when it passes every generic check with
+``learning_rate=1e-2`` (or with no arguments, if it takes no learning rate): a declared
+optimizer without a record below gets :func:`default_record` (its optax reference, or for
+``optax=None`` the numpy reference in ``tests/contrib/test_contrib_<name>.py``, no other
+skip). Otherwise one ``_add(...)`` line below, which overrides the default: other arguments,
+a ``build`` recipe, ``extra`` update keywords, a ``skip`` entry with the reason for a check
+it cannot pass. A builder whose required arguments the default cannot fill (anything but
+``learning_rate``) gets no default: tests/test_registry.py fails naming it.
 """
 
 from __future__ import annotations
@@ -205,9 +211,7 @@ _add("adagrad", dict(learning_rate=1e-2), settings={
     "adagrad_settings": dict(learning_rate=0.1, initial_accumulator_value=0.5, eps=1e-5)})
 _add("lion", dict(learning_rate=1e-3), settings={
     "lion_settings": dict(learning_rate=1e-4, b1=0.8, b2=0.9, weight_decay=0.1, mask=M)})
-_add("adan", dict(learning_rate=1e-2))
-_add("optimistic_adam", dict(learning_rate=1e-2))  # deprecated in both: warns
-_add("optimistic_adam_v2", dict(learning_rate=1e-2))
+# adan, optimistic_adam (deprecated in both: warns) and optimistic_adam_v2: default records.
 # No momentum in args: its momentum is float32 by default (as optax), no complex version.
 _add("adafactor", dict(learning_rate=1e-2, min_dim_size_to_factor=2),
      settings={"adafactor_defaults": {},
@@ -300,7 +304,8 @@ _contrib("dadapt_adamw", dict(learning_rate=1e-1), real_only=_DISTANCE,
          skip={**_LOWEST, **_ZERO_D})
 _contrib("dog", dict(learning_rate=1.0), skip=_LOWEST)
 _contrib("dowg", dict(learning_rate=1.0), skip=_LOWEST)
-_contrib("cocob", {}, real_only="coin betting's wealth and bets are real quantities", settings={"cocob(weight_decay=1e-2)": dict(weight_decay=1e-2)})
+_contrib("cocob", {}, real_only="coin betting's wealth and bets are real quantities",
+         settings={"cocob(weight_decay=1e-2)": dict(weight_decay=1e-2)})
 _contrib("mechanize", dict(base="sgd", learning_rate=1e-1, weight_decay=0.0),
          skip={"inject": _WRAPS, **_LOWEST},
          real_only="its scale is learned from a real inner product of updates and gradients",
@@ -474,7 +479,49 @@ _beyond("trust_region_clip", dict(lerp=0.9, scale=1.5), tests=_MODIFIERS,
         build=lambda m, **kw: m.chain(m.adam(1e-2), m.contrib.trust_region_clip(**kw)))
 _beyond("came", dict(learning_rate=1e-2), skip={
     "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came")})
-_beyond("laprop", dict(learning_rate=1e-2))
+# laprop: its default record.
+
+
+# --------------------------------------------------------------------------
+# Every other declared optimizer: its default record
+# --------------------------------------------------------------------------
+
+def default_record(name: str) -> Optimizer:
+    """The record of a declared optimizer with no ``_add`` line: ``learning_rate=1e-2`` if
+    its builder takes a learning rate (else no arguments), its optax reference from the
+    declaration, or for ``optax=None`` the numpy reference of ``_beyond``'s default test
+    file (parity and inject skipped, as ``_beyond``), no other skip.
+
+    Raises:
+      ValueError: naming it, when the builder has a required argument other than
+        ``learning_rate`` (a transformation to wrap, a clipping norm...): it needs a record.
+    """
+    params = inspect.signature(DECLARED[name].function).parameters
+    required = [p for p, v in params.items() if v.default is inspect.Parameter.empty
+                and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD) and p != "learning_rate"]
+    if required:
+        raise ValueError(f"{name}: the default record cannot fill its required argument(s) "
+                         f"{required}: add a record for it to tests/registry.py")
+    args = dict(learning_rate=1e-2) if "learning_rate" in params else {}
+    saved = dict(REGISTRY)  # recorded by the same code as an _add line, then REGISTRY restored
+    REGISTRY.clear()
+    try:
+        (_beyond if DECLARED[name].optax is None else _add)(name, args)
+        return REGISTRY[name]
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(saved)
+
+
+# declared name -> why it has no record (tests/test_registry.py names each).
+NO_RECORD: dict[str, str] = {}
+for _name in DECLARED:
+    if _name not in REGISTRY:
+        try:
+            REGISTRY[_name] = default_record(_name)
+        except ValueError as error:
+            NO_RECORD[_name] = str(error)
+del _name
 
 
 # --------------------------------------------------------------------------

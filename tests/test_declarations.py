@@ -11,6 +11,7 @@ elsewhere: the stress list (tests/test_stress_list.py), the registry (tests/test
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pathlib
@@ -160,48 +161,49 @@ def test_optax_adam_wrapped_in_quantized_state_stores_nu_with_the_unsigned_code(
 # Lists checked against the declarations
 # --------------------------------------------------------------------------
 
-def _sections(text: str) -> dict[str, str]:
-    """'## heading' line -> the text up to the next '## ' heading."""
-    parts = re.split(r"^(## .*)$", text, flags=re.MULTILINE)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+sys.path.insert(0, str(ROOT / "docs"))
+import generate_tables  # noqa: E402  (docs/generate_tables.py: make docs-tables)
+
+OPTIMIZERS_MD_IS_STALE = ("docs/optimizers.md's tables differ from the declarations "
+                          "(@declare_optimizer's summary=, signature=, listed_with=); run "
+                          "`make docs-tables` (python docs/generate_tables.py):\n  ")
 
 
-def _first_cells(text: str) -> list[str]:
-    """The first cell of every table row, less header and separator rows."""
-    rows = [line.split("|")[1] for line in text.splitlines() if line.startswith("|")]
-    return [c for c in rows if not set(c.strip()) <= set("-") and "`" in c]
+def test_optimizers_md_tables_are_written_from_the_declarations():
+    """Each group's table in docs/optimizers.md is what docs/generate_tables.py writes: one
+    row per declared optimizer (or per row of optimizers ``listed_with`` it), in its group."""
+    problems = generate_tables.stale_rows((ROOT / "docs" / "optimizers.md").read_text())
+    assert not problems, OPTIMIZERS_MD_IS_STALE + "\n  ".join(problems)
 
 
-def optimizers_md_names(text: str) -> dict[str, set]:
-    """group -> the names in the first column of its section's table in docs/optimizers.md."""
-    sections = _sections(text)
-    found = {}
-    for group, (_, heading) in GROUPS.items():
-        matches = [body for h, body in sections.items() if h.startswith(heading)]
-        assert len(matches) == 1, f"docs/optimizers.md: no single section '{heading}...'"
-        found[group] = {n for c in _first_cells(matches[0]) for n in BACKTICKED.findall(c)}
-    return found
+def test_declared_row_signatures_keep_the_functions_defaults():
+    problems = generate_tables.signature_problems() + generate_tables.declaration_problems()
+    assert not problems, "@declare_optimizer(..., signature=...) is stale:\n  " + \
+        "\n  ".join(problems)
 
 
-def stale_in_optimizers_md(text: str) -> list[str]:
-    problems = []
-    listed = optimizers_md_names(text)
-    for name, d in sorted(DECLARED.items()):
-        if name not in listed[d.group]:
-            problems.append(f"{name} (group {d.group!r}) is not in its section's table")
-    for group, names in sorted(listed.items()):
-        for name in sorted(names):
-            if name in DECLARED and DECLARED[name].group != group:
-                problems.append(f"{name} is listed under {group!r}, declared "
-                                f"{DECLARED[name].group!r}")
-            elif not _exists(name):
-                problems.append(f"{name} (under {group!r}) is no name of functrain")
-    return problems
+def test_the_row_checks_name_planted_bad_declarations(monkeypatch):
+    md = (ROOT / "docs" / "optimizers.md").read_text()
+    monkeypatch.setitem(DECLARED, "adam", dataclasses.replace(DECLARED["adam"], summary=None))
+    monkeypatch.setitem(DECLARED, "sgd", dataclasses.replace(DECLARED["sgd"],
+                                                             signature="sgd(lr, momentum=0.9)"))
+    assert any("adam: no summary" in p for p in generate_tables.stale_rows(md))
+    assert any("'lr'" in p for p in generate_tables.signature_problems())
+    assert any("momentum=0.9" in p for p in generate_tables.signature_problems())
 
 
-def test_optimizers_md_lists_every_declared_optimizer_in_its_group():
-    problems = stale_in_optimizers_md((ROOT / "docs" / "optimizers.md").read_text())
-    assert not problems, "docs/optimizers.md is stale:\n  " + "\n  ".join(problems)
+def test_declare_optimizer_refuses_a_bad_row(monkeypatch):
+    monkeypatch.setattr(declarations, "OPTIMIZERS", {})
+
+    def my_opt(learning_rate: float) -> None:
+        """Example."""
+    for bad in (dict(summary=" "), dict(summary="A row.", listed_with="adam")):
+        with pytest.raises(ValueError, match="summary"):
+            declare_optimizer("contrib", "A & B, 2020", optax=None, **bad)
+    with pytest.raises(ValueError, match="listed_with itself"):
+        declare_optimizer("contrib", "A & B, 2020", optax=None, listed_with="my_opt")(my_opt)
+    declare_optimizer("contrib", "A & B, 2020", optax=None, summary="A row.")(my_opt)
+    assert declarations.OPTIMIZERS["my_opt"].summary == "A row."
 
 
 def stale_in_readme(text: str) -> list[str]:
@@ -340,13 +342,13 @@ def _text(*parts: str) -> str:
 def test_the_checks_name_planted_stale_entries():
     md = _text("docs", "optimizers.md")
     row = next(line for line in md.splitlines() if line.startswith("| `sgd("))
-    assert any("sgd (group 'optimizers')" in p
-               for p in stale_in_optimizers_md(md.replace(row + "\n", "")))
+    assert any("sgd(" in p for p in generate_tables.stale_rows(md.replace(row + "\n", "")))
     muon = next(line for line in md.splitlines() if line.startswith("| `muon("))
     moved = md.replace(muon + "\n", "").replace(row, row + "\n" + muon)
-    assert any("muon is listed under 'optimizers'" in p for p in stale_in_optimizers_md(moved))
+    assert sum(p.endswith(muon) for p in generate_tables.stale_rows(moved)) == 2  # - and +
     planted = md.replace(row, row + "\n| `adamz(lr)` | x |")
-    assert any("adamz" in p for p in stale_in_optimizers_md(planted))
+    assert any("adamz" in p for p in generate_tables.stale_rows(planted))
+    assert any("sgd(" in p for p in generate_tables.stale_rows(md.replace("(Nesterov)", "N")))
 
     readme = _text("README.md")
     planted = readme.replace("| `sgd`, ", "| `sgd`, `adamz`, ")

@@ -1,15 +1,17 @@
 """tests/registry.py declares every optimizer of the package exactly once, and its
 declarations are well formed (every skipped check named, with its reason)."""
 
+import dataclasses
 import inspect
 import pathlib
 
 import optax
 import optax.contrib  # noqa: F401  (the references)
+import pytest
 
 import functrain
 import registry
-from functrain.declarations import OPTIMIZERS as DECLARED
+from functrain.declarations import OPTIMIZERS as DECLARED, Declared
 from registry import CHECKS, REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -38,8 +40,8 @@ def test_every_declared_optimizer_has_a_record_and_back():
     optimizers; each declaration is of the public function (``functrain.<name>``, or
     ``functrain.contrib.<name>`` for contrib's), and every optimizer the discovery finds
     in the package is declared."""
-    no_record = sorted(set(DECLARED) - set(REGISTRY))
-    assert not no_record, f"declared optimizers without a record in tests/registry.py: {no_record}"
+    no_record = [registry.NO_RECORD.get(n, n) for n in sorted(set(DECLARED) - set(REGISTRY))]
+    assert not no_record, "declared optimizers without a record:\n  " + "\n  ".join(no_record)
     undeclared = sorted(set(REGISTRY) - set(DECLARED))
     assert not undeclared, f"records of optimizers with no @declare_optimizer: {undeclared}"
     found = {**registry.optimizer_functions(), **registry.contrib_functions()}
@@ -92,3 +94,31 @@ def test_records_are_well_formed():
             f"{name}: args must hold no callables (inject_hyperparams reads them as "
             f"schedules); put schedules and mask functions in a setting")
     assert len(registry.settings()) > len(REGISTRY)
+
+
+def test_a_declared_optimizer_without_a_record_gets_the_default_or_is_named(monkeypatch):
+    """A declared optimizer with no ``_add`` line gets ``default_record`` (learning_rate=1e-2,
+    the declared reference, no skip but parity's and inject's where optax lacks it); one
+    whose required arguments the default cannot fill is named, with what to do."""
+    laprop = DECLARED["laprop"]
+
+    def adam_z(learning_rate: float, b1: float = 0.9) -> None:
+        """An example."""
+
+    def wrap_z(optimizer: object, learning_rate: float = 1e-3) -> None:
+        """An example."""
+    for function, optax_has in ((adam_z, "contrib"), (wrap_z, None)):
+        monkeypatch.setitem(DECLARED, function.__name__, dataclasses.replace(
+            laprop, name=function.__name__, function=function, optax=optax_has))
+    before = list(REGISTRY.items())
+    record = registry.default_record("adam_z")
+    assert (record.args, record.reference, dict(record.skip), record.contrib) == (
+        {"learning_rate": 1e-2}, "optax.contrib.adam_z", {}, True)
+    assert list(REGISTRY.items()) == before  # REGISTRY left as it was
+    with pytest.raises(ValueError, match=r"wrap_z: .*\['optimizer'\]: add a record"):
+        registry.default_record("wrap_z")
+    # the records with no _add line are exactly the default ones
+    assert REGISTRY["laprop"] == registry.default_record("laprop")
+    assert REGISTRY["laprop"].skip.keys() == {"parity", "inject"}
+    assert REGISTRY["adan"].args == {"learning_rate": 1e-2} and not REGISTRY["adan"].skip
+    assert not registry.NO_RECORD, registry.NO_RECORD

@@ -84,7 +84,8 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
         init_global=zero_count, prepare=prepare))
 
 
-@declare_optimizer("contrib", "Zhuang et al., 2021", optax="contrib")
+@declare_optimizer("contrib", "Zhuang et al., 2021", optax="contrib", listed_with="madgrad",
+    signature="acprop(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="schedule")
 def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,

@@ -131,7 +131,9 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
         prepare=prepare))
 
 
-@declare_optimizer("contrib", "Pagliardini et al., 2024", optax="contrib")
+@declare_optimizer("contrib", "Pagliardini et al., 2024", optax="contrib",
+    summary="AdEMAMix (Pagliardini et al., 2024): a fast and a slow momentum.",
+    signature="ademamix(learning_rate, b1=0.9, b2=0.999, b3=0.9999, alpha=5.0, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="schedule",
                  alpha="schedule", eps="number", eps_root="number", weight_decay="schedule")
 def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -252,7 +254,8 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
         init_global=lambda: {"t": jnp.zeros([], jnp.int32)}, prepare=prepare))
 
 
-@declare_optimizer("contrib", "Morwani et al., 2025", optax="contrib")
+@declare_optimizer("contrib", "Morwani et al., 2025", optax="contrib", listed_with="ademamix",
+    signature="simplified_ademamix")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", alpha="schedule",
                  eps="number", eps_root="number", weight_decay="schedule")
 def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: float = 0.95,

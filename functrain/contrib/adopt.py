@@ -112,7 +112,9 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
         init_global=zero_count, prepare=prepare, real_only=use_clipping))
 
 
-@declare_optimizer("contrib", "Taniguchi et al., 2024", optax="contrib")
+@declare_optimizer("contrib", "Taniguchi et al., 2024", optax="contrib", summary=(
+    "ADOPT (Taniguchi et al., 2024): Adam that converges for any b2, the second moment lagging "
+    "one step."), signature="adopt(learning_rate, b1=0.9, b2=0.9999, eps=1e-6, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def adopt(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9999,
           eps: float = 1e-6, mu_dtype: Optional[Any] = None, *, nesterov: bool = False,

@@ -182,7 +182,9 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
         init_global=zero_count, prepare=count_only, shaped_fields=("mu",)))
 
 
-@declare_optimizer("beyond optax", "Luo et al., 2023", optax=None)
+@declare_optimizer("beyond optax", "Luo et al., 2023", optax=None, summary=(
+    "CAME (Luo et al., 2023): Adafactor's factored second moment plus a factored confidence "
+    "term."), signature="came(learning_rate=2e-4, b1=0.9, b2=0.999, b3=0.9999, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number",
                  eps1="number", eps2="number", clip_threshold="number or None",
                  weight_decay="schedule")

@@ -99,7 +99,8 @@ def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> GradientTransform
         real_only=True))
 
 
-@declare_optimizer("contrib", "Orabona & Tommasi, 2017", optax="contrib")
+@declare_optimizer("contrib", "Orabona & Tommasi, 2017", optax="contrib", listed_with="mechanize",
+    signature="cocob(...)")
 @hyperparameters(learning_rate="schedule", alpha="number", eps="number", weight_decay="number")
 def cocob(learning_rate: ScalarOrSchedule = 1.0, alpha: float = 100.0, eps: float = 1e-8,
           weight_decay: float = 0.0, mask: Optional[MaskOrFn] = None) -> GradientTransformation:

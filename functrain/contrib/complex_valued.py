@@ -79,7 +79,8 @@ def _split_tree(tree: Any) -> Any:
     return jax.tree_util.tree_map(_split, tree)
 
 
-@declare_optimizer("contrib", "optax.contrib.split_real_and_imaginary (no paper)", optax="contrib")
+@declare_optimizer("contrib", "optax.contrib.split_real_and_imaginary (no paper)", optax="contrib",
+    listed_with="normalize")
 def split_real_and_imaginary(inner: GradientTransformation) -> GradientTransformation:
     """Run ``inner`` on the real and imaginary parts of complex leaves as separate reals.
 

@@ -308,7 +308,9 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
     return GradientTransformation(init_fn, update_fn)
 
 
-@declare_optimizer("contrib", "Zhao et al., 2024", optax="contrib", stressed=True)
+@declare_optimizer("contrib", "Zhao et al., 2024", optax="contrib", stressed=True, summary=(
+    "GaLore (Zhao et al., 2024): the base optimizer in a low-rank projection of each matrix's "
+    "gradient."), signature="galore(learning_rate, rank, ...)")
 @hyperparameters(learning_rate="schedule", rank="number", update_proj_gap="number",
                  scale="number", weight_decay="schedule")
 def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: int = 200,

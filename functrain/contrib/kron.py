@@ -505,7 +505,9 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     return GradientTransformation(init_fn, update_fn)
 
 
-@declare_optimizer("beyond optax", "Li, 2018", optax=None, stressed=True)
+@declare_optimizer("beyond optax", "Li, 2018", optax=None, stressed=True, summary=(
+    "PSGD Kron (Li, 2018): learned Kronecker-factored triangular (or diagonal) preconditioners."),
+    signature="kron(learning_rate=1e-3, b1=0.9, ..., precond_lr=0.1, max_size_triangular=8192)")
 @hyperparameters(
     learning_rate="schedule", b1="number", weight_decay="schedule",
     preconditioner_update_probability="schedule or None", max_size_triangular="number",

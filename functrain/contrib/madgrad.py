@@ -101,7 +101,9 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
         init_global=zero_count, prepare=prepare, needs_params=True, real_only=True))
 
 
-@declare_optimizer("contrib", "Defazio & Jelassi, 2021", optax="contrib")
+@declare_optimizer("contrib", "Defazio & Jelassi, 2021", optax="contrib",
+    summary="MADGRAD (Defazio & Jelassi, 2021); ACProp (Zhuang et al., 2021).",
+    signature="madgrad(...)")
 @hyperparameters(learning_rate="schedule", momentum="number", weight_decay="number",
                  eps="number")
 def madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, weight_decay: float = 0.0,

@@ -127,7 +127,9 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
         init_global=zero_count, prepare=corrections(b1, b2)))
 
 
-@declare_optimizer("beyond optax", "Yuan et al., 2024", optax=None)
+@declare_optimizer("beyond optax", "Yuan et al., 2024", optax=None, summary=(
+    "MARS-AdamW (Yuan et al., 2024), approximate variant: AdamW on a variance-reduced, per-leaf "
+    "clipped gradient."), signature="mars(learning_rate=3e-3, b1=0.95, b2=0.99, gamma=0.025, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  gamma="number", weight_decay="schedule", max_norm="bound or None")
 def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.99,

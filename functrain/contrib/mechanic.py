@@ -55,7 +55,9 @@ class MechanicState(NamedTuple):
     x0: Any
 
 
-@declare_optimizer("contrib", "Cutkosky et al., 2023", optax="contrib")
+@declare_optimizer("contrib", "Cutkosky et al., 2023", optax="contrib", summary=(
+    "Mechanic's learned scale for any optimizer (Cutkosky et al., 2023); COCOB coin betting "
+    "(Orabona & Tommasi, 2017)."), signature="mechanize(base_optimizer, ...)")
 @hyperparameters(weight_decay="number", eps="number", s_init="number", num_betas="number")
 def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2,
               eps: float = 1e-8, s_init: float = 1e-6, num_betas: int = 6

@@ -70,7 +70,10 @@ def _cautious(inner: GradientTransformation, descent_sign: float,
     return GradientTransformationExtraArgs(inner.init, update_fn)
 
 
-@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None)
+@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None, summary=(
+    "Cautious updates (Liang et al., 2024): keep the update components whose sign agrees with "
+    "the descent direction, rescaled by `size / (kept + 1)`; for any optimizer, or on the step "
+    "direction only (the presets, weight decay unmasked)."))
 def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraArgs:
     """Cautious updates (Liang et al., 2024) for any optimizer.
 
@@ -99,7 +102,8 @@ def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraAr
     return _cautious(optimizer, -1.0, "cautious")
 
 
-@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None)
+@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None, listed_with="cautious",
+    signature="cautious_adamw(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="schedule")
 def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -138,7 +142,8 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None)
+@declare_optimizer("beyond optax", "Liang et al., 2024", optax=None, listed_with="cautious",
+    signature="cautious_lion(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                   mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
@@ -190,7 +195,9 @@ class MarsCorrectionState(NamedTuple):
     prev_grad: Any
 
 
-@declare_optimizer("beyond optax", "Yuan et al., 2024", optax=None)
+@declare_optimizer("beyond optax", "Yuan et al., 2024", optax=None, summary=(
+    "The MARS variance-reduced gradient (Yuan et al., 2024) as a stage in front of any "
+    "optimizer: `chain(mars_correction(), lion(1e-4))`."))
 @hyperparameters(gamma="number", b1="number", max_norm="bound or None")
 def mars_correction(gamma: float = 0.025, b1: float = 0.95,
                     max_norm: Optional[float] = 1.0) -> GradientTransformation:
@@ -311,7 +318,10 @@ def palm_beta2_schedule(exponent: float = 0.8) -> DecaySchedule:
 # HeavyBall's trust-region update clipping
 # --------------------------------------------------------------------------
 
-@declare_optimizer("beyond optax", "HeavyBall's update clipping (no paper)", optax=None)
+@declare_optimizer("beyond optax", "HeavyBall's update clipping (no paper)", optax=None, summary=(
+    "HeavyBall's default update clipping: each component soft-bounded, `clip(scale (lerp "
+    "tanh(u/scale) + (1-lerp) sign(u) log(1+abs(u)/scale)), -2, 2)`. HeavyBall's RMS and "
+    "global-L2 clippings are `clip_by_block_rms` and `clip_by_global_norm`."))
 @hyperparameters(lerp="number", scale="number")
 def trust_region_clip(lerp: float = 0.9, scale: float = 1.5) -> GradientTransformation:
     """A soft elementwise bound on the update: HeavyBall's default update clipping.

@@ -183,7 +183,9 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-@declare_optimizer("contrib", "Schaipp et al., 2023", optax="contrib")
+@declare_optimizer("contrib", "Schaipp et al., 2023", optax="contrib",
+    summary="MoMo (Schaipp et al., 2023): model-based Polyak steps; `update(..., value=)`.",
+    signature="momo(...)")
 @hyperparameters(learning_rate="schedule", beta="number", lower_bound="number",
                  weight_decay="number")
 def momo(learning_rate: ScalarOrSchedule = 1.0, beta: float = 0.9, lower_bound: float = 0.0,
@@ -231,7 +233,8 @@ def momo(learning_rate: ScalarOrSchedule = 1.0, beta: float = 0.9, lower_bound: 
                  adapt_lower_bound)
 
 
-@declare_optimizer("contrib", "Schaipp et al., 2023", optax="contrib")
+@declare_optimizer("contrib", "Schaipp et al., 2023", optax="contrib", listed_with="momo",
+    signature="momo_adam(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  lower_bound="number", weight_decay="number")
 def momo_adam(learning_rate: ScalarOrSchedule = 1e-2, b1: float = 0.9, b2: float = 0.999,

@@ -528,7 +528,11 @@ def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
     return GradientTransformation(init_fn, update_fn)
 
 
-@declare_optimizer("contrib", "Jordan et al., 2024", optax="contrib", stressed=True)
+@declare_optimizer("contrib", "Jordan et al., 2024", optax="contrib", stressed=True, summary=(
+    "Muon (Jordan et al., 2024): momentum orthogonalized by Newton-Schulz on 2-D leaves, AdamW "
+    "on the others; `MuonDimensionNumbers` for stacked layers and conv kernels."), signature=(
+    "muon(learning_rate, ns_coeffs=..., ns_steps=5, beta=0.95, ..., adam_b1=0.9, adam_b2=0.999, "
+    "...)"))
 @hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", eps="number",
                  weight_decay="schedule", adam_b1="number", adam_b2="decay",
                  adam_eps_root="number", adam_weight_decay="schedule",

@@ -31,7 +31,8 @@ EmptyState()
 """
 
 
-@declare_optimizer("contrib", "optax.contrib.normalize (no paper)", optax="contrib")
+@declare_optimizer("contrib", "optax.contrib.normalize (no paper)", optax="contrib",
+    summary="Unit global-norm updates; a real optimizer on complex parameters' two parts.")
 def normalize() -> GradientTransformation:
     """Divide the updates by their global L2 norm: ``u = g / ||g||``.
 

@@ -109,7 +109,9 @@ class ProdigyState(NamedTuple):
     count: Any
 
 
-@declare_optimizer("contrib", "Mishchenko & Defazio, 2023", optax="contrib")
+@declare_optimizer("contrib", "Mishchenko & Defazio, 2023", optax="contrib", summary=(
+    "Learning-rate-free Adam (Mishchenko & Defazio, 2023; Defazio & Mishchenko, 2023): the step "
+    "size is estimated from the distance travelled."), signature="prodigy(learning_rate=1.0, ...)")
 @hyperparameters(learning_rate="schedule", beta3="number or None", eps="number",
                  estim_lr0="number", estim_lr_coef="number", weight_decay="number")
 def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = (0.9, 0.999),
@@ -233,7 +235,8 @@ class DAdaptAdamWState(NamedTuple):
     count: Any
 
 
-@declare_optimizer("contrib", "Defazio & Mishchenko, 2023", optax="contrib")
+@declare_optimizer("contrib", "Defazio & Mishchenko, 2023", optax="contrib", listed_with="prodigy",
+    signature="dadapt_adamw(learning_rate=1.0, ...)")
 @hyperparameters(learning_rate="schedule", eps="number", estim_lr0="number",
                  weight_decay="number")
 def dadapt_adamw(learning_rate: ScalarOrSchedule = 1.0,
@@ -433,7 +436,9 @@ def _decay_stage(weight_decay: Optional[Any], mask: Optional[MaskOrFn]) -> Gradi
     return identity() if weight_decay is None else add_decayed_weights(weight_decay, mask)
 
 
-@declare_optimizer("contrib", "Ivgi et al., 2023", optax="contrib")
+@declare_optimizer("contrib", "Ivgi et al., 2023", optax="contrib", summary=(
+    "Distance over gradients (Ivgi et al., 2023; Khaled et al., 2023): parameter-free SGD step "
+    "sizes."), signature="dog(learning_rate=1.0, ...)")
 @hyperparameters(learning_rate="schedule", eps="number", weight_decay="number or None")
 def dog(learning_rate: ScalarOrSchedule = 1.0, init_step: InitStep = ("heuristic", 1e-6),
         eps: float = 1e-8, weight_decay: Optional[float] = None,
@@ -545,7 +550,8 @@ def scale_by_dowg(init_estim_sq_dist: Optional[float] = None, eps: float = 1e-4
     return GradientTransformation(init_fn, update_fn)
 
 
-@declare_optimizer("contrib", "Khaled et al., 2023", optax="contrib")
+@declare_optimizer("contrib", "Khaled et al., 2023", optax="contrib", listed_with="dog",
+    signature="dowg(learning_rate=1.0, ...)")
 @hyperparameters(learning_rate="schedule", init_estim_sq_dist="number or None", eps="number",
                  weight_decay="number or None")
 def dowg(learning_rate: ScalarOrSchedule = 1.0, init_estim_sq_dist: Optional[float] = None,

@@ -64,7 +64,9 @@ def _canonical_key(key: Any) -> Array:
                         f"an int seed, got {type(key).__name__} {key!r:.40}.") from err
 
 
-@declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib")
+@declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib",
+    summary="DP-SGD (Abadi et al., 2016): per-example clipping and Gaussian noise.",
+    signature="differentially_private_aggregate(...)")
 @hyperparameters(l2_norm_clip="number", noise_multiplier="number", seed="number or None")
 def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: float,
                                      key: Any = None, *, seed: Optional[int] = None
@@ -141,7 +143,8 @@ def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: floa
     return GradientTransformation(init_fn, update_fn)
 
 
-@declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib")
+@declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib",
+    listed_with="differentially_private_aggregate", signature="dpsgd(...)")
 @hyperparameters(learning_rate="schedule", l2_norm_clip="number", noise_multiplier="number",
                  seed="number", momentum="number or None")
 def dpsgd(learning_rate: ScalarOrSchedule, l2_norm_clip: float, noise_multiplier: float,

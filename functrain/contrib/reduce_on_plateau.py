@@ -59,7 +59,9 @@ class ReduceLROnPlateauState(NamedTuple):
 _GLOBALS = ReduceLROnPlateauState._fields
 
 
-@declare_optimizer("contrib", "PyTorch's ReduceLROnPlateau", optax="contrib", stressed=True)
+@declare_optimizer("contrib", "PyTorch's ReduceLROnPlateau", optax="contrib", stressed=True,
+    summary="Scales updates down when the `value=` passed to `update` stops improving.",
+    signature="reduce_on_plateau(factor=0.1, patience=10, ...)")
 @hyperparameters(factor="number", patience="number", rtol="number", atol="number",
                  cooldown="number", accumulation_size="number", min_scale="number")
 def reduce_on_plateau(factor: float = 0.1, patience: int = 10, rtol: float = 1e-4,

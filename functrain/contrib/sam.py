@@ -72,7 +72,9 @@ def _negated(tree: Updates) -> Updates:
     return jax.tree_util.tree_map(lambda x: -x, tree)
 
 
-@declare_optimizer("contrib", "Foret et al., 2021", optax="contrib")
+@declare_optimizer("contrib", "Foret et al., 2021", optax="contrib", summary=(
+    "Sharpness-aware minimization (Foret et al., 2021), transparent or opaque (`grad_fn=`)."),
+    signature="sam(optimizer, adv_optimizer, ...)")
 @hyperparameters(sync_period="number")
 def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation,
         sync_period: int = 2, reset_state: bool = True, opaque_mode: bool = False,

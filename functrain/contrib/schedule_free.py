@@ -112,7 +112,8 @@ def _averaging_weight(weight: Array, total: Array) -> Array:
     return jnp.where(jnp.isnan(weight) | jnp.isnan(total), jnp.nan, ratio)
 
 
-@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib")
+@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib",
+    listed_with="schedule_free_adamw", signature="schedule_free(base_optimizer, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", weight_lr_power="number")
 def schedule_free(base_optimizer: GradientTransformation, learning_rate: ScalarOrSchedule,
                   b1: float = 0.9, weight_lr_power: float = 2.0,
@@ -221,7 +222,8 @@ def _warmup(learning_rate: Any, warmup_steps: Optional[int], owner: str) -> Any:
     return linear_schedule(0.0, learning_rate, warmup_steps)
 
 
-@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib")
+@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib",
+    listed_with="schedule_free_adamw", signature="schedule_free_sgd(...)")
 @hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
                  weight_decay="number or None", weight_lr_power="number")
 def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = None,
@@ -265,7 +267,11 @@ def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = 
                          weight_lr_power=weight_lr_power, state_dtype=state_dtype)
 
 
-@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib")
+@declare_optimizer("contrib", "Defazio et al., 2024", optax="contrib", summary=(
+    "Schedule-Free AdamW (Defazio et al., 2024): no schedule; evaluate at "
+    "`schedule_free_eval_params(state, params)`. `schedule_free` wraps any optimizer; "
+    "`schedule_free_sgd` is its SGD."), signature=(
+    "schedule_free_adamw(learning_rate=0.0025, warmup_steps=None, b1=0.9, b2=0.999, ...)"))
 @hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
                  b2="number", eps="number", weight_decay="number", weight_lr_power="number")
 def schedule_free_adamw(learning_rate: float = 0.0025, warmup_steps: Optional[int] = None,

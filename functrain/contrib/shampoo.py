@@ -401,7 +401,11 @@ def _check_int(owner: str, name: str, value: Any, low: int) -> None:
 
 
 @declare_optimizer("beyond optax", "Gupta et al., 2018; Anil et al., 2020", optax=None,
-                   stressed=True)
+                   stressed=True, summary=(
+    "Shampoo (Gupta et al., 2018; Anil et al., 2020): `L^{-1/4} G R^{-1/4}`, blocked, grafted to "
+    "Adam's per-layer norm, diagonal fallback."), signature=(
+    "shampoo(learning_rate, b1=0.9, b2=0.999, ..., block_size=128, precondition_frequency=1, "
+    "graft_type='adam')"))
 @hyperparameters(
     learning_rate="schedule", b1="number", b2="number", eps="number", matrix_eps="number",
     weight_decay="schedule", block_size="number or None", max_precond_dim="number",

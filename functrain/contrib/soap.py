@@ -508,7 +508,9 @@ scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and
     "precondition_frequency", "max_precond_dim", "block_size", "mesh")
 
 
-@declare_optimizer("beyond optax", "Vyas et al., 2024", optax=None, stressed=True)
+@declare_optimizer("beyond optax", "Vyas et al., 2024", optax=None, stressed=True, summary=(
+    "SOAP (Vyas et al., 2024): Adam in Shampoo's eigenbasis, refreshed by power iteration + QR."),
+    signature="soap(learning_rate=3e-3, b1=0.95, b2=0.95, ..., precondition_frequency=10)")
 @hyperparameters(
     learning_rate="schedule", b1="number", b2="decay", shampoo_beta="number or None",
     eps="number", weight_decay="schedule", precondition_frequency="number",

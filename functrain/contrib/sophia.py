@@ -204,7 +204,9 @@ def _scale_by_sophia(b1: Any, b2: Any, eps: Any, gamma: Any, clip_threshold: Opt
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-@declare_optimizer("contrib", "Liu et al., 2023", optax="contrib", stressed=True)
+@declare_optimizer("contrib", "Liu et al., 2023", optax="contrib", stressed=True, summary=(
+    "Sophia (Liu et al., 2023): clipped Newton steps with a Hutchinson Hessian diagonal; "
+    "`update(..., obj_fn=)`."), signature="sophia(learning_rate, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  weight_decay="number", gamma="number", clip_threshold="number or None",
                  update_interval="number", print_win_rate_every_n_steps="number")

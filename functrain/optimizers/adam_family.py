@@ -27,7 +27,9 @@ from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning
                                           weight_decay_stage)
 
 
-@declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core")
+@declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core", summary=(
+    "Adam (Kingma & Ba, 2014); `nesterov=True` is NAdam; `mu_dtype`/`nu_dtype` set moment "
+    "storage."), signature="adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -81,7 +83,9 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Loshchilov & Hutter, 2019", optax="core")
+@declare_optimizer("optimizers", "Loshchilov & Hutter, 2019", optax="core",
+    summary="Adam with decoupled weight decay (Loshchilov & Hutter, 2019).",
+    signature="adamw(learning_rate, ..., weight_decay=1e-4, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -138,7 +142,9 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Dozat, 2016", optax="core")
+@declare_optimizer("optimizers", "Dozat, 2016", optax="core",
+    summary="NAdam (Dozat, 2016): Adam with Nesterov momentum.",
+    signature="nadam(learning_rate, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -181,7 +187,9 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                 nu_dtype=nu_dtype)
 
 
-@declare_optimizer("optimizers", "Dozat, 2016; Loshchilov & Hutter, 2019", optax="core")
+@declare_optimizer("optimizers", "Dozat, 2016; Loshchilov & Hutter, 2019", optax="core",
+    summary="NAdam with decoupled weight decay.",
+    signature="nadamw(learning_rate, ..., weight_decay=1e-4, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -229,7 +237,9 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  nesterov=nesterov, nu_dtype=nu_dtype)
 
 
-@declare_optimizer("optimizers", "Reddi et al., 2018", optax="core")
+@declare_optimizer("optimizers", "Reddi et al., 2018", optax="core",
+    summary="AMSGrad (Reddi et al., 2018): Adam with a non-decreasing second moment.",
+    signature="amsgrad(learning_rate, b1=0.9, b2=0.999, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -275,7 +285,9 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core")
+@declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core",
+    summary="AdaMax: Adam with an infinity-norm second moment.",
+    signature="adamax(learning_rate, b1=0.9, b2=0.999, eps=1e-8)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8) -> GradientTransformation:
@@ -309,7 +321,9 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_adamax(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Kingma & Ba, 2014; Loshchilov & Hutter, 2019", optax="core")
+@declare_optimizer("optimizers", "Kingma & Ba, 2014; Loshchilov & Hutter, 2019", optax="core",
+    summary="AdaMax with decoupled weight decay.",
+    signature="adamaxw(learning_rate, ..., weight_decay=1e-4, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  weight_decay="schedule")
 def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -352,7 +366,9 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Liu et al., 2020", optax="core")
+@declare_optimizer("optimizers", "Liu et al., 2020", optax="core",
+    summary="RAdam (Liu et al., 2020): Adam with a rectified adaptive rate.",
+    signature="radam(learning_rate, b1=0.9, b2=0.999, eps=1e-8, threshold=5.0)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", threshold="bound")
 def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -397,7 +413,9 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Zaheer et al., 2018", optax="core")
+@declare_optimizer("optimizers", "Zaheer et al., 2018", optax="core",
+    summary="Yogi (Zaheer et al., 2018): additive, sign-controlled second moment.",
+    signature="yogi(learning_rate, b1=0.9, b2=0.999, eps=1e-3)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
 def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-3) -> GradientTransformation:
@@ -434,7 +452,9 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Zhuang et al., 2020", optax="core")
+@declare_optimizer("optimizers", "Zhuang et al., 2020", optax="core",
+    summary="AdaBelief (Zhuang et al., 2020): Adam scaled by the belief in the gradient.",
+    signature="adabelief(learning_rate, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
 def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -475,7 +495,9 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "You et al., 2019", optax="core")
+@declare_optimizer("optimizers", "You et al., 2019", optax="core", summary=(
+    "LAMB (You et al., 2019): Adam with a per-layer trust ratio; adds `trust_ratio_mask`, "
+    "`max_trust_ratio`."), signature="lamb(learning_rate, ..., weight_decay=0.0, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule", max_trust_ratio="bound or None")
 def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
@@ -542,7 +564,11 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Xie et al., 2022", optax="core")
+@declare_optimizer("optimizers", "Xie et al., 2022", optax="core",
+    summary="Adan (Xie et al., 2022): adaptive Nesterov momentum from gradient differences.",
+    signature=(
+    "adan(learning_rate, b1=0.98, b2=0.92, b3=0.99, eps=1e-8, eps_root=1e-8, weight_decay=0.0, "
+    "mask=None)"))
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number", eps="number",
                  eps_root="number", weight_decay="schedule")
 def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,

@@ -21,7 +21,9 @@ from functrain.transforms.momentum import trace
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate, weight_decay_stage)
 
 
-@declare_optimizer("optimizers", "You et al., 2017", optax="core")
+@declare_optimizer("optimizers", "You et al., 2017", optax="core",
+    summary="LARS (You et al., 2017): momentum SGD with a per-layer trust ratio.",
+    signature="lars(learning_rate, weight_decay=0.0, ..., momentum=0.9)")
 @hyperparameters(learning_rate="schedule", weight_decay="schedule", trust_coefficient="number",
                  eps="number", momentum="number")
 def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
@@ -79,7 +81,9 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
         trace(decay=momentum, nesterov=nesterov))
 
 
-@declare_optimizer("optimizers", "Bernstein et al., 2020", optax="core")
+@declare_optimizer("optimizers", "Bernstein et al., 2020", optax="core", summary=(
+    "Fromage (Bernstein et al., 2020): per-layer trust ratio with a norm-preserving shrink."),
+    signature="fromage(learning_rate, min_norm=1e-6)")
 @hyperparameters(learning_rate="schedule", min_norm="number")
 def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
             ) -> GradientTransformation:
@@ -122,7 +126,9 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
                  weight_decay_stage(mult - 1, signed=True))
 
 
-@declare_optimizer("optimizers", "Ginsburg et al., 2019", optax="core")
+@declare_optimizer("optimizers", "Ginsburg et al., 2019", optax="core",
+    summary="NovoGrad (Ginsburg et al., 2019): layer-wise normalised momentum.",
+    signature="novograd(learning_rate, b1=0.9, b2=0.25, eps=1e-6, weight_decay=0.0)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="number")
 def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,

@@ -22,7 +22,8 @@ from functrain.transforms.momentum import scale_by_optimistic_gradient
 from functrain.transforms.scaling import scale_by_learning_rate
 
 
-@declare_optimizer("optimizers", "Mokhtari et al., 2019", optax="core")
+@declare_optimizer("optimizers", "Mokhtari et al., 2019", optax="core",
+    summary="Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.")
 @hyperparameters(learning_rate="schedule", alpha="number", beta="number")
 def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
                                 beta: float = 1.0) -> GradientTransformation:
@@ -60,7 +61,9 @@ def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core")
+@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core",
+    summary="optax's older, deprecated interface of optimistic Adam (no schedules; warns).",
+    signature="optimistic_adam(learning_rate, optimism=None, ...)")
 @hyperparameters(learning_rate="number", optimism="number or None", b1="number", b2="number",
                  eps="number", eps_root="number")
 def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: float = 0.9,
@@ -112,7 +115,10 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
         scale_by_learning_rate(1.0))
 
 
-@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core")
+@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core", summary=(
+    "Optimistic Adam (Daskalakis et al., 2017): optimistic gradient descent on Adam's (NAdam's) "
+    "direction; takes schedules."),
+    signature="optimistic_adam_v2(learning_rate, *, alpha=1.0, beta=1.0, b1=0.9, b2=0.999, ...)")
 @hyperparameters(learning_rate="schedule", alpha="number", beta="number", b1="number",
                  b2="number", eps="number", eps_root="number")
 def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,

@@ -20,7 +20,11 @@ from functrain.whole_tree.linesearch import scale_by_zoom_linesearch
 from functrain.transforms.scaling import scale, scale_by_learning_rate
 
 
-@declare_optimizer("optimizers", "Liu & Nocedal, 1989", optax="core", stressed=True)
+@declare_optimizer("optimizers", "Liu & Nocedal, 1989", optax="core", stressed=True, summary=(
+    "L-BFGS (Nocedal, 1980; Liu & Nocedal, 1989): limited-memory quasi-Newton; pass `value=`, "
+    "`grad=`, `value_fn=` to `update` (see `value_and_grad_from_state`)."), signature=(
+    "lbfgs(learning_rate=None, memory_size=10, scale_init_precond=True, "
+    "linesearch=scale_by_zoom_linesearch(20, initial_guess_strategy='one'))"))
 @hyperparameters(learning_rate="schedule or None", memory_size="number")
 def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 10,
           scale_init_precond: bool = True,

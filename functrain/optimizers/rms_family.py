@@ -27,7 +27,9 @@ from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_l
                                           weight_decay_stage)
 
 
-@declare_optimizer("optimizers", "Hinton, 2012", optax="core")
+@declare_optimizer("optimizers", "Hinton, 2012", optax="core",
+    summary="RMSProp, optionally centred, with momentum and bias correction.",
+    signature="rmsprop(learning_rate, decay=0.9, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", decay="number", eps="number",
                  initial_scale="number", momentum="number or None")
 def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-8,
@@ -86,7 +88,9 @@ def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e
         trace(decay=momentum, nesterov=nesterov) if momentum is not None else identity())
 
 
-@declare_optimizer("optimizers", "Duchi et al., 2011", optax="core")
+@declare_optimizer("optimizers", "Duchi et al., 2011", optax="core",
+    summary="Adagrad (Duchi et al., 2011).",
+    signature="adagrad(learning_rate, initial_accumulator_value=0.1, eps=1e-7)")
 @hyperparameters(learning_rate="schedule", initial_accumulator_value="number", eps="number")
 def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 0.1,
             eps: float = 1e-7) -> GradientTransformation:
@@ -121,7 +125,9 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Zeiler, 2012", optax="core")
+@declare_optimizer("optimizers", "Zeiler, 2012", optax="core", summary=(
+    "Adadelta (Zeiler, 2012); as in optax, `learning_rate=None` does not negate the updates."),
+    signature="adadelta(learning_rate=None, rho=0.9, eps=1e-6, weight_decay=0.0)")
 @hyperparameters(learning_rate="schedule or None", rho="number", eps="number",
                  weight_decay="schedule")
 def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
@@ -170,7 +176,8 @@ def adadelta(learning_rate: Optional[ScalarOrSchedule] = None, rho: float = 0.9,
                  scale_by_adadelta(rho, eps), learning_rate_stage(learning_rate))
 
 
-@declare_optimizer("optimizers", "Anil et al., 2019", optax="core")
+@declare_optimizer("optimizers", "Anil et al., 2019", optax="core",
+    summary="SM3 (Anil et al., 2019): memory-efficient Adagrad with per-dimension accumulators.")
 @hyperparameters(learning_rate="number", momentum="number")
 def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     """SM3 (Anil et al., 2019) with a constant learning rate.
@@ -205,7 +212,9 @@ def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
     return chain(scale_by_sm3(momentum), scale(-learning_rate))
 
 
-@declare_optimizer("optimizers", "Shazeer & Stern, 2018", optax="core")
+@declare_optimizer("optimizers", "Shazeer & Stern, 2018", optax="core",
+    summary="Adafactor (Shazeer & Stern, 2018): factored second moments, relative step sizes.",
+    signature="adafactor(learning_rate=None, min_dim_size_to_factor=128, ...)")
 @hyperparameters(learning_rate="schedule or None", min_dim_size_to_factor="number",
                  decay_rate="number", decay_offset="number",
                  clipping_threshold="bound or None", momentum="number or None",

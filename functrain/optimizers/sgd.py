@@ -20,7 +20,9 @@ from functrain.whole_tree.noise import add_noise
 from functrain.transforms.scaling import (scale_by_learning_rate, scale_by_polyak)
 
 
-@declare_optimizer("optimizers", "Polyak, 1964; Sutskever et al., 2013", optax="core")
+@declare_optimizer("optimizers", "Polyak, 1964; Sutskever et al., 2013", optax="core",
+    summary="Stochastic gradient descent, optionally with (Nesterov) momentum.",
+    signature="sgd(learning_rate, momentum=None, nesterov=False)")
 @hyperparameters(learning_rate="schedule", momentum="number or None")
 def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         nesterov: bool = False, accumulator_dtype: Optional[Any] = None
@@ -64,7 +66,9 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Neelakantan et al., 2015", optax="core")
+@declare_optimizer("optimizers", "Neelakantan et al., 2015", optax="core",
+    summary="SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).",
+    signature="noisy_sgd(learning_rate, eta=0.01, gamma=0.55, key=None)")
 @hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="number or None")
 def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
               key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
@@ -108,7 +112,9 @@ def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float =
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Loizou et al., 2021", optax="core")
+@declare_optimizer("optimizers", "Loizou et al., 2021", optax="core",
+    summary="SGD with the Polyak step size; pass `value=loss` to `update`.",
+    signature="polyak_sgd(max_learning_rate=1.0, scaling=1.0, f_min=0.0, ...)")
 @hyperparameters(max_learning_rate="bound", scaling="schedule", f_min="bound", eps="number")
 def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
                f_min: float = 0.0, eps: float = 0.0, variant: str = "sps"

@@ -21,7 +21,8 @@ from functrain.transforms.scaling import (add_decayed_weights, scale, scale_by_l
 from functrain.transforms.sign import scale_by_lion, scale_by_rprop, scale_by_sign
 
 
-@declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core")
+@declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core",
+    summary="signSGD (Bernstein et al., 2018): step by the sign of the gradient.")
 @hyperparameters(learning_rate="schedule")
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     """signSGD (Bernstein et al., 2018): step by the sign of the gradient.
@@ -48,7 +49,8 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core")
+@declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core",
+    summary="Signum: the sign of a momentum.", signature="signum(learning_rate, beta=0.9)")
 @hyperparameters(learning_rate="schedule", beta="number")
 def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
            accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -81,7 +83,9 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
                  scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Chen et al., 2023", optax="core")
+@declare_optimizer("optimizers", "Chen et al., 2023", optax="core",
+    summary="Lion (Chen et al., 2023): sign of an interpolated momentum.",
+    signature="lion(learning_rate, b1=0.9, b2=0.99, weight_decay=1e-3)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
          mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
@@ -126,7 +130,9 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                  scale_by_learning_rate(learning_rate))
 
 
-@declare_optimizer("optimizers", "Riedmiller & Braun, 1993", optax="core")
+@declare_optimizer("optimizers", "Riedmiller & Braun, 1993", optax="core",
+    summary="Rprop (Riedmiller & Braun, 1993): sign-driven per-entry step sizes.",
+    signature="rprop(learning_rate, eta_minus=0.5, eta_plus=1.2, ...)")
 @hyperparameters(learning_rate="number", eta_minus="number", eta_plus="number",
                  min_step_size="number", max_step_size="bound")
 def rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float = 1.2,
