@@ -43,17 +43,8 @@ BLOCK = re.compile(r"^<!-- generated from functrain\.declarations by `make docs-
 HEADER = ["| Optimizer | What it is |", "|---|---|"]
 NAMED = re.compile(r"`(\w+)[`(]")
 
-# Until docs/design.md's worked example quotes laprop's decorator with its summary (tests/
-# test_docs.py checks that quote verbatim against functrain/contrib/laprop.py): then move
-# these into laprop's @declare_optimizer and delete this table.
-NOT_YET_IN_THE_DECORATOR = {"laprop": dict(
-    summary="LaProp (Ziyin et al., 2020): the momentum of `g / sqrt(nu_hat)`, so momentum "
-            "and adaptivity are separate (`b1 > b2` is stable).",
-    signature="laprop(learning_rate=4e-4, b1=0.9, b2=0.999, eps=1e-15, ...)")}
-
-
 def summary(d: Declared) -> Optional[str]:
-    return d.summary or NOT_YET_IN_THE_DECORATOR.get(d.name, {}).get("summary")
+    return d.summary
 
 
 def full_signature(function: Callable) -> str:
@@ -70,8 +61,7 @@ def full_signature(function: Callable) -> str:
 
 
 def signature(d: Declared) -> str:
-    return (d.signature or NOT_YET_IN_THE_DECORATOR.get(d.name, {}).get("signature")
-            or full_signature(d.function))
+    return d.signature or full_signature(d.function)
 
 
 def _where(d: Declared) -> tuple:
@@ -80,9 +70,7 @@ def _where(d: Declared) -> tuple:
 
 def declaration_problems() -> list[str]:
     """Each declared optimizer has a summary or is ``listed_with`` one of its group that has."""
-    problems = [f"{name}: declares its summary now: delete its NOT_YET_IN_THE_DECORATOR entry"
-                for name in NOT_YET_IN_THE_DECORATOR
-                if name not in OPTIMIZERS or OPTIMIZERS[name].summary is not None]
+    problems = []
     for name, d in sorted(OPTIMIZERS.items()):
         lead = OPTIMIZERS.get(d.listed_with) if d.listed_with else None
         if d.listed_with and (lead is None or lead.group != d.group or summary(lead) is None):

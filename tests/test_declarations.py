@@ -250,7 +250,9 @@ def stale_in_api_pages(pages: dict[str, str]) -> list[str]:
         page = GROUPS[d.group][0]
         path = f"functrain.{'contrib.' if d.contrib else ''}{name}"
         if (".. autofunction:: " + path) not in pages.get(page, "").splitlines():
-            problems.append(f"{path}: no '.. autofunction:: {path}' in docs/api/{page}")
+            problems.append(f"{path}: no '.. autofunction:: {path}' in docs/api/{page} (on "
+                            f"contrib.rst: export it from functrain.contrib and list it in its "
+                            f"module's __all__)")
     classes = {}
     for text in pages.values():
         for kind, path in DIRECTIVE.findall(text):

@@ -88,7 +88,10 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
         init_global=zero_count, prepare=corrections(b1, b2)))
 
 
-@declare_optimizer("beyond optax", "Ziyin et al., 2020", optax=None)
+@declare_optimizer("beyond optax", "Ziyin et al., 2020", optax=None, summary=(
+    "LaProp (Ziyin et al., 2020): the momentum of `g / sqrt(nu_hat)`, so momentum and adaptivity "
+    "are separate (`b1 > b2` is stable)."),
+    signature="laprop(learning_rate=4e-4, b1=0.9, b2=0.999, eps=1e-15, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  weight_decay="schedule")
 def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 0.999,
