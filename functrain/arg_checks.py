@@ -96,7 +96,7 @@ def check_range(name: str, value: Any, low: float, high: Optional[float] = None,
 #: The kinds of hyperparameter :func:`hyperparameters` knows: ``(schedule allowed, may be
 #: infinite)``; a kind ending in ``" or None"`` also accepts ``None``.
 KINDS = {"number": (False, False), "schedule": (True, False), "bound": (False, True),
-         "decay": (False, False)}
+         "decay": (False, False), "int": (False, False)}
 
 
 def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number") -> None:
@@ -108,7 +108,8 @@ def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number"
     infinite (a limit that disables itself, such as ``max_norm``); ``"decay"``: a
     number or a decay-rate schedule, a callable of the step count ``t`` (from 1) with a
     ``bias_correction(t)`` method giving ``1 - prod(rate(1..t))`` (e.g.
-    ``functrain.contrib.palm_beta2_schedule()``). A kind
+    ``functrain.contrib.palm_beta2_schedule()``); ``"int"``: an integer (a Python int, a
+    numpy integer or a 0-d integer array; not a bool, not a float such as ``8.0``). A kind
     ending in ``" or None"`` also accepts ``None``. Traced values pass
     unchecked.
 
@@ -140,6 +141,14 @@ def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number"
                             f"palm_beta2_schedule()); a plain schedule gives no bias "
                             f"correction, got {value!r:.40}.")
         return
+    if base == "int":
+        array = isinstance(value, (np.ndarray, jax.Array))
+        if (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
+                array and value.ndim == 0 and jnp.issubdtype(value.dtype, jnp.integer)):
+            return
+        shape = f" of shape {value.shape}" if array else ""
+        raise TypeError(f"{owner}: {name} must be an int (a Python or numpy integer), got "
+                        f"{type(value).__name__}{shape} {value!r:.40}.")
     what = "a real number" + (" or a schedule (a function of the step count)"
                               if schedule_ok else "")
     v = concrete_real(value)
@@ -155,8 +164,8 @@ def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
     """Decorator: check a builder's numeric arguments, as declared, before it runs.
 
     Each keyword names an argument of the decorated function and its kind (see
-    :func:`check_hyperparameter`): ``"number"``, ``"schedule"``, ``"bound"``,
-    each optionally ``" or None"``. Errors name the argument and the function.
+    :func:`check_hyperparameter`): ``"number"``, ``"schedule"``, ``"bound"``, ``"decay"``,
+    ``"int"``, each optionally ``" or None"``. Errors name the argument and the function.
     Ranges are each builder's business (:func:`check_range`, :func:`check_betas`).
 
     Args:

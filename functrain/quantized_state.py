@@ -82,8 +82,14 @@ def _leaf_kinds(node: PyTree, kind: str) -> PyTree:
 
 
 def _check_bits(bits: Any, block_size: Optional[int]) -> int:
-    if bits not in (8, 4, "fp8") or isinstance(bits, bool):
-        raise ValueError(f"quantized_state: bits must be 8, 4 or 'fp8', got {bits!r}.")
+    """The block size for ``bits`` and ``block_size``, after checking both: ``bits`` is the
+    int 8 or 4 (a numpy integer too; not ``8.0`` or ``True``, which equal 8 and 1) or
+    ``'fp8'``."""
+    wanted = "quantized_state: bits must be the int 8 or 4 or the string 'fp8', got"
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer, str)):
+        raise TypeError(f"{wanted} {type(bits).__name__} {bits!r:.40}.")
+    if bits not in (8, 4, "fp8"):
+        raise ValueError(f"{wanted} {bits!r:.40}.")
     if block_size is None:
         return DEFAULT_BLOCK[bits]
     if not isinstance(block_size, (int, np.integer)) or isinstance(block_size, bool):
@@ -95,7 +101,7 @@ def _check_bits(bits: Any, block_size: Optional[int]) -> int:
     return int(block_size)
 
 
-@hyperparameters(min_size="number")
+@hyperparameters(min_size="int")
 def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
                     block_size: Optional[int] = None, min_size: int = 4096
                     ) -> GradientTransformationExtraArgs:
@@ -113,9 +119,10 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     Args:
       optimizer: any transformation (functrain's, optax's, user-written).
       bits: ``8`` (dynamic code, blocks of 256), ``4`` (blocks of 128, two codes per
-        byte) or ``"fp8"`` (float8_e4m3fn, blocks of 256).
+        byte) or ``"fp8"`` (float8_e4m3fn, blocks of 256); an int (``8.0`` is refused
+        with a ``TypeError``) or that string.
       block_size: values per block; ``None`` for the defaults above.
-      min_size: leaves with fewer elements are not quantized.
+      min_size: an int ``>= 0``; leaves with fewer elements are not quantized.
 
     Returns:
       A ``GradientTransformationExtraArgs`` with ``optimizer``'s state structure, the
@@ -133,7 +140,8 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     """
     check_transformation(optimizer, "quantized_state", "optimizer")
     size = _check_bits(bits, block_size)
-    check_range("min_size", min_size, 0.0, owner="quantized_state")
+    bits = bits if isinstance(bits, str) else int(bits)  # a numpy integer as the int
+    check_range("min_size", min_size, 0, owner="quantized_state")
 
     def quantize(x: Any, kind: str, shapes: set) -> Any:
         if (kind == "keep" or not hasattr(x, "dtype") or np.ndim(x) == 0
@@ -245,6 +253,7 @@ def _check_quantized(q: QuantizedArray, path: tuple) -> None:
 # Presets with the names users know
 # --------------------------------------------------------------------------
 
+@hyperparameters(min_size="int")
 def adam_8bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-8, eps_root: float = 0.0, *, nesterov: bool = False,
               block_size: Optional[int] = None, min_size: int = 4096
@@ -285,6 +294,7 @@ def _adamw_bits(bits: Union[int, str], learning_rate: ScalarOrSchedule, b1: floa
                            bits=bits, block_size=block_size, min_size=min_size)
 
 
+@hyperparameters(min_size="int")
 def adamw_8bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                eps: float = 1e-8, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 1e-4,
                mask: Optional[MaskOrFn] = None, *, nesterov: bool = False,
@@ -320,6 +330,7 @@ def adamw_8bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9
                        block_size, min_size)
 
 
+@hyperparameters(min_size="int")
 def adamw_4bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                eps: float = 1e-8, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 1e-4,
                mask: Optional[MaskOrFn] = None, *, nesterov: bool = False,
@@ -355,6 +366,7 @@ def adamw_4bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9
                        block_size, min_size)
 
 
+@hyperparameters(min_size="int")
 def adamw_fp8(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-8, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 1e-4,
               mask: Optional[MaskOrFn] = None, *, nesterov: bool = False,

@@ -11,6 +11,7 @@ raises, a ``ValueError`` names the argument.
 from typing import Callable, Optional, Sequence
 
 from absl import logging
+import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
@@ -20,6 +21,17 @@ Schedule = Callable[[ArrayLike], ArrayLike]
 def _int_to_float(x: ArrayLike) -> ArrayLike:
     """Python ints become floats, so counts past 2**31 do not overflow int32."""
     return float(x) if isinstance(x, int) else x
+
+
+def _in_count_float(value: ArrayLike, count: ArrayLike) -> ArrayLike:
+    """``value`` promoted with the float type ``count`` brings into arithmetic.
+
+    A float-array count (float32, bfloat16, ...) makes the result that dtype, as in optax's
+    schedules whose formulas compute with the count; an integer count or a Python number
+    leaves ``value`` as it is (a weak float stays weak, float64 under ``jax_enable_x64``).
+    """
+    dtype, weak = jax.dtypes.result_type(count, 0.0, return_weak_type_flag=True)
+    return value if weak else value * jnp.ones((), dtype)
 
 
 def _constant_init(init_value: ArrayLike, kind: str, reason: str) -> Schedule:
@@ -168,7 +180,7 @@ def piecewise_constant_schedule(
         value = init_value
         for boundary, scale in steps:
             value = jnp.where(count >= boundary, scale * value, value)
-        return value
+        return _in_count_float(value, count) if steps else value
     return schedule
 
 
@@ -434,13 +446,13 @@ def piecewise_interpolate_schedule(
         # The values at the boundaries, a running product in the value's dtype.
         values = jnp.cumprod(jnp.stack([jnp.asarray(init_value)]
                                        + [jnp.asarray(s) for _, s in steps]))
-        bounds = jnp.asarray(starts)
+        # Python-int boundaries keep the count's integer type in ``count - start``
+        # (an int32 count gives a float32 fraction under x64, as in optax).
         count = jnp.asarray(count)
-        value = jnp.where(count >= bounds[-1], values[-1], 0.0)
-        for i in range(len(steps)):
-            width = jnp.maximum(bounds[i + 1] - bounds[i], 1)
-            inside = jnp.logical_and(count >= bounds[i], count < bounds[i + 1])
-            part = between(values[i], values[i + 1], (count - bounds[i]) / width)
+        value = jnp.where(count >= starts[-1], values[-1], 0.0)
+        for i, (start, end) in enumerate(zip(starts, starts[1:])):
+            inside = jnp.logical_and(count >= start, count < end)
+            part = between(values[i], values[i + 1], (count - start) / max(end - start, 1))
             value = jnp.where(inside, part, value)
         return value
     return schedule

@@ -26,7 +26,7 @@ KeyPath = tuple
 # Optimizer states: find fields by name, map over the params-shaped parts
 # --------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class NamedTupleKey:
     """A key-path entry for the field ``name`` of a NamedTuple of class ``tuple_name``.
 
@@ -34,12 +34,20 @@ class NamedTupleKey:
     ``filtering`` function can tell apart equal field names of different
     states (``ScaleByAdamState.count`` vs ``ScaleByScheduleState.count``).
 
+    optax defines its own class of this name (``optax.tree_utils.NamedTupleKey``, a frozen
+    dataclass with the same two fields). Without importing optax, a key here compares
+    equal (either way round) and hashes equal to any ``NamedTupleKey`` with the same
+    ``tuple_name`` and ``name``, so paths, sets and dict keys mix with optax's; only an
+    ``isinstance`` test against optax's class tells them apart. The other entries of a
+    path are jax's own (``jax.tree_util.DictKey``, ``SequenceKey``), as in optax.
+
     Attributes:
       tuple_name: the NamedTuple's class name.
       name: the field's name.
 
-    >>> str(NamedTupleKey('ScaleByAdamState', 'mu'))
-    'ScaleByAdamState.mu'
+    >>> key = NamedTupleKey('ScaleByAdamState', 'mu')
+    >>> str(key), key == NamedTupleKey('ScaleByAdamState', 'mu'), key == 'mu'
+    ('ScaleByAdamState.mu', True, False)
     """
 
     tuple_name: str
@@ -47,6 +55,17 @@ class NamedTupleKey:
 
     def __str__(self) -> str:
         return f"{self.tuple_name}.{self.name}"
+
+    def __eq__(self, other: object) -> bool:
+        # Any class named NamedTupleKey with these two fields: optax's too, whose own
+        # dataclass __eq__ answers NotImplemented for another class and so defers here.
+        if (type(other).__name__ != "NamedTupleKey"
+                or not hasattr(other, "tuple_name") or not hasattr(other, "name")):
+            return NotImplemented
+        return (self.tuple_name, self.name) == (other.tuple_name, other.name)
+
+    def __hash__(self) -> int:
+        return hash((self.tuple_name, self.name))  # a frozen dataclass's hash, as optax's
 
 
 def is_named_tuple(x: Any) -> bool:

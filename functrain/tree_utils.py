@@ -5,7 +5,10 @@ optax.tree_utils as otu``: each ``tree_<name>`` that optax 0.2.8 still exports
 there is :mod:`functrain.tree`'s ``<name>``, the same function (``tree_add`` is
 ``functrain.tree.add``, ``tree_get`` is ``functrain.tree.get``, ``tree_map_params`` is
 ``functrain.tree.map_params``, which is also ``functrain.tree_map_params``), and
-``NamedTupleKey`` is ``functrain.tree.NamedTupleKey``. The names optax 0.2.8
+``NamedTupleKey`` is ``functrain.tree.NamedTupleKey``, which compares and hashes equal to
+optax's ``optax.tree_utils.NamedTupleKey`` of the same fields (functrain never imports
+optax; only ``isinstance`` tells the two classes apart), so the paths ``tree_get_all_with_path``
+reports equal optax's for the same state. The names optax 0.2.8
 keeps only as deprecated (``tree_scalar_mul``, ``tree_add_scalar_mul``,
 ``tree_l1_norm``, ``tree_l2_norm``, ``tree_linf_norm``) work too, with optax's
 ``DeprecationWarning``. Nothing here computes anything of its own; new code

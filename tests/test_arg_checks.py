@@ -30,6 +30,34 @@ def test_check_range_and_friends_name_the_argument():
         arg_checks.check_nonnegative("adam", eps=-1e-8)
 
 
+@hyperparameters(size="int", limit="int or None")
+def _sized(size, limit=None):
+    return size
+
+
+@pytest.mark.parametrize("good", [0, 7, np.int64(7), np.uint8(7), jnp.asarray(7),
+                                  np.asarray(7, np.int16)])
+def test_int_kind_accepts_integers(good):
+    assert _sized(good) is good
+    assert _sized(good, limit=good) is good and _sized(good, limit=None) is good
+
+
+@pytest.mark.parametrize("bad,got", [
+    (1.5, "float 1.5"), (8.0, "float 8.0"), (True, "bool True"), ("3", "str '3'"),
+    (None, "NoneType None"), (np.float32(2), "float32"),
+    (jnp.asarray(2.0), r"ArrayImpl of shape \(\)"),
+    (jnp.arange(3), r"ArrayImpl of shape \(3,\)"), ([1], r"list \[1\]"), (1 + 0j, "complex"),
+])
+def test_int_kind_refuses_other_values_with_a_type_error(bad, got):
+    # 8.0 == 8 in Python: the kind is about the type, not the value.
+    wanted = r"_sized: size must be an int \(a Python or numpy integer\), got "
+    with pytest.raises(TypeError, match=wanted + got):
+        _sized(bad)
+    with pytest.raises(TypeError, match="_sized: limit must be an int"):
+        _sized(3, limit=bad if bad is not None else 2.5)
+    jax.jit(lambda n: _sized(n))(jnp.asarray(2.0))  # traced values pass, as for every kind
+
+
 def test_protocol_checks():
     with pytest.raises(TypeError, match="masked: inner is a int"):
         arg_checks.check_transformation(3, "masked")

@@ -357,8 +357,48 @@ def test_works_inside_inject_hyperparams_and_multisteps():
         np.testing.assert_allclose(p["w"], w, rtol=1e-6)
 
 
+@pytest.mark.parametrize("bits,error,got", [
+    (8.0, TypeError, "got float 8.0"), (4.0, TypeError, "got float 4.0"),
+    (True, TypeError, "got bool True"), (np.float32(8), TypeError, "got float32 np.float32"),
+    (None, TypeError, "got NoneType None"), (jnp.asarray(8), TypeError, "got ArrayImpl"),
+    ("8", ValueError, "got '8'"), ("fp4", ValueError, "got 'fp4'"), (16, ValueError, "got 16"),
+])
+def test_bits_must_be_the_int_8_or_4_or_fp8(bits, error, got):
+    # 8.0 == 8 and True == 1 in Python: a membership test alone let 8.0 through.
+    with pytest.raises(error, match=rf"quantized_state: bits must be the int 8 or 4 or the "
+                                    rf"string 'fp8', {got}"):
+        functrain.quantized_state(functrain.adam(1e-3), bits=bits)
+
+
+@pytest.mark.parametrize("min_size,error,got", [
+    (1.5, TypeError, "must be an int .*got float 1.5"),
+    (4096.0, TypeError, "must be an int .*got float 4096.0"),
+    (True, TypeError, "must be an int .*got bool True"),
+    ("16", TypeError, "must be an int .*got str '16'"),
+    (-1, ValueError, "must be >= 0, got -1"),
+])
+def test_min_size_must_be_a_non_negative_int(min_size, error, got):
+    with pytest.raises(error, match=f"quantized_state: min_size {got}"):
+        functrain.quantized_state(functrain.adam(1e-3), min_size=min_size)
+    # The presets pass min_size through; the error names the preset.
+    with pytest.raises(error, match=f"adamw_4bit: min_size {got}" if error is TypeError
+                       else f"quantized_state: min_size {got}"):
+        functrain.adamw_4bit(1e-3, min_size=min_size)
+
+
+def test_numpy_integers_are_accepted_as_bits_and_min_size():
+    params = {"w": jnp.ones((8, 8))}
+    for bits, codes in ((np.int64(8), jnp.uint8), (np.int32(4), jnp.uint8)):
+        ref = functrain.quantized_state(functrain.adam(1e-3), bits=int(bits), min_size=16)
+        opt = functrain.quantized_state(functrain.adam(1e-3), bits=bits, min_size=np.int64(16))
+        state, ref_state = opt.init(params), ref.init(params)
+        assert state[0].mu["w"].code == ref_state[0].mu["w"].code
+        assert state[0].mu["w"].codes.dtype == codes
+    assert functrain.adam_8bit(1e-3, min_size=np.int16(16)).init(params)[0].mu["w"].code
+
+
 def test_bad_arguments_and_states_are_named():
-    with pytest.raises(ValueError, match="bits must be 8, 4 or 'fp8', got 3"):
+    with pytest.raises(ValueError, match="bits must be the int 8 or 4 or the string 'fp8', got 3"):
         functrain.quantized_state(functrain.adam(1e-3), bits=3)
     with pytest.raises(ValueError, match="block_size must be even for bits=4"):
         functrain.quantized_state(functrain.adam(1e-3), bits=4, block_size=33)

@@ -402,3 +402,62 @@ def test_warmup_exponential_and_sgdr_by_hand():
 def test_new_schedules_errors_name_the_argument(make, words):
   with pytest.raises(ValueError, match=words):
     make()
+
+
+# --------------------------------------------------------------------------
+# Under jax_enable_x64: optax's dtype (and weak type) and numbers for every count type
+# --------------------------------------------------------------------------
+
+def _x64_counts():
+  """Integer and float step counts, built inside ``enable_x64`` so int64/float64 exist."""
+  return [0, 7, 130, 7.5, 130.25, np.int32(7), np.int64(130), np.float32(7.5),
+          jnp.asarray(7, jnp.int32), jnp.asarray(130, jnp.int64), jnp.asarray(7),
+          jnp.asarray(7.5, jnp.float32), jnp.asarray(130.25, jnp.float64),
+          jnp.asarray(7.5, jnp.bfloat16), jnp.asarray([3, 7, 130], jnp.int32),
+          jnp.asarray([3.5, 7.5, 130.25], jnp.float64)]
+
+
+def _kind(value):
+  return jnp.result_type(value), getattr(value, 'weak_type', None)
+
+
+@pytest.mark.parametrize('case', sorted(CASES) + sorted(NEW_CASES))
+def test_x64_dtype_and_values_match_optax(case):
+  from functrain.jax_compat import enable_x64
+  make = CASES.get(case) or NEW_CASES[case]
+  with enable_x64():
+    ours, theirs = make(fs), make(optax)
+    for count in _x64_counts():
+      if np.ndim(count) and case.startswith(('interp', 'onecycle', 'sgdr', 'warmup_exp')):
+        continue  # optax's piecewise_interpolate takes scalar counts only
+      mine, ref = ours(count), theirs(count)
+      context = f'{case} count={count!r}'
+      assert _kind(mine) == _kind(ref), context
+      assert np.shape(mine) == np.shape(ref), context
+      exact = jnp.result_type(ref) == jnp.float64
+      np.testing.assert_allclose(np.asarray(mine, np.float64), np.asarray(ref, np.float64),
+                                 rtol=1e-12 if exact else 1e-6, atol=0, err_msg=context)
+
+
+def test_x64_keeps_float64_by_hand():
+  """Independent of optax: a Python or int64 count gives float64 numbers under x64."""
+  from functrain.jax_compat import enable_x64
+  with enable_x64():
+    for sched, count, want in (
+        (fs.cosine_decay_schedule(1.0, 3), jnp.asarray(1, jnp.int64), 0.75),
+        (fs.piecewise_constant_schedule(1.0, {2: 1 / 3}), 5, 1 / 3),
+        (fs.linear_onecycle_schedule(30, 1.0), 3, 1 / 25 + (1 - 1 / 25) * 3 / 9),
+        (fs.exponential_decay(1.0, 3, 0.1), 1, 0.1**(1 / 3))):
+      out = sched(count)
+      assert out.dtype == jnp.float64
+      assert float(out) == pytest.approx(want, rel=1e-14)
+
+
+def test_piecewise_constant_takes_the_float_count_dtype():
+  """A float32 count gives float32 under x64, as optax's formula computes with the count."""
+  from functrain.jax_compat import enable_x64
+  with enable_x64():
+    sched = fs.piecewise_constant_schedule(1.0, {2: 0.5})
+    assert sched(jnp.float32(3.0)).dtype == jnp.float32
+    assert sched(jnp.int32(3)).dtype == jnp.float64
+    assert fs.piecewise_constant_schedule(1.0)(jnp.float32(3.0)) == 1.0  # no boundaries

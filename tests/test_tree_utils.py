@@ -133,3 +133,56 @@ def test_deprecated_names_warn_and_give_optax_numbers(name):
     with pytest.raises(AttributeError, match="has no attribute 'tree_nothing'"):
         ftu.tree_nothing  # noqa: B018
     assert getattr(optax.tree_utils, "tree_nothing", None) is None
+
+
+# --------------------------------------------------------------------------
+# Path keys: equal and hash-equal to optax's for the same state
+# --------------------------------------------------------------------------
+
+def _optax_states():
+    params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+    return {
+        "adamw": optax.adamw(1e-3).init(params),
+        "chain": optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3),
+                             optax.scale_by_schedule(lambda c: 1.0)).init(params),
+        "inject_hyperparams": optax.inject_hyperparams(optax.adam)(1e-3).init(params),
+        "functrain adam": functrain.adam(1e-3).init(params),
+    }
+
+
+@pytest.mark.parametrize("state_name", ["adamw", "chain", "inject_hyperparams",
+                                        "functrain adam"])
+@pytest.mark.parametrize("key", ["mu", "count", "ScaleByAdamState", "learning_rate", "w"])
+def test_paths_compare_and_hash_equal_to_optaxs(state_name, key):
+    state = _optax_states()[state_name]
+    theirs = [path for path, _ in otu.tree_get_all_with_path(state, key)]
+    ours = [path for path, _ in ftu.tree_get_all_with_path(state, key)]
+    assert [[str(e) for e in p] for p in ours] == [[str(e) for e in p] for p in theirs]
+    assert ours == theirs and theirs == ours            # both ways round
+    assert not ours != theirs
+    assert [hash(p) for p in ours] == [hash(p) for p in theirs]
+    assert set(ours) == set(theirs) and {p: 1 for p in theirs}.keys() == set(ours)
+    if key in ("mu", "count"):
+        assert ours, (state_name, key)  # something was compared
+
+
+def test_named_tuple_key_equals_optaxs_and_nothing_else():
+    ours, theirs = ftu.NamedTupleKey("ScaleByAdamState", "mu"), otu.NamedTupleKey(
+        "ScaleByAdamState", "mu")
+    assert ftu.NamedTupleKey is functrain.tree.NamedTupleKey
+    assert type(ours) is not type(theirs)  # optax's own class, not imported by functrain
+    assert ours == theirs and theirs == ours and hash(ours) == hash(theirs)
+    assert {theirs: "found"}[ours] == "found" and {ours: "found"}[theirs] == "found"
+    assert repr(ours) == repr(theirs) and str(ours) == str(theirs)
+    for other in (otu.NamedTupleKey("ScaleByAdamState", "nu"),
+                  otu.NamedTupleKey("ScaleByLionState", "mu"),
+                  ftu.NamedTupleKey("ScaleByAdamState", "nu")):
+        assert ours != other and other != ours
+    for other in ("ScaleByAdamState.mu", ("ScaleByAdamState", "mu"),
+                  jax.tree_util.GetAttrKey("mu"), jax.tree_util.DictKey("mu")):
+        assert ours != other and other != ours
+    # A filtering function written with optax's key finds the entry in functrain's paths.
+    state = functrain.adam(1e-3).init({"w": jnp.ones(2)})
+    found = ftu.tree_get(state, "count", filtering=lambda path, _: theirs.tuple_name in str(
+        path) and otu.NamedTupleKey("ScaleByAdamState", "count") in path)
+    assert found is not None and int(found) == 0

@@ -291,6 +291,10 @@ def palm_beta2_schedule(exponent: float = 0.8) -> DecaySchedule:
     of the rates is 0 and no bias correction is needed (``bias_correction`` is 1). Reference:
     Chowdhery et al., 2022, "PaLM: Scaling Language Modeling with Pathways", section 5.
 
+    The rate is computed in the count's float type: an integer count gives the default
+    float (float64 under ``jax_enable_x64``, as optax's schedules give for a Python or int64
+    count), weakly typed like a Python-float ``b2``; a float count keeps its dtype.
+
     Args:
       exponent: ``> 0``; PaLM's 0.8.
 
@@ -305,11 +309,17 @@ def palm_beta2_schedule(exponent: float = 0.8) -> DecaySchedule:
     """
     check_positive("palm_beta2_schedule", exponent=exponent)
 
+    def as_float(count: Any) -> Any:
+        # Times a Python float: an integer count becomes the default float, weakly typed
+        # like a constant b2 (float64 under jax_enable_x64, and float32 moments stay
+        # float32); a float count keeps its dtype.
+        return jnp.asarray(count) * 1.0
+
     def rate(count: Any) -> Any:
-        return 1.0 - jnp.asarray(count, jnp.float32) ** (-exponent)
+        return 1.0 - as_float(count) ** (-exponent)
 
     def correction(count: Any) -> Any:
-        return jnp.ones_like(jnp.asarray(count, jnp.float32))
+        return jnp.ones_like(as_float(count))
 
     return DecaySchedule(rate, correction)
 

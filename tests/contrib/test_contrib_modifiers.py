@@ -276,7 +276,33 @@ def test_palm_beta2_schedule_in_adam_matches_numpy(build):
         p, _, _ = _run(build(palm_beta2_schedule()), params, grads)
         ref = ref_adam_palm(params, grads, 1e-2, 0.9, 0.8, 1e-8)
         for k in params:
-            np.testing.assert_allclose(p[k], ref[k], rtol=1e-6)   # b2_t is float32
+            np.testing.assert_allclose(p[k], ref[k], rtol=1e-10)  # b2_t is float64 too
+
+
+def test_palm_beta2_schedule_keeps_float64_under_x64():
+    # As optax's schedules for a Python or int64 count: float64 numbers under x64, weakly
+    # typed like a Python-float b2 so float32 moments stay float32; a float count keeps
+    # its dtype. The value is checked against 1 - t**-0.8 in Python floats.
+    with enable_x64(True):
+        b2 = palm_beta2_schedule()
+        for count, weak_type in ((7, True), (np.int64(7), True), (7.0, True),
+                                 (jnp.asarray(7, jnp.int32), True),
+                                 (jnp.asarray(7, jnp.int64), True),
+                                 (jnp.asarray(7.0, jnp.float64), False)):
+            rate, correction = b2(count), b2.bias_correction(count)
+            assert rate.dtype == correction.dtype == jnp.float64, repr(count)
+            assert rate.weak_type == weak_type, repr(count)
+            assert float(rate) == pytest.approx(1.0 - 7.0 ** -0.8, rel=1e-15)
+            assert float(correction) == 1.0
+        assert b2(jnp.asarray(7.0, jnp.float32)).dtype == jnp.float32
+        assert b2(jnp.asarray(7.0, jnp.bfloat16)).dtype == jnp.bfloat16
+        opt = functrain.adam(1e-2, b2=b2)
+        params = {"w": jnp.ones(3, jnp.float32)}
+        state = opt.init(params)
+        for _ in range(2):
+            updates, state = opt.update(params, state, params)
+        assert updates["w"].dtype == state[0].nu["w"].dtype == jnp.float32
+    assert palm_beta2_schedule()(jnp.asarray(7, jnp.int32)).dtype == jnp.float32  # no x64
 
 
 def test_palm_beta2_schedule_reaches_the_other_adam_stages():

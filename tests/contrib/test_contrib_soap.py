@@ -203,10 +203,10 @@ SETTINGS = {
     # shampoo_beta=None, the statistics' (each at its own step)
     "palm b2 schedule": (
         FULL_RANK, dict(b2=palm_beta2_schedule(), precondition_frequency=3),
-        dict(b2=lambda t: float(palm_beta2_schedule()(t)), freq=3)),
+        dict(b2=lambda t: 1.0 - t ** -0.8, freq=3)),
     "palm b2 schedule, shampoo_beta 0.9": (
         FULL_RANK, dict(b2=palm_beta2_schedule(), shampoo_beta=0.9, precondition_frequency=2),
-        dict(b2=lambda t: float(palm_beta2_schedule()(t)), shampoo_beta=0.9, freq=2)),
+        dict(b2=lambda t: 1.0 - t ** -0.8, shampoo_beta=0.9, freq=2)),
 }
 
 
