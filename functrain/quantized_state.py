@@ -285,62 +285,22 @@ def adam_8bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
                            bits=8, block_size=block_size, min_size=min_size)
 
 
-def _adamw_bits(bits: Union[int, str], learning_rate: ScalarOrSchedule, b1: float, b2: float,
-                eps: float, eps_root: float, weight_decay: ScalarOrSchedule,
-                mask: Optional[MaskOrFn], nesterov: bool, block_size: Optional[int],
-                min_size: int) -> GradientTransformationExtraArgs:
-    return quantized_state(adamw(learning_rate, b1, b2, eps, eps_root, None, weight_decay, mask,
-                                 nesterov=nesterov),
-                           bits=bits, block_size=block_size, min_size=min_size)
-
-
-@hyperparameters(min_size="int")
-def adamw_8bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
+def _adamw_preset(bits: Union[int, str], name: str, title: str, layout: str, block: str,
+                  example: str) -> Any:
+    """One of the ``adamw_<bits>`` presets: ``quantized_state(adamw(...), bits=bits)``."""
+    def preset(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                eps: float = 1e-8, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 1e-4,
                mask: Optional[MaskOrFn] = None, *, nesterov: bool = False,
                block_size: Optional[int] = None, min_size: int = 4096
                ) -> GradientTransformationExtraArgs:
-    """AdamW (Loshchilov & Hutter, 2019) with 8-bit block-wise state (Dettmers et al., 2021).
+        return quantized_state(adamw(learning_rate, b1, b2, eps, eps_root, None, weight_decay,
+                                     mask, nesterov=nesterov),
+                               bits=bits, block_size=block_size, min_size=min_size)
 
-    ``quantized_state(adamw(...), bits=8)``: the dynamic code, signed for the first
-    moment and unsigned for the second, blocks of 256; about 2.03 bytes of state per
-    parameter instead of 8.
+    preset.__name__ = preset.__qualname__ = name
+    preset.__doc__ = f"""AdamW (Loshchilov & Hutter, 2019) with {title}.
 
-    Args:
-      learning_rate: a number or a schedule.
-      b1: the first moment's decay.
-      b2: the second moment's decay.
-      eps: added to the root of the second moment.
-      eps_root: added inside the root.
-      weight_decay: the decoupled weight decay (a number or a schedule).
-      mask: which parameters are decayed (a tree of bools or a function of params).
-      nesterov: NAdamW's Nesterov momentum.
-      block_size: values per block (``None``: 256).
-      min_size: smaller state leaves stay float32.
-
-    Returns:
-      The optimizer, a ``GradientTransformationExtraArgs``.
-
-    >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.adamw_8bit(1e-3, min_size=4)
-    >>> opt.init({'w': jnp.ones(300)})[0].nu['w'].absmax.shape
-    (2,)
-    """
-    return _adamw_bits(8, learning_rate, b1, b2, eps, eps_root, weight_decay, mask, nesterov,
-                       block_size, min_size)
-
-
-@hyperparameters(min_size="int")
-def adamw_4bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
-               eps: float = 1e-8, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 1e-4,
-               mask: Optional[MaskOrFn] = None, *, nesterov: bool = False,
-               block_size: Optional[int] = None, min_size: int = 4096
-               ) -> GradientTransformationExtraArgs:
-    """AdamW (Loshchilov & Hutter, 2019) with 4-bit block-wise state (Li et al., 2023).
-
-    ``quantized_state(adamw(...), bits=4)``: blocks of 128, the signed 4-bit dynamic code
-    for the first moment and the linear code without zero for the second, two codes per
-    byte; about 1.06 bytes of state per parameter instead of 8.
+    ``quantized_state(adamw(...), bits={bits!r})``: {layout}
 
     Args:
       learning_rate: a number or a schedule.
@@ -351,51 +311,34 @@ def adamw_4bit(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9
       weight_decay: the decoupled weight decay (a number or a schedule).
       mask: which parameters are decayed (a tree of bools or a function of params).
       nesterov: NAdamW's Nesterov momentum.
-      block_size: values per block (``None``: 128; even).
+      block_size: values per block (``None``: {block}).
       min_size: smaller state leaves stay float32.
 
     Returns:
       The optimizer, a ``GradientTransformationExtraArgs``.
 
     >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.adamw_4bit(1e-3, min_size=4)
-    >>> opt.init({'w': jnp.ones(256)})[0].mu['w'].codes.shape
-    (2, 64)
+{example}
     """
-    return _adamw_bits(4, learning_rate, b1, b2, eps, eps_root, weight_decay, mask, nesterov,
-                       block_size, min_size)
+    return hyperparameters(min_size="int")(preset)
 
 
-@hyperparameters(min_size="int")
-def adamw_fp8(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
-              eps: float = 1e-8, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 1e-4,
-              mask: Optional[MaskOrFn] = None, *, nesterov: bool = False,
-              block_size: Optional[int] = None, min_size: int = 4096
-              ) -> GradientTransformationExtraArgs:
-    """AdamW (Loshchilov & Hutter, 2019) with float8_e4m3fn block-wise state.
-
-    ``quantized_state(adamw(...), bits="fp8")``: each block of 256 stores
-    ``448 x / absmax`` as float8_e4m3fn and one float32 ``absmax``.
-
-    Args:
-      learning_rate: a number or a schedule.
-      b1: the first moment's decay.
-      b2: the second moment's decay.
-      eps: added to the root of the second moment.
-      eps_root: added inside the root.
-      weight_decay: the decoupled weight decay (a number or a schedule).
-      mask: which parameters are decayed (a tree of bools or a function of params).
-      nesterov: NAdamW's Nesterov momentum.
-      block_size: values per block (``None``: 256).
-      min_size: smaller state leaves stay float32.
-
-    Returns:
-      The optimizer, a ``GradientTransformationExtraArgs``.
-
-    >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.adamw_fp8(1e-3, min_size=4)
-    >>> opt.init({'w': jnp.ones(4)})[0].mu['w'].codes.dtype
-    dtype(float8_e4m3fn)
-    """
-    return _adamw_bits("fp8", learning_rate, b1, b2, eps, eps_root, weight_decay, mask,
-                       nesterov, block_size, min_size)
+adamw_8bit = _adamw_preset(
+    8, "adamw_8bit", "8-bit block-wise state (Dettmers et al., 2021)",
+    "the dynamic code, signed for the first\n    moment and unsigned for the second, blocks "
+    "of 256; about 2.03 bytes of state per\n    parameter instead of 8.", "256",
+    "    >>> opt = functrain.adamw_8bit(1e-3, min_size=4)\n"
+    "    >>> opt.init({'w': jnp.ones(300)})[0].nu['w'].absmax.shape\n    (2,)")
+adamw_4bit = _adamw_preset(
+    4, "adamw_4bit", "4-bit block-wise state (Li et al., 2023)",
+    "blocks of 128, the signed 4-bit dynamic code\n    for the first moment and the linear "
+    "code without zero for the second, two codes per\n    byte; about 1.06 bytes of state "
+    "per parameter instead of 8.", "128; even",
+    "    >>> opt = functrain.adamw_4bit(1e-3, min_size=4)\n"
+    "    >>> opt.init({'w': jnp.ones(256)})[0].mu['w'].codes.shape\n    (2, 64)")
+adamw_fp8 = _adamw_preset(
+    "fp8", "adamw_fp8", "float8_e4m3fn block-wise state",
+    "each block of 256 stores\n    ``448 x / absmax`` as float8_e4m3fn and one float32 "
+    "``absmax``.", "256",
+    "    >>> opt = functrain.adamw_fp8(1e-3, min_size=4)\n"
+    "    >>> opt.init({'w': jnp.ones(4)})[0].mu['w'].codes.dtype\n    dtype(float8_e4m3fn)")
