@@ -392,3 +392,16 @@ def run_on_eight_devices(script: Any, timeout: int = 900) -> dict:
         f"{Path(script).name} exited with {proc.returncode}\n"
         f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}")
     return json.loads(lines[-1])
+
+
+def api_pages() -> dict[str, str]:
+    """docs/api/*.rst: file name -> its text, each ``.. declared-modules::`` expanded into the
+    entries it generates (docs/_ext/declared_modules.py), as Sphinx reads it."""
+    import pathlib
+    import sys
+    docs = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    if str(docs / "_ext") not in sys.path:
+        sys.path.insert(0, str(docs / "_ext"))
+    import declared_modules
+    return {page.name: declared_modules.expand(page.read_text())
+            for page in sorted((docs / "api").glob("*.rst"))}

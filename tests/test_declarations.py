@@ -29,9 +29,9 @@ from functrain.declarations import (GROUPS, OPTIMIZERS as DECLARED, STATE_VALUE_
                                     declare_optimizer, declared_state_classes,
                                     state_value_kinds)
 from functrain.quantized_state import field_codes
+from helpers import api_pages
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BACKTICKED = re.compile(r"`(\w+)[`(]")
 
 
 def _public(name: str, contrib: bool) -> object:
@@ -217,11 +217,11 @@ def stale_in_readme(text: str) -> list[str]:
         for line in table.splitlines()[2:]:
             cells = line.split("|")
             if header == "optimizer":        # the beyond-optax table
-                names, must_declare = BACKTICKED.findall(cells[1]), True
+                names, must_declare = generate_tables.NAMED.findall(cells[1]), True
             elif header == "group" and cells[1].strip() == "optimizers":
-                names, must_declare = BACKTICKED.findall(cells[2]), True
+                names, must_declare = generate_tables.NAMED.findall(cells[2]), True
             elif header == "family":         # contrib's families: names of functrain.contrib
-                names, must_declare = BACKTICKED.findall(cells[2]), False
+                names, must_declare = generate_tables.NAMED.findall(cells[2]), False
             else:
                 continue
             checked += len(names)
@@ -268,10 +268,7 @@ def stale_in_api_pages(pages: dict[str, str]) -> list[str]:
 
 def test_api_pages_document_every_declared_optimizer_and_state_class():
     # The pages as Sphinx reads them: each '.. declared-modules::' expanded into its entries.
-    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
-    from declared_modules import expand
-    pages = {p.name: expand(p.read_text()) for p in (ROOT / "docs" / "api").glob("*.rst")}
-    problems = stale_in_api_pages(pages)
+    problems = stale_in_api_pages(api_pages())
     assert not problems, "docs/api/*.rst is stale:\n  " + "\n  ".join(problems)
 
 
@@ -356,9 +353,7 @@ def test_the_checks_name_planted_stale_entries():
     planted = readme.replace("| `sgd`, ", "| `sgd`, `adamz`, ")
     assert any("adamz" in p for p in stale_in_readme(planted))
 
-    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
-    from declared_modules import expand
-    pages = {p.name: expand(p.read_text()) for p in (ROOT / "docs" / "api").glob("*.rst")}
+    pages = api_pages()
     pages["optimizers.rst"] = pages["optimizers.rst"].replace(
         ".. autofunction:: functrain.adam\n", "")
     pages["building_blocks.rst"] = pages["building_blocks.rst"].replace(
@@ -369,7 +364,7 @@ def test_the_checks_name_planted_stale_entries():
     with pytest.MonkeyPatch.context() as patch:  # a generated section: its module's __all__
         patch.setattr(importlib.import_module("functrain.contrib.laprop"), "__all__",
                       ["scale_by_laprop"])
-        pages = {p.name: expand(p.read_text()) for p in (ROOT / "docs" / "api").glob("*.rst")}
+        pages = api_pages()
     problems = stale_in_api_pages(pages)
     assert any(p.startswith("functrain.contrib.laprop:") for p in problems), problems
     assert any("ScaleByLapropState" in p for p in problems), problems

@@ -37,7 +37,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 import api_refs  # noqa: E402
 import declared_modules  # noqa: E402
 import repo_links  # noqa: E402
-from helpers import TYPE_ALIASES  # noqa: E402
+from helpers import TYPE_ALIASES, api_pages  # noqa: E402
 
 # Namespaces users import from, besides the contrib family modules.
 NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
@@ -67,13 +67,6 @@ def public_names() -> dict[str, object]:
             if not isinstance(obj, types.ModuleType):
                 found[f"{module_name}.{name}"] = obj
     return found
-
-
-def api_pages() -> dict[str, str]:
-    """docs/api/*.rst: file name -> its text, each ``.. declared-modules::`` expanded into the
-    entries it generates (docs/_ext/declared_modules.py), as Sphinx reads it."""
-    return {page.name: declared_modules.expand(page.read_text())
-            for page in sorted((DOCS / "api").glob("*.rst"))}
 
 
 def documented(pages: dict[str, str] | None = None) -> dict[str, object]:

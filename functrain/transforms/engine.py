@@ -63,7 +63,7 @@ class Program:
 
     def __call__(self, updates: Updates, state: OptState, params: Optional[Params] = None,
                  **extra_args: Any) -> tuple[Updates, OptState]:
-        run = functools.partial(_run_steps, self.steps, self.io)
+        run = functools.partial(run_plan, self.steps, io=self.io)
         for guard in self.guards:
             run = functools.partial(guard, run)
         return run(updates, state, params, extra_args)
@@ -89,11 +89,6 @@ def with_guard(program: Program, guard: Any) -> Program:
     Array([2.], dtype=float32)
     """
     return Program(program.steps, program.io, program.guards + (guard,))
-
-
-def _run_steps(steps: tuple, io: StateIO, updates: Updates, state: OptState,
-               params: Optional[Params], extra_args: dict) -> tuple[Updates, OptState]:
-    return run_plan(steps, updates, state, params, extra_args, io)
 
 
 class _BlockInputs(NamedTuple):
