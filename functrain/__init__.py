@@ -14,28 +14,28 @@
 # --- the protocol, chaining and applying updates ---
 from functrain.param_updates import (apply_updates, apply_updates_stochastic, incremental_update,
                                     periodic_update)
-from functrain.transforms.base import (EmptyState, GradientTransformation,
+from functrain.engine.protocol import (EmptyState, GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, TransformInitFn,
                                        TransformUpdateExtraArgsFn, TransformUpdateFn, Updates,
                                        safe_increment, with_extra_args_support)
-from functrain.transforms.engine import chain, identity, named_chain, stage_transform
+from functrain.engine.program import chain, identity, named_chain, stage_transform
 
 # --- named optimizers (optax's core; optax.contrib's are in functrain.contrib) ---
-from functrain.optimizers.adam_family import (adabelief, adam, adamax, adamaxw, adamw, adan,
+from functrain.families.adam.optimizers import (adabelief, adam, adamax, adamaxw, adamw, adan,
                                               amsgrad, lamb, nadam, nadamw, radam, yogi)
-from functrain.optimizers.layerwise import fromage, lars, novograd
-from functrain.optimizers.optimistic import (optimistic_adam, optimistic_adam_v2,
+from functrain.families.layerwise.optimizers import fromage, lars, novograd
+from functrain.families.momentum.optimizers import (optimistic_adam, optimistic_adam_v2,
                                              optimistic_gradient_descent)
-from functrain.optimizers.quasi_newton import lbfgs
-from functrain.optimizers.rms_family import adadelta, adafactor, adagrad, rmsprop, sm3
-from functrain.optimizers.sgd import noisy_sgd, polyak_sgd, sgd
-from functrain.optimizers.sign_based import lion, rprop, sign_sgd, signum
+from functrain.families.quasi_newton.optimizers import lbfgs
+from functrain.families.rms.optimizers import adadelta, adafactor, adagrad, rmsprop, sm3
+from functrain.families.momentum.optimizers import noisy_sgd, polyak_sgd, sgd
+from functrain.families.sign.optimizers import lion, rprop, sign_sgd, signum
 # optax.contrib's five most used, also at the top level:
 from functrain.contrib import ademamix, adopt, muon, prodigy, schedule_free_adamw
 
 # --- building blocks: per-array stages ---
-from functrain.transforms.adam import (ScaleByAdamState, ScaleByAdanState, ScaleByAmsgradState,
+from functrain.families.adam.stages import (ScaleByAdamState, ScaleByAdanState, ScaleByAmsgradState,
                                        ScaleByBeliefState, scale_by_adam, scale_by_adamax,
                                        scale_by_adan, scale_by_amsgrad, scale_by_belief,
                                        scale_by_radam, scale_by_yogi)
@@ -47,18 +47,18 @@ from functrain.transforms.clipping import (AdaptiveGradClipState, ClipByGlobalNo
                                            unitwise_norm)
 from functrain.transforms.constraints import (NonNegativeParamsState, ZeroNansState,
                                               keep_params_nonnegative, zero_nans)
-from functrain.transforms.factored import FactoredState, scale_by_factored_rms
-from functrain.transforms.layerwise import (ScaleByDistanceOverGradientsState,
+from functrain.families.rms.factored import FactoredState, scale_by_factored_rms
+from functrain.families.layerwise.stages import (ScaleByDistanceOverGradientsState,
                                             ScaleByNovogradState, ScaleByTrustRatioState,
                                             scale_by_distance_over_gradients, scale_by_novograd,
                                             scale_by_param_block_norm,
                                             scale_by_param_block_rms, scale_by_trust_ratio)
-from functrain.transforms.momentum import (EmaState, ScaleByOptimisticGradientState,
+from functrain.families.momentum.stages import (EmaState, ScaleByOptimisticGradientState,
                                            TraceState, ema, scale_by_optimistic_gradient,
                                            trace)
 from functrain.transforms.normalization import (centralize, normalize_by_update_norm,
                                                 scale_gradient)
-from functrain.transforms.rms import (ScaleByAdaDeltaState, ScaleByRmsState,
+from functrain.families.rms.stages import (ScaleByAdaDeltaState, ScaleByRmsState,
                                       ScaleByRmsWithCountState, ScaleByRssState,
                                       ScaleByRStdDevState, ScaleByRStdDevWithCountState,
                                       ScaleBySM3State, scale_by_adadelta, scale_by_rms,
@@ -67,17 +67,17 @@ from functrain.transforms.scaling import (AddDecayedWeightsState, ScaleBySchedul
                                           ScaleState, SetToZeroState, add_decayed_weights,
                                           scale, scale_by_learning_rate, scale_by_polyak,
                                           scale_by_schedule, set_to_zero)
-from functrain.transforms.sign import (ScaleByLionState, ScaleByRpropState, scale_by_lion,
+from functrain.families.sign.stages import (ScaleByLionState, ScaleByRpropState, scale_by_lion,
                                        scale_by_rprop, scale_by_sign)
 
 # --- whole-tree transforms: noise, quasi-Newton, line searches ---
-from functrain.whole_tree.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
-from functrain.whole_tree.linesearch import (ScaleByBacktrackingLinesearchState,
+from functrain.families.quasi_newton.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
+from functrain.families.quasi_newton.linesearch import (ScaleByBacktrackingLinesearchState,
                                              ScaleByZoomLinesearchState, ZoomLinesearchInfo,
                                              scale_by_backtracking_linesearch,
                                              scale_by_zoom_linesearch,
                                              value_and_grad_from_state)
-from functrain.whole_tree.noise import AddNoiseState, add_noise
+from functrain.transforms.noise import AddNoiseState, add_noise
 
 # --- wrappers: masking, accumulation, skipping, hyperparameters, control, monitoring ---
 from functrain.wrappers.accumulation import MultiSteps, MultiStepsState
@@ -121,7 +121,7 @@ from functrain.tree import (MaskedNode, bias_correction, update_infinity_moment,
 # --- Ivy's gradient functions and one-shot updates (the seed documents) ---
 # `functrain.grad` is the function, imported over the submodule's name.
 from functrain.grad import execute_with_gradients, grad, jac, stop_gradient, value_and_grad
-from functrain.ivy_updates import (adam_step, adam_update, gradient_descent_update,
+from functrain.compat import (adam_step, adam_update, gradient_descent_update,
                                     lamb_update, lars_update, optimizer_update)
 
 __version__ = "0.2.0"  # the one copy: pyproject.toml reads it; CHANGELOG.md

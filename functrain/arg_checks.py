@@ -6,7 +6,7 @@ math, so a bad argument gets one clear message naming the function and the argum
 everywhere. Builders declare their numeric arguments with :func:`hyperparameters` (a table
 of argument -> kind); ranges are checked by explicit calls (:func:`check_range`,
 :func:`check_betas`, :func:`check_nonnegative`, :func:`check_momentum`). Key-path checks of
-trees (structures, shapes, dtypes, masks) are in :mod:`functrain.tree_checks`.
+trees (structures, shapes, dtypes, masks) are in :mod:`functrain.tree.checks`.
 """
 
 from __future__ import annotations

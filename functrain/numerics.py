@@ -3,13 +3,13 @@
 One copy of each piece of optimizer math that more than one place needs: the
 moving average of a moment, the bias-correction factor, Adam's direction and
 the trust ratio of LARS/LAMB. The stages in :mod:`functrain.transforms` and
-the Ivy-style functions in :mod:`functrain.ivy_updates` both call these;
+the Ivy-style functions in :mod:`functrain.compat` both call these;
 where Ivy's documented numbers need another form (its epsilon placement, its
 trust ratio without the zero test), that form is a parameter here, not a
 second copy.
 
 Everything here works on one array (or a scalar) and knows nothing of
-pytrees, states or masks: the engine in :mod:`functrain.transforms.engine`
+pytrees, states or masks: the engine in :mod:`functrain.engine.program`
 does that.
 """
 
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from functrain.tree import leaf_norm, sum_of_squares
 # Written beside optax.tree's moment functions, which use them; part of this module's API.
-from functrain.tree_ops import abs_sq, bias_correction_factor, ema_update
+from functrain.tree.ops import abs_sq, bias_correction_factor, ema_update
 
 Array = jax.Array
 

@@ -13,8 +13,8 @@ keeps only as deprecated (``tree_scalar_mul``, ``tree_add_scalar_mul``,
 ``tree_l1_norm``, ``tree_l2_norm``, ``tree_linf_norm``) work too, with optax's
 ``DeprecationWarning``. Nothing here computes anything of its own; new code
 should use :mod:`functrain.tree` (whose functions are defined in it and in
-:mod:`functrain.tree_ops`, :mod:`functrain.tree_state` and
-:mod:`functrain.tree_checks`).
+:mod:`functrain.tree.ops`, :mod:`functrain.tree.state` and
+:mod:`functrain.tree.checks`).
 
 >>> import jax.numpy as jnp, functrain
 >>> import functrain.tree_utils as otu

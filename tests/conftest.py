@@ -1,7 +1,7 @@
 """Shared fixtures; shared helpers are in ``tests/helpers.py`` (``from helpers import ...``).
 
 Test files live in sub-folders that mirror ``functrain/`` (``tests/transforms/``,
-``tests/wrappers/``, ``tests/optimizers/``, ``tests/parity/``); their basenames
+``tests/wrappers/``, ``tests/families/``, ``tests/parity/``); their basenames
 are unique, so pytest's default import mode needs no ``__init__.py``. This file
 puts ``tests/`` on ``sys.path`` so that every one of them can import ``helpers``.
 """

@@ -12,7 +12,7 @@ Test files anywhere under ``tests/`` import them as ``from helpers import ...``
   with 8 simulated CPU devices.
 
 Elsewhere: every optimizer is declared once in ``tests/registry.py``; the checks each
-``tests/optimizers/`` family file runs on its optimizers are in ``tests/optimizer_checks.py``.
+``tests/families/`` family file runs on its optimizers are in ``tests/optimizer_checks.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The checks each ``tests/optimizers/`` family file runs on every optimizer it defines,
+"""The checks each ``tests/families/`` family file runs on every optimizer it defines,
 built with the arguments of its record in ``tests/registry.py``: unknown ``update``
 keywords ignored and ``inject_hyperparams`` (:func:`check_extra_args_ignored_and_inject_hyperparams`),
 float64 kept with optax's float64 numbers (:func:`check_float64_params_stay_float64`), and

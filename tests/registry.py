@@ -1,7 +1,7 @@
 """Every optimizer the tests know, declared once: ``REGISTRY`` (name -> :class:`Optimizer`).
 
 One record per public optimizer of ``functrain`` (the functions of
-``functrain/optimizers/*.py``) and of ``functrain.contrib`` (its public functions
+``functrain/families/*/optimizers.py``) and of ``functrain.contrib`` (its public functions
 that return a transformation, less the building blocks in ``NOT_OPTIMIZERS``);
 ``tests/test_registry.py`` fails, naming it, when one has no record. Each record
 says how to build the optimizer from a module ``m`` (``functrain``, or ``optax``
@@ -12,7 +12,7 @@ do not apply to it, each with the reason.
 
 Read by: tests/parity/test_optax_parity.py (core parity), tests/contrib/test_common.py
 (contrib parity and conformance), tests/test_properties.py (hypothesis properties:
-every record), tests/test_stress_list.py, tests/sharding_checks.py, tests/optimizers/*
+every record), tests/test_stress_list.py, tests/sharding_checks.py, tests/families/*
 (the per-family checks, through helpers), tests/test_public_api.py (docs coverage).
 
 What the package declares itself (``@declare_optimizer`` where each optimizer is defined:
@@ -181,7 +181,7 @@ def warmup(start: float, end: float, steps: int = 100) -> Callable:
 
 
 # --------------------------------------------------------------------------
-# functrain/optimizers/*.py: optax's core optimizers (parity: tests/parity/)
+# functrain/families/*/optimizers.py: optax's core optimizers (parity: tests/parity/)
 # --------------------------------------------------------------------------
 
 M = matrices_only
@@ -256,7 +256,7 @@ _add("polyak_sgd", dict(max_learning_rate=1.0), extra=value_of, settings={
     "polyak_sgd_plus": dict(max_learning_rate=0.1, scaling=0.5, f_min=-1.0, eps=1e-3,
                             variant="sps+")})
 _add("optimistic_gradient_descent", dict(learning_rate=1e-2, alpha=0.5, beta=2.0))
-# A fixed step: a line search needs value_fn (tests/optimizers/test_quasi_newton.py).
+# A fixed step: a line search needs value_fn (tests/families/test_quasi_newton_optimizers.py).
 _add("lbfgs", dict(learning_rate=1e-3, memory_size=4, linesearch=None))
 del M
 
@@ -537,14 +537,15 @@ NOT_OPTIMIZERS = {
 
 
 def optimizer_modules() -> list:
-    """The modules ``functrain/optimizers/*.py`` (found on disk, so a new file is included)."""
-    return [importlib.import_module(f"functrain.optimizers.{p.stem}")
-            for p in sorted((PACKAGE / "optimizers").glob("*.py")) if p.stem != "__init__"]
+    """The modules ``functrain/families/*/optimizers.py`` (found on disk, so a new family is
+    included)."""
+    return [importlib.import_module(f"functrain.families.{p.parent.name}.optimizers")
+            for p in sorted((PACKAGE / "families").glob("*/optimizers.py"))]
 
 
 def optimizer_functions(module: Any = None) -> dict:
     """name -> function for the public functions defined in ``module`` (default: every
-    file of ``functrain/optimizers/``): every named optimizer of optax's core."""
+    file ``functrain/families/*/optimizers.py``): every named optimizer of optax's core."""
     found = {}
     for mod in optimizer_modules() if module is None else [module]:
         for name, obj in vars(mod).items():

@@ -424,7 +424,7 @@ def check_trust_ratio_uses_whole_leaf() -> None:
     Run twice: as the engine runs small trees (the direction stored), and with
     its trust-ratio recompute forced on (the norm from a recomputed direction).
     """
-    from functrain.transforms import engine, recompute
+    from functrain.engine import program as engine, recompute
     default = recompute.MIN_BYTES
     try:
         for threshold in (default, 0):

@@ -11,31 +11,33 @@
   ==================  ==========================================  ============================
   layer               modules                                     may import from functrain
   ==================  ==========================================  ============================
-  L0_checks           tree_checks, arg_checks, jax_compat,        nothing
+  L0_checks           tree/checks, arg_checks, jax_compat,        nothing
                       declarations
-  L0_tree_parts       tree_ops, tree_state (optax.tree's          L0_checks
+  L0_tree_parts       tree/ops, tree/state (optax.tree's          L0_checks
                       arithmetic, its state helpers)
-  L0_tree             tree                                        L0_checks, L0_tree_parts
+  L0_tree_basics      tree/basics                                 L0_checks, L0_tree_parts
+  L0_tree             tree (the package: re-exports)              the L0 layers above
   L0_numerics         numerics                                    the L0 layers above
-  L0_beside           grad, ivy_updates, sharding, schedules,     L0_checks .. L0_numerics
+  L0_beside           grad, compat, sharding, schedules,          L0_checks .. L0_numerics
                       projections, microbatching, linalg,         (the "L0 core"; not each
                       param_updates, tree_utils, quantization     other)
   L0_matrix           matrix/*.py (blocks, kron_factors)          L0 core, L0_beside
-  L1_protocol         transforms/base.py,                         L0 core
-                      transforms/recompute.py
-  L1_engine           transforms/engine.py                        L0 core, L1_protocol
-  L2_stages           transforms/<family>.py (any other file of   L0 core, L1
-                      transforms/), whole_tree/*.py
+  L1_protocol         engine/protocol.py, engine/recompute.py     L0 core
+  L1_engine           engine/program.py                           L0 core, L1_protocol
+  L2_stages           transforms/*.py, and every module of        L0 core, L1
+                      families/<family>/ but its optimizers.py
   L3_wrappers         wrappers/*.py                               L0 core, L1
-  L4_optimizers       optimizers/*.py                             L0 (all of it), L1, L2
+  L4_optimizers       families/<family>/optimizers.py             L0 (all of it), L1, L2
   L4_contrib          contrib/*.py                                L0 - L4_optimizers
   L4_quantized_state  quantized_state.py (a wrapper whose         L0 - L4_contrib
                       presets name optimizers)
-  L5_packages         every __init__.py                           its own package's modules
+  L5_namespace        transforms (the package: optax.transforms'  L0 - L3
+                      names, re-exported)
+  L5_packages         every other __init__.py                     its own package's modules
                                                                   (functrain/ itself: any)
   ==================  ==========================================  ============================
 
-  The modules "beside the stack" (L0_beside) use only the L0 core, the matrix helpers
+The modules "beside the stack" (L0_beside) use only the L0 core, the matrix helpers
   (L0_matrix) that and ``linalg``; the engine stack (L1 - L3) uses neither, the optimizers
   and contrib above it may (contrib's ``sam`` takes its ascent step with
   ``param_updates.apply_updates``, Shampoo calls ``linalg``, ``schedule_free``
@@ -60,14 +62,20 @@ MAX_LINES = 650
 # path relative to functrain/ -> why it may be longer than MAX_LINES.
 LONG_FILES: dict[str, str] = {}
 
-BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
-RECOMPUTE = "functrain.transforms.recompute"
-# Every other module of transforms/ is a stage family (found on disk, so a new family
-# needs no entry here).
-FAMILIES = {f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").glob("*.py")
-            if p.stem not in ("__init__", "base", "engine", "recompute")}
+BASE, ENGINE = "functrain.engine.protocol", "functrain.engine.program"
+RECOMPUTE = "functrain.engine.recompute"
+# The stage modules: transforms/*.py and every module of a family's folder but its
+# optimizers.py (found on disk, so a new family or module needs no entry here).
+STAGES = ({f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").glob("*.py")}
+          | {f"functrain.families.{p.parent.name}.{p.stem}"
+             for p in (PACKAGE / "families").glob("*/*.py")}) - {"functrain.transforms.__init__"}
+NAMED = {m for m in STAGES if m.endswith(".optimizers")}
+STAGES = {m for m in STAGES if not m.endswith((".optimizers", ".__init__"))}
+# Packages whose __init__ is a layer of its own (a public face over modules of lower
+# layers), not a re-export of its own modules only.
+FACES = {"functrain.tree", "functrain.transforms"}
 BESIDE = {f"functrain.{name}" for name in (
-    "grad", "ivy_updates", "sharding", "schedules", "projections", "microbatching", "linalg",
+    "grad", "compat", "sharding", "schedules", "projections", "microbatching", "linalg",
     "param_updates", "tree_utils", "quantization")}
 
 
@@ -86,6 +94,10 @@ def is_package(module: str) -> bool:
     return MODULES[module].name == "__init__.py"
 
 
+def is_plain_package(module: str) -> bool:
+    return is_package(module) and module not in FACES
+
+
 def in_package(package: str) -> Callable[[str], bool]:
     """The modules (not the ``__init__``) of the sub-package ``functrain.<package>``."""
     return lambda m: m.startswith(f"functrain.{package}.") and not is_package(m)
@@ -100,31 +112,35 @@ class Layer:
     imports: tuple[str, ...]
 
 
-L0_CORE = ("L0_checks", "L0_tree_parts", "L0_tree", "L0_numerics")
+L0_CORE = ("L0_checks", "L0_tree_parts", "L0_tree_basics", "L0_tree", "L0_numerics")
 L0 = L0_CORE + ("L0_beside", "L0_matrix")
 L1 = ("L1_protocol", "L1_engine")
 
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
-    Layer("L0_checks", lambda m: m in {"functrain.tree_checks", "functrain.arg_checks",
+    Layer("L0_checks", lambda m: m in {"functrain.tree.checks", "functrain.arg_checks",
                                        "functrain.jax_compat", "functrain.declarations"}, ()),
-    Layer("L0_tree_parts", lambda m: m in {"functrain.tree_ops", "functrain.tree_state"},
+    Layer("L0_tree_parts", lambda m: m in {"functrain.tree.ops", "functrain.tree.state"},
           ("L0_checks",)),
-    Layer("L0_tree", lambda m: m == "functrain.tree", ("L0_checks", "L0_tree_parts")),
-    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:3]),
+    Layer("L0_tree_basics", lambda m: m == "functrain.tree.basics",
+          ("L0_checks", "L0_tree_parts")),
+    Layer("L0_tree", lambda m: m == "functrain.tree", L0_CORE[:3]),
+    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:4]),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE),
     Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
     Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE),
     Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_protocol",)),
-    Layer("L2_stages", lambda m: m in FAMILIES or in_package("whole_tree")(m), L0_CORE + L1),
+    Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
-    Layer("L4_optimizers", in_package("optimizers"), L0 + L1 + ("L2_stages",)),
+    Layer("L4_optimizers", lambda m: m in NAMED, L0 + L1 + ("L2_stages",)),
     Layer("L4_contrib", in_package("contrib"),
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),
     Layer("L4_quantized_state", lambda m: m == "functrain.quantized_state",
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib")),
+    Layer("L5_namespace", lambda m: m == "functrain.transforms",
+          L0 + L1 + ("L2_stages", "L3_wrappers")),
     # Re-exports only: a sub-package's own modules; functrain/ itself anything.
-    Layer("L5_packages", is_package, ()),
+    Layer("L5_packages", is_plain_package, ()),
 ]
 LAYER = {layer.name: layer for layer in LAYERS}
 
@@ -248,19 +264,19 @@ def where(module: str, line: int) -> str:
 
 def test_the_analysis_sees_imports_and_private_uses():
     source = ("from functrain import tree as ft\n"
-              "from functrain.transforms.base import _concrete, check_range\n"
-              "from . import engine\n"
+              "from functrain.engine.protocol import _concrete, check_range\n"
+              "from . import program as engine\n"
               "import functrain.numerics\n"
               "def f():\n"
-              "    from functrain.transforms import recompute\n"
+              "    from functrain.engine import recompute\n"
               "    return (ft._fmt_paths, ft.norm, engine._x, recompute.applies,\n"
               "            functrain.numerics._y, ft.MaskedNode.__name__)\n")
-    found = Imports("functrain.transforms.adam", source)
+    found = Imports("functrain.engine.recompute", source)
     assert {e[0] for e in found.edges} == {"functrain.tree", BASE, ENGINE, RECOMPUTE,
                                           "functrain.numerics"}
     private = sorted(text for _, text in found.private)
-    assert private == ["engine._x (private name of functrain.transforms.engine)",
-                       "from functrain.transforms.base import _concrete",
+    assert private == ["engine._x (private name of functrain.engine.program)",
+                       "from functrain.engine.protocol import _concrete",
                        "ft._fmt_paths (private name of functrain.tree)",
                        "functrain.numerics._y (private name of functrain.numerics)"], private
 
@@ -268,7 +284,7 @@ def test_the_analysis_sees_imports_and_private_uses():
 def test_the_real_import_graph_is_read():
     edges = {(m, e[0]) for m, a in ANALYSED.items() for e in a.edges}
     for edge in [(ENGINE, RECOMPUTE), (ENGINE, BASE), ("functrain.numerics", "functrain.tree"),
-                 ("functrain.optimizers.adam_family", "functrain.transforms.adam"),
+                 ("functrain.families.adam.optimizers", "functrain.families.adam.stages"),
                  ("functrain.wrappers.masking", ENGINE), ("functrain", "functrain.grad")]:
         assert edge in edges, edge
     assert len(FILES) >= 30
@@ -280,18 +296,19 @@ def allows(module: str, target: str) -> bool:
 
 def test_the_rules_reject_upward_and_sideways_imports():
     assert not allows("functrain.tree", "functrain.numerics")
-    assert not allows("functrain.tree_ops", "functrain.tree")
+    assert not allows("functrain.tree.ops", "functrain.tree")
     assert not allows("functrain.numerics", BASE)
     assert not allows(BASE, ENGINE)
     assert not allows(BASE, "functrain.linalg")
-    assert not allows("functrain.transforms.adam", "functrain.transforms.rms")
-    assert not allows("functrain.transforms.adam", "functrain.wrappers.masking")
-    assert not allows("functrain.transforms.adam", "functrain")
-    assert not allows("functrain.whole_tree.lbfgs", "functrain.transforms.adam")
+    assert not allows("functrain.families.adam.stages", "functrain.families.rms.stages")
+    assert not allows("functrain.families.adam.stages", "functrain.wrappers.masking")
+    assert not allows("functrain.families.adam.stages", "functrain")
+    assert not allows("functrain.families.quasi_newton.lbfgs", "functrain.families.adam.stages")
     assert not allows("functrain.wrappers.masking", "functrain.wrappers.accumulation")
-    assert not allows("functrain.wrappers.masking", "functrain.transforms.adam")
-    assert not allows("functrain.optimizers.adam_family", "functrain.wrappers.masking")
-    assert not allows("functrain.optimizers.adam_family", "functrain.optimizers.sgd")
+    assert not allows("functrain.wrappers.masking", "functrain.families.adam.stages")
+    assert not allows("functrain.families.adam.optimizers", "functrain.wrappers.masking")
+    assert not allows("functrain.families.adam.optimizers",
+                      "functrain.families.momentum.optimizers")
     assert not allows("functrain.linalg", "functrain.schedules")
     assert not allows("functrain.param_updates", BASE)
     assert not allows("functrain.matrix.blocks", "functrain.contrib.kron")
@@ -305,8 +322,8 @@ def test_the_rules_reject_upward_and_sideways_imports():
     assert allows("functrain.contrib.kron", "functrain.matrix.blocks")
     assert allows("functrain.contrib.sam", "functrain.param_updates")
     assert allows("functrain.matrix.blocks", "functrain.linalg")
-    assert allows("functrain.optimizers.adam_family", "functrain.transforms.adam")
-    assert allows("functrain.transforms.adam", ENGINE)
+    assert allows("functrain.families.adam.optimizers", "functrain.families.adam.stages")
+    assert allows("functrain.families.adam.stages", ENGINE)
     assert allows("functrain.contrib", "functrain.contrib.kron")
     assert allows("functrain", "functrain.contrib.kron")
 
@@ -360,10 +377,10 @@ def test_imports_point_only_down(layer):
 
 
 def test_no_family_imports_another_family():
-    offences = [f"{where(m, line)}: {text}" for m in sorted(FAMILIES) if m in ANALYSED
-                for target, line, text in ANALYSED[m].edges if target in FAMILIES - {m}]
+    offences = [f"{where(m, line)}: {text}" for m in sorted(STAGES) if m in ANALYSED
+                for target, line, text in ANALYSED[m].edges if target in STAGES - {m}]
     assert not offences, "stage families import each other:\n  " + "\n  ".join(offences)
-    assert FAMILIES <= set(ANALYSED), sorted(FAMILIES - set(ANALYSED))
+    assert STAGES <= set(ANALYSED), sorted(STAGES - set(ANALYSED))
 
 
 # --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 import functrain as ft
 from functrain import arg_checks
 from functrain.arg_checks import check_state_type, hyperparameters
-from functrain.transforms.base import EmptyState
+from functrain.engine.protocol import EmptyState
 
 
 def test_check_range_and_friends_name_the_argument():

@@ -43,7 +43,7 @@ from helpers import TYPE_ALIASES, api_pages  # noqa: E402
 NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
               "functrain.numerics", "functrain.linalg", "functrain.projections",
               "functrain.microbatching", "functrain.sharding", "functrain.grad",
-              "functrain.ivy_updates", "functrain.matrix.blocks",
+              "functrain.compat", "functrain.matrix.blocks",
               "functrain.matrix.kron_factors"]
 DIRECTIVE = re.compile(r"^\s*\.\. (?:auto(?:function|class|data)|py:(?:function|class|data))"
                        r"::\s+([\w.]+)", re.MULTILINE)
@@ -214,14 +214,14 @@ def test_design_guide_code_is_the_packages_and_runs():
 def test_repo_links_rewrite_links_that_leave_docs():
     page = DOCS / "design.md"
     text = ("[Home](../README.md) [nb](../colabs/01_quickstart.ipynb) "
-            "[`base.py`](../functrain/transforms/base.py) [dir](../functrain/optimizers/) "
+            "[`base.py`](../functrain/engine/protocol.py) [dir](../functrain/families/) "
             "[p](performance.md#tips) [web](https://example.org/x.md) [gone](../nothing.py) "
             "![plot](../benchmarks/results/latest.png)")
     out = repo_links.rewrite(text, page, DOCS)
     assert "[Home](index.md)" in out
     assert "[nb](notebooks/01_quickstart.ipynb)" in out
-    assert "{download}`base.py <../functrain/transforms/base.py>`" in out
-    assert " dir " in out and "(../functrain/optimizers/)" not in out
+    assert "{download}`base.py <../functrain/engine/protocol.py>`" in out
+    assert " dir " in out and "(../functrain/families/)" not in out
     for unchanged in ["[p](performance.md#tips)", "[web](https://example.org/x.md)",
                       "[gone](../nothing.py)", "![plot](../benchmarks/results/latest.png)"]:
         assert unchanged in out
@@ -234,7 +234,7 @@ def test_api_refs_find_prefers_the_public_names():
                "functrain.contrib.parameter_free.scale_by_dog": 4, "functrain.scale": 5,
                "functrain.tree.scale": 6}
     assert api_refs.find(objects, "adam") == "functrain.adam"
-    assert api_refs.find(objects, "functrain.optimizers.adam_family.adam") == "functrain.adam"
+    assert api_refs.find(objects, "functrain.families.adam.optimizers.adam") == "functrain.adam"
     assert api_refs.find(objects, "'functrain.contrib.muon'") == "functrain.contrib.muon"
     assert api_refs.find(objects, "add") == "functrain.tree.add"
     assert api_refs.find(objects, "scale_by_dog") == "functrain.contrib.parameter_free.scale_by_dog"

@@ -72,10 +72,10 @@ def test_grad_composes_with_jit_and_itself():
 def test_top_level_exports():
     for name in ("value_and_grad", "jac", "execute_with_gradients", "stop_gradient"):
         assert getattr(functrain, name) is getattr(sys.modules["functrain.grad"], name)
-    from functrain import ivy_updates
+    from functrain import compat
 
-    for name in ivy_updates.__all__:
-        assert getattr(functrain, name) is getattr(ivy_updates, name)
+    for name in compat.__all__:
+        assert getattr(functrain, name) is getattr(compat, name)
 
 
 # --------------------------------------------------------------------------

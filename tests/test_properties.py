@@ -4,7 +4,7 @@ The subjects: every optimizer declared in ``tests/registry.py`` (core, contrib
 and beyond optax: ``tests/test_registry.py`` checks that none of the package's is
 missing), built with its record's arguments, and every wrapper found by
 introspection (:func:`wrapper_names`: the public transformations of
-``functrain/wrappers/*.py``, and those of ``functrain/transforms/engine.py``
+``functrain/wrappers/*.py``, and those of ``functrain/engine/program.py``
 that take a transformation), built by ``WRAPPER_RECIPES``;
 :func:`test_recipes_cover_every_optimizer_and_wrapper` fails, naming it, when
 one has no recipe. A record's ``skip`` (each with its reason) narrows the trees
@@ -140,7 +140,7 @@ def wrapper_functions() -> dict:
 
     All public functions and classes defined in ``functrain/wrappers/*.py``
     (found on disk, so a new file counts), except the state types (tuples and
-    dicts); and the functions of ``functrain/transforms/engine.py``
+    dicts); and the functions of ``functrain/engine/program.py``
     that functrain exports and that take a transformation (``chain``, ``named_chain``). An alias (``partition`` is
     ``multi_transform``) appears under each of its names.
     """
@@ -158,7 +158,7 @@ def wrapper_functions() -> dict:
                 continue
             if inspect.isfunction(obj) or inspect.isclass(obj):
                 found[name] = obj
-    for modname in ("functrain.transforms.engine",):
+    for modname in ("functrain.engine.program",):
         mod = importlib.import_module(modname)
         for name, obj in vars(mod).items():
             if (inspect.isfunction(obj) and obj.__module__ == modname

@@ -1,4 +1,4 @@
-"""functrain.tree_checks: key paths, structure and shape checks, masks, MaskedNode.
+"""functrain.tree.checks: key paths, structure and shape checks, masks, MaskedNode.
 
 functrain.tree re-exports these; the tests call them where they are defined.
 """
@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from functrain import tree, tree_checks as ft
+from functrain import tree
+from functrain.tree import checks as ft
 
 
 def test_tree_re_exports_the_checks():

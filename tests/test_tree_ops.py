@@ -1,4 +1,4 @@
-"""functrain.tree's optax.tree functions (functrain/tree_ops.py) against optax.tree on the same inputs.
+"""functrain.tree's optax.tree functions (functrain/tree/ops.py) against optax.tree on the same inputs.
 
 Each function runs on the same trees in both libraries; results, dtypes and
 (for the state helpers) the paths found must agree, and the same bad inputs

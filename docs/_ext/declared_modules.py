@@ -8,7 +8,7 @@ Each optimizer declares its docs group where it is defined (``@declare_optimizer
    .. declared-modules:: beyond optax
 
 stands for one section per module that defines an optimizer declared in that group (every
-module of ``functrain.optimizers`` and ``functrain.contrib`` is imported first, so the
+module of ``functrain.families`` and ``functrain.contrib`` is imported first, so the
 Sphinx build and the tests find the same modules, exported or not): a title,
 an ``autosummary`` of the module's public names (its ``__all__``, in the order the module
 defines them) and an
@@ -78,12 +78,12 @@ DIRECTIVE = re.compile(r"^\.\. declared-modules::[ \t]+(.+?)[ \t]*$", re.MULTILI
 def modules(group: str) -> list[str]:
     """The modules defining an optimizer declared in ``group``, in the page's order."""
     import functrain.contrib
-    import functrain.optimizers
+    import functrain.families
     from functrain.declarations import GROUPS, OPTIMIZERS
 
-    for package in (functrain.optimizers, functrain.contrib):  # the declarations are recorded
-        for found in pkgutil.iter_modules(package.__path__, package.__name__ + "."):  # on import
-            importlib.import_module(found.name)
+    for package in (functrain.families, functrain.contrib):  # the declarations are recorded
+        for found in pkgutil.walk_packages(package.__path__, package.__name__ + "."):  # on
+            importlib.import_module(found.name)  # import
     if group not in GROUPS:
         raise ValueError(f"declared-modules: group {group!r} is none of {sorted(GROUPS)}")
     found = {d.module for d in OPTIMIZERS.values() if d.group == group}

@@ -1,7 +1,7 @@
 """Links from the Markdown pages to files of the repository, made to work on the site.
 
 The pages under ``docs/`` are read in two places: on the repository's web view, where
-``[base.py](../functrain/transforms/base.py)`` opens the file, and on this site, whose
+``[base.py](../functrain/engine/protocol.py)`` opens the file, and on this site, whose
 source directory is ``docs/`` alone. Before MyST parses a page (``source-read``), each
 Markdown link that leaves ``docs/`` is rewritten for the site:
 

@@ -1,6 +1,6 @@
 """ACProp (Zhuang et al., 2021): AdaBelief's belief moment, applied asynchronously.
 
-``scale_by_acprop`` is one :class:`~functrain.transforms.base.LeafStage` whose state is
+``scale_by_acprop`` is one :class:`~functrain.engine.protocol.LeafStage` whose state is
 optax's ``ScaleByBeliefState``; ``acprop`` chains it with functrain's weight-decay and
 learning-rate stages. Its squares are squared moduli (``numerics.abs_sq``), so complex
 leaves give optax's numbers.
@@ -22,10 +22,10 @@ from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.declarations import declare_optimizer
-from functrain.transforms.adam import ScaleByBeliefState
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.families.adam.stages import ScaleByBeliefState
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, safe_increment, zero_count)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
@@ -54,7 +54,7 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
 
     Returns:
       A ``GradientTransformation`` whose state is
-      :class:`~functrain.transforms.adam.ScaleByBeliefState` (as optax's).
+      :class:`~functrain.families.adam.stages.ScaleByBeliefState` (as optax's).
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.contrib.scale_by_acprop()

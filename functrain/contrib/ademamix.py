@@ -1,6 +1,6 @@
 """AdEMAMix and Simplified AdEMAMix (optax.contrib): Adam with a slow momentum mixed in.
 
-Each ``scale_by_*`` is one :class:`~functrain.transforms.base.LeafStage` (per-array
+Each ``scale_by_*`` is one :class:`~functrain.engine.protocol.LeafStage` (per-array
 math plus a ``prepare`` that advances the counts, evaluates the ``b3``/``alpha``
 schedules and computes the bias corrections once per step); the named optimizers
 chain it with functrain's weight decay and learning-rate stages (one fused pass).
@@ -23,9 +23,9 @@ from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, bias_correction_factor, ema_update
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, safe_increment, value_at)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

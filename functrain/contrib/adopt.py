@@ -1,6 +1,6 @@
 """ADOPT (Taniguchi et al., 2024): Adam that normalises by the previous second moment.
 
-``scale_by_adopt`` is one :class:`~functrain.transforms.base.LeafStage`; ``adopt`` chains it
+``scale_by_adopt`` is one :class:`~functrain.engine.protocol.LeafStage`; ``adopt`` chains it
 with functrain's weight-decay and learning-rate stages (one fused pass). The second moment
 takes ``|g|**2`` (``numerics.abs_sq``), so ADOPT without clipping gives optax's numbers on
 complex leaves; its clipping has no complex version (a complex leaf raises a ``TypeError``
@@ -23,10 +23,10 @@ from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
 from functrain.declarations import declare_optimizer
-from functrain.transforms.adam import ScaleByAdamState
-from functrain.transforms.base import (GradientTransformation, LeafStage, ScalarOrSchedule,
+from functrain.families.adam.stages import ScaleByAdamState
+from functrain.engine.protocol import (GradientTransformation, LeafStage, ScalarOrSchedule,
                                        safe_increment, zero_count)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import scale_by_learning_rate
 
 Array = jax.Array
@@ -71,7 +71,7 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
 
     Returns:
       A ``GradientTransformation`` whose state is
-      :class:`~functrain.transforms.adam.ScaleByAdamState` (as optax's).
+      :class:`~functrain.families.adam.stages.ScaleByAdamState` (as optax's).
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.contrib.scale_by_adopt()

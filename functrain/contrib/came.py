@@ -5,7 +5,7 @@ factored moving average of the squared deviation of each normalised update
 from the momentum. Both second-moment statistics are factored (a row and a
 column average per matrix), so beyond the momentum a ``(m, n)`` weight costs
 ``2 (m + n)`` numbers, not ``m n``. All of it is one array's math, so
-``scale_by_came`` is one :class:`~functrain.transforms.base.LeafStage` on
+``scale_by_came`` is one :class:`~functrain.engine.protocol.LeafStage` on
 functrain's engine; its row and column statistics are not params-shaped, so the
 stage lists only ``mu`` in ``shaped_fields`` (as Adafactor does).
 
@@ -35,9 +35,9 @@ from functrain.arg_checks import check_betas, check_nonnegative, check_range, hy
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, count_only, zero_count)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_nonnegative, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

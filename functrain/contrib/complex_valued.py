@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_state_type, check_transformation
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import GradientTransformation, Params, Updates, call_update
+from functrain.engine.protocol import GradientTransformation, Params, Updates, call_update
 
 Array = jax.Array
 

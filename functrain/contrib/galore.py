@@ -30,10 +30,10 @@ from functrain.arg_checks import (check_range, check_state_type, check_transform
                                   hyperparameters, state_mismatch_error)
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
-from functrain.transforms.adam import scale_by_adam
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, OptState, Params,
+from functrain.families.adam.stages import scale_by_adam
+from functrain.engine.protocol import (GradientTransformation, MaskOrFn, OptState, Params,
                                        ScalarOrSchedule, Updates, call_update, safe_increment)
-from functrain.transforms.engine import chain
+from functrain.engine.program import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

@@ -4,7 +4,7 @@ Adam divides its momentum by the root of the second moment; LaProp divides each
 gradient first and takes the momentum of the quotients, so the momentum and the
 adaptivity are separate: ``b1`` and ``b2`` can be set independently (the paper shows
 stable training for ``b1 > b2``, where Adam diverges). optax does not have it; it is
-one :class:`~functrain.transforms.base.LeafStage` on functrain's engine, the worked
+one :class:`~functrain.engine.protocol.LeafStage` on functrain's engine, the worked
 example of ``docs/design.md``.
 """
 
@@ -18,10 +18,10 @@ from functrain import tree as ft
 from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
 from functrain.numerics import abs_sq, adam_direction, ema_update
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.transforms.adam import BiasCorrections, corrections
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.families.adam.stages import BiasCorrections, corrections
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, zero_count)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

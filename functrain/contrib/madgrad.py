@@ -1,6 +1,6 @@
 """MADGRAD (Defazio & Jelassi, 2021): momentumized, adaptive, dual-averaged gradients.
 
-``scale_by_madgrad`` is one :class:`~functrain.transforms.base.LeafStage` (it keeps the
+``scale_by_madgrad`` is one :class:`~functrain.engine.protocol.LeafStage` (it keeps the
 initial parameters ``x0`` in its state); ``madgrad`` adds functrain's weight decay. Its cube
 root has no complex version: a complex leaf raises a ``TypeError`` naming it.
 
@@ -21,9 +21,9 @@ from functrain.arg_checks import check_momentum, check_nonnegative, hyperparamet
 from functrain import tree as ft
 from functrain.numerics import abs_sq
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, LeafStage, ScalarOrSchedule,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, ScalarOrSchedule,
                                        safe_increment, value_at, zero_count)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights
 
 Array = jax.Array

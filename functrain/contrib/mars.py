@@ -3,9 +3,9 @@
 MARS ("Make vAriance Reduction Shine") adds a scaled gradient difference to the
 gradient, a STORM-like variance-reduction term, clips the result to norm 1 and
 feeds it to AdamW. Everything is per array, so ``scale_by_mars`` is one
-:class:`~functrain.transforms.base.LeafStage` on functrain's engine; the step's
+:class:`~functrain.engine.protocol.LeafStage` on functrain's engine; the step's
 bias corrections are computed once per step by Adam's ``prepare``
-(:func:`functrain.transforms.adam.corrections`), and ``mars`` chains the stage
+(:func:`functrain.families.adam.stages.corrections`), and ``mars`` chains the stage
 with decoupled weight decay and the learning rate (one fused pass).
 
 Which variant: the paper (Algorithm 1) defines an *exact* correction
@@ -32,10 +32,10 @@ from functrain.arg_checks import check_betas, check_nonnegative, check_positive,
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, ema_update, mars_corrected_gradient
 from functrain.declarations import declare_optimizer
-from functrain.transforms.adam import BiasCorrections, corrections
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.families.adam.stages import BiasCorrections, corrections
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, zero_count)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

@@ -21,9 +21,9 @@ from functrain.arg_checks import (check_nonnegative, check_range, check_state_ty
 from functrain import tree as ft
 from functrain.numerics import safe_int32_increment, sum_of_products
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, as_array, call_update)
-from functrain.transforms.engine import leaf_compute_dtype
+from functrain.engine.program import leaf_compute_dtype
 
 Array = jax.Array
 

@@ -27,13 +27,13 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_positive
                                   check_transformation, hyperparameters)
 from functrain.numerics import mars_corrected_gradient
 from functrain.declarations import declare_optimizer
-from functrain.transforms.adam import scale_by_adam
-from functrain.transforms.base import (GradientTransformation,
+from functrain.families.adam.stages import scale_by_adam
+from functrain.engine.protocol import (GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, Updates, call_update)
-from functrain.transforms.engine import chain, stage_transform
+from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
-from functrain.transforms.sign import scale_by_lion
+from functrain.families.sign.stages import scale_by_lion
 
 Array = jax.Array
 

@@ -25,7 +25,7 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_state_ty
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformationExtraArgs, OptState, Params,
+from functrain.engine.protocol import (GradientTransformationExtraArgs, OptState, Params,
                                        ScalarOrSchedule, Updates, safe_increment,
                                        value_at)
 

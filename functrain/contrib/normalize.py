@@ -2,7 +2,7 @@
 
 optax.contrib defines it beside SAM, whose adversarial step ascends along the
 normalised gradient (``chain(normalize(), sgd(rho))``). It is one
-:class:`~functrain.transforms.base.LeafStage` whose ``prepare`` reads the
+:class:`~functrain.engine.protocol.LeafStage` whose ``prepare`` reads the
 whole tree (the global norm) and whose leaf math is one division, so it fuses
 with the stages after it.
 """
@@ -15,8 +15,8 @@ import jax
 
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage
-from functrain.transforms.engine import stage_transform
+from functrain.engine.protocol import EmptyState, GradientTransformation, LeafStage
+from functrain.engine.program import stage_transform
 
 Array = jax.Array
 

@@ -26,10 +26,10 @@ from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonne
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
                                        value_at)
-from functrain.transforms.engine import chain, identity, leaf_compute_dtype
+from functrain.engine.program import chain, identity, leaf_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

@@ -22,10 +22,10 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_momentum, check_range, check_state_type, hyperparameters
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import GradientTransformation, Params, ScalarOrSchedule, Updates
+from functrain.engine.protocol import GradientTransformation, Params, ScalarOrSchedule, Updates
 from functrain.transforms.clipping import per_example_global_norm_clip
-from functrain.transforms.engine import chain, identity
-from functrain.transforms.momentum import trace
+from functrain.engine.program import chain, identity
+from functrain.families.momentum.stages import trace
 from functrain.transforms.scaling import scale_by_learning_rate
 
 Array = jax.Array

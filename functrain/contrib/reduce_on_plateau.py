@@ -7,7 +7,7 @@ scale falls by ``factor`` (not below ``min_scale``), then ``cooldown`` averages
 pass before counting starts again. The updates are multiplied by the scale.
 
 The bookkeeping is scalar, so it runs in the stage's ``prepare`` once per step;
-the per-array math (``scale * g``) is a :class:`~functrain.transforms.base.LeafStage`
+the per-array math (``scale * g``) is a :class:`~functrain.engine.protocol.LeafStage`
 on functrain's engine, fused with the stages around it in a ``chain``. Names,
 arguments, state and numbers are optax 0.2.8's.
 """
@@ -22,9 +22,9 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformationExtraArgs, LeafStage, OptState,
+from functrain.engine.protocol import (GradientTransformationExtraArgs, LeafStage, OptState,
                                        Params, safe_increment)
-from functrain.transforms.engine import stage_transform, with_guard
+from functrain.engine.program import stage_transform, with_guard
 
 Array = jax.Array
 

@@ -30,7 +30,7 @@ from functrain.arg_checks import (check_range, check_state_type, check_transform
                                   hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, call_update)
 from functrain.param_updates import apply_updates
 

@@ -24,13 +24,13 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
 from functrain import tree as ft
 from functrain.schedules import linear_schedule
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        LeafStage, OptState, Params, ScalarOrSchedule, Updates,
                                        call_update, safe_increment)
-from functrain.transforms.engine import chain, run_block
-from functrain.transforms.rms import scale_by_rms
+from functrain.engine.program import chain, run_block
+from functrain.families.rms.stages import scale_by_rms
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
-from functrain.optimizers.sgd import sgd
+from functrain.families.momentum.optimizers import sgd
 
 Array = jax.Array
 

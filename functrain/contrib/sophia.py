@@ -26,10 +26,10 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates,
                                        safe_increment, with_extra_args_support)
-from functrain.transforms.engine import chain
+from functrain.engine.program import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

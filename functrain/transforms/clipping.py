@@ -18,8 +18,8 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage
-from functrain.transforms.engine import stage_transform
+from functrain.engine.protocol import EmptyState, GradientTransformation, LeafStage
+from functrain.engine.program import stage_transform
 
 Array = jax.Array
 

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from functrain.transforms.base import EmptyState, GradientTransformation, LeafStage
-from functrain.transforms.engine import stage_transform
+from functrain.engine.protocol import EmptyState, GradientTransformation, LeafStage
+from functrain.engine.program import stage_transform
 
 Array = jax.Array
 

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_range, concrete_real, hyperparameters
 from functrain import tree as ft
-from functrain.transforms.base import GradientTransformation, LeafStage
-from functrain.transforms.engine import stage_transform
+from functrain.engine.protocol import GradientTransformation, LeafStage
+from functrain.engine.program import stage_transform
 
 Array = jax.Array
 

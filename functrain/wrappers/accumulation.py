@@ -18,7 +18,7 @@ import numpy as np
 from functrain.arg_checks import check_state_type, check_transformation
 from functrain import tree as ft
 from functrain.declarations import state_value_kinds
-from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
+from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
                                        safe_increment)
 
 Array = jax.Array

@@ -24,7 +24,7 @@ import numpy as np
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
                                   hyperparameters)
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, OptState, Params, Updates,
+from functrain.engine.protocol import (GradientTransformation, OptState, Params, Updates,
                                        call_update, safe_increment)
 
 Array = jax.Array

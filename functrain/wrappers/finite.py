@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_range, check_state_type, check_transformation
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
+from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
                                        safe_increment)
 
 Array = jax.Array

@@ -20,7 +20,7 @@ import numpy as np
 
 from functrain.arg_checks import check_state_type, sorted_labels
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, Params, Updates, call_update,
+from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
                                        safe_increment)
 
 Array = jax.Array

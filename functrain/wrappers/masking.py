@@ -32,9 +32,9 @@ import numpy as np
 from functrain.arg_checks import (check_state_type, check_transformation, sorted_labels,
                                   state_mismatch_error)
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, OptState,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, OptState,
                                        Params, Updates, call_update)
-from functrain.transforms.engine import Program, fusion_plan, stage_transform
+from functrain.engine.program import Program, fusion_plan, stage_transform
 
 Array = jax.Array
 PyTree = Any

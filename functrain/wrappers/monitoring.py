@@ -19,9 +19,9 @@ import jax.numpy as jnp
 from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
                                   state_mismatch_error)
 from functrain.numerics import bias_correction_factor, ema_update
-from functrain.transforms.base import (EmptyState, GradientTransformation, OptState, Params,
+from functrain.engine.protocol import (EmptyState, GradientTransformation, OptState, Params,
                                        Updates, call_update, safe_increment)
-from functrain.transforms.engine import chain
+from functrain.engine.program import chain
 
 Array = jax.Array
 PyTree = Any

@@ -7,7 +7,7 @@
 * ``tree_map_params``: apply a function to every params-shaped tree inside an
   optimizer's state (e.g. to build sharding specs for the state from those
   of the params); re-exported here, it is :func:`functrain.tree.map_params`
-  (defined in :mod:`functrain.tree_state`), the same function under optax's older name.
+  (defined in :mod:`functrain.tree.state`), the same function under optax's older name.
 
 Names, arguments and results are optax 0.2.8's.
 """
@@ -20,7 +20,7 @@ import jax
 
 from functrain import tree as ft
 from functrain.tree import map_params as tree_map_params  # noqa: F401  (re-exported)
-from functrain.transforms.base import (EmptyState, GradientTransformation, OptState, Params,
+from functrain.engine.protocol import (EmptyState, GradientTransformation, OptState, Params,
                                        Updates)
 
 Array = jax.Array

@@ -18,7 +18,7 @@ import optax
 import pytest
 
 import functrain as ft
-from functrain.transforms import recompute
+from functrain.engine import recompute
 import registry
 from helpers import assert_same_trajectory, make_grads, make_params, matrices_only
 
@@ -147,7 +147,7 @@ def test_wrapper_matches_optax_every_step(name):
 
 
 # --------------------------------------------------------------------------
-# The trust-ratio recompute (see tests/transforms/test_recompute.py), forced on
+# The trust-ratio recompute (see tests/engine/test_recompute.py), forced on
 # --------------------------------------------------------------------------
 
 def trust_ratio_cases() -> dict:

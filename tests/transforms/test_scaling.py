@@ -109,5 +109,5 @@ def test_add_decayed_weights_of_none_updates_is_none_as_optax(weight_decay):
     u, _ = tx.update(params, tx.init(params), params)
     expected = jax.tree.map(lambda p: -(1.0 + 0.1) * p, params)
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.allclose(a, b)), u, expected))
-    plan = ft.transforms.engine.fusion_plan(tx)
+    plan = ft.engine.program.fusion_plan(tx)
     assert [type(stage).__name__ for _, stage in plan] == ["LeafStage", "LeafStage"]

@@ -1,5 +1,5 @@
 """functrain.wrappers.hyperparams: inject_hyperparams by hand (every optimizer through it:
-tests/optimizers/; every step against optax: tests/parity/test_optax_parity.py)."""
+tests/families/; every step against optax: tests/parity/test_optax_parity.py)."""
 
 import jax
 import jax.numpy as jnp

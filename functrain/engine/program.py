@@ -1,0 +1,475 @@
+"""The engine: one walk over the tree for a block of stages, and ``chain``.
+
+:func:`run_block` lifts :class:`~functrain.engine.protocol.LeafStage` s over
+pytrees. Before any array math it checks tree structures, shapes, required
+params and masks, naming the offending key path. Then, leaf by leaf, it runs
+every stage of the block in turn: 16-bit leaves are computed in float32 and
+cast back, masked-out leaves pass through and hold no state
+(:class:`~functrain.tree.MaskedNode`).
+
+``chain`` looks inside the transformations it is given: consecutive stages
+(also those of nested chains) are fused into one block, so ``lamb`` walks the
+tree once per step. The chain's state keeps exactly the layout of an unfused
+chain (a tuple of each transformation's state), so states, checkpoints and
+optax interop look the same either way. Transformations that are not stages
+(optax's, user-written, wrappers) run unfused in their place in the chain.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
+                                  sorted_labels, state_mismatch_error)
+from functrain import tree as ft
+from functrain.engine import recompute
+from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
+                                       GradientTransformationExtraArgs, LeafStage, OptState,
+                                       Params, StateIO, Updates, as_array)
+
+
+class Program:
+    """A transformation's definition, and its ``update``: steps run by :func:`run_plan`.
+
+    ``stage_transform``, ``chain`` and the wrappers built on them (``masked``,
+    ``quantized_state``, ...) return transformations whose ``update`` is a ``Program``:
+    calling it runs its steps, so the steps are the only definition of what it does, and an
+    enclosing ``chain`` reads them (:func:`fusion_plan`) to fuse consecutive stages.
+
+    Args:
+      steps: ``((state path, LeafStage or transformation), ...)``: the state path says
+        where each step's state lives inside the program's state.
+      io: how per-leaf state is read and written (:class:`~functrain.engine.protocol.StateIO`;
+        as it is by default). A program with other I/O is opaque to an enclosing ``chain``.
+      guards: functions ``guard(run, updates, state, params, extra_args) -> (updates,
+        state)`` around the run, innermost first (a state check, ``None`` updates, a state
+        of optax's class read as functrain's). They apply when this program is called, not
+        when a ``chain`` fuses its steps into its own.
+
+    >>> import jax.numpy as jnp
+    >>> tx = chain(identity(), identity())
+    >>> isinstance(tx.update, Program), [path for path, _ in tx.update.steps]
+    (True, [(0,), (1,)])
+    """
+
+    def __init__(self, steps: tuple, io: StateIO = PLAIN_STATE, guards: tuple = ()) -> None:
+        self.steps = tuple(steps)
+        self.io = io
+        self.guards = tuple(guards)
+
+    def __call__(self, updates: Updates, state: OptState, params: Optional[Params] = None,
+                 **extra_args: Any) -> tuple[Updates, OptState]:
+        run = functools.partial(run_plan, self.steps, io=self.io)
+        for guard in self.guards:
+            run = functools.partial(guard, run)
+        return run(updates, state, params, extra_args)
+
+    def __repr__(self) -> str:
+        return f"Program({len(self.steps)} steps)"
+
+
+def with_guard(program: Program, guard: Any) -> Program:
+    """``program`` with one more guard around its run (its steps unchanged, still fusible).
+
+    Args:
+      program: a transformation's ``update`` made by this module.
+      guard: ``guard(run, updates, state, params, extra_args) -> (updates, state)``.
+
+    Returns:
+      A new :class:`Program`; ``program`` itself is not changed.
+
+    >>> import jax.numpy as jnp
+    >>> tx = identity()
+    >>> twice = with_guard(tx.update, lambda run, u, s, p, e: run(2 * u, s, p, e))
+    >>> twice(jnp.ones(1), tx.init(jnp.ones(1)))[0]
+    Array([2.], dtype=float32)
+    """
+    return Program(program.steps, program.io, program.guards + (guard,))
+
+
+class _BlockInputs(NamedTuple):
+    """A block's flattened, checked inputs: one entry per leaf (compute dtypes included)."""
+    paths: list
+    gs: list
+    ps: list
+    treedef: Any
+    compute_dtypes: list
+
+
+class _StageStep(NamedTuple):
+    """One stage's part of this step: where it is active, its per-leaf state, its context."""
+    active: list
+    fields: list  # per leaf field: the leaves, in tree order
+    ctx: Any
+    new_global: dict
+
+
+def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[OptState],
+              params: Optional[Params], extra_args: Optional[dict] = None,
+              io: StateIO = PLAIN_STATE) -> tuple[Updates, list[OptState]]:
+    """Apply ``stages`` in sequence to every leaf in one pass over the tree.
+
+    Three phases: check the trees and flatten them (:func:`_check_inputs`); check each
+    stage's state and run its ``prepare`` (:func:`_prepare_stage`); then the per-leaf pass
+    (:func:`_leaf_pass`), which reads and writes each leaf's state through ``io``.
+
+    Args:
+      stages: the stages of the block, in order.
+      updates: the incoming updates tree.
+      states: one state per stage, as made by its ``init_state``.
+      params: the parameters, or ``None``.
+      extra_args: ``update``'s extra keyword arguments; a stage's ``prepare``
+        receives those named in its ``extra_args``.
+      io: how per-leaf state is read and written (``quantized_state`` passes its codes).
+
+    Returns:
+      ``(new_updates, new_states)``.
+
+    Raises:
+      ValueError / TypeError naming the key path (or argument) at fault when
+      the trees, shapes, states, masks or required arguments do not fit,
+      before any array math.
+
+    >>> import jax.numpy as jnp
+    >>> from functrain.engine.protocol import LeafStage
+    >>> neg = LeafStage(name='neg', update_leaf=lambda g, s, p, c: (-g, ()))
+    >>> run_block([neg, neg], {'w': jnp.ones(1)}, [(), ()], None)[0]
+    {'w': Array([1.], dtype=float32)}
+    """
+    extra_args = extra_args or {}
+    inputs = _check_inputs(stages, updates, params)
+    steps = [_prepare_stage(stage, state, inputs, updates, params, extra_args)
+             for stage, state in zip(stages, states)]
+    out_updates, new_fields = _leaf_pass(stages, steps, inputs, io)
+    new_states = []
+    for stage, state, step, fields in zip(stages, states, steps, new_fields):
+        if stage.state_cls is None:
+            new_states.append(state)
+            continue
+        values = dict(step.new_global)
+        for name, lst in zip(stage.leaf_fields, fields):
+            values[name] = inputs.treedef.unflatten(lst)
+        new_states.append(stage.state_cls(**values))
+    return inputs.treedef.unflatten(out_updates), new_states
+
+
+def _check_inputs(stages: Sequence[LeafStage], updates: Updates,
+                  params: Optional[Params]) -> _BlockInputs:
+    """The updates and params flattened, after checking they fit each other and the stages."""
+    paths, gs, treedef = ft.flatten_with_paths(updates)
+    gs = [as_array(g) for g in gs]
+    if params is not None:
+        ft.check_structure(updates, params, "params", "updates")
+        ps = [as_array(p) for p in treedef.flatten_up_to(params)]
+        ft.check_shapes(paths, ps, gs, "updates", "params")
+    else:
+        needing = [s.name for s in stages if s.needs_params]
+        if needing:
+            raise needs_params_error(needing[0])
+        ps = [None] * len(gs)
+    return _BlockInputs(paths, gs, ps, treedef,
+                        [leaf_compute_dtype(g, p) for g, p in zip(gs, ps)])
+
+
+def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, updates: Updates,
+                   params: Optional[Params], extra_args: dict) -> _StageStep:
+    """One stage's checks (state, mask, dtypes, arguments), then its ``prepare``."""
+    paths, gs, ps, treedef, _ = inputs
+    if stage.state_cls is not None:
+        check_state_type(state, stage.state_cls, stage.name)
+    active = ft.resolve_leaf_mask(stage.mask, params if params is not None else updates,
+                                  stage.name)
+    if not stage.any_dtype:
+        ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
+                             real_only=stage.real_only)
+        if params is not None:
+            ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
+                                 real_only=stage.real_only)
+    fields = []
+    for name in stage.leaf_fields:
+        leaves = ft.flatten_like(treedef, getattr(state, name),
+                                 f"{stage.name} state .{name}", updates, "updates")
+        if stage.shaped_fields is None or name in stage.shaped_fields:
+            ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
+        fields.append(leaves)
+    missing = [k for k in stage.extra_args if k not in extra_args]
+    if missing:
+        raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
+                         f"update(updates, state, params, {missing[0]}=...).")
+    ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
+                                    updates if stage.needs_updates else None,
+                                    **{k: extra_args[k] for k in stage.extra_args})
+    return _StageStep(active, fields, ctx, new_global)
+
+
+def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs: _BlockInputs,
+               io: StateIO) -> tuple[list, list]:
+    """Every stage on every leaf, leaf after leaf: the new updates and per-leaf state.
+
+    Each leaf runs in its compute dtype (16-bit as float32) and is cast back; a stage's
+    state is read through ``io`` just before the stage runs and written back just after;
+    masked-out leaves keep their state (``MaskedNode``) and pass their update through.
+    """
+    _, gs, ps, _, cds = inputs
+    io = io.begin()
+    rewrite = recompute.for_block(stages, [s.active for s in steps], [s.ctx for s in steps],
+                                  gs, cds)
+    out_updates = []
+    new_fields: list = [[[] for _ in s.leaf_fields] for s in stages]
+    for i, (g, p, cd) in enumerate(zip(gs, ps, cds)):
+        x = g.astype(cd)
+        pc = None if p is None else p.astype(cd)
+        leaf = rewrite.for_leaf(x, pc)
+        for k, (stage, step) in enumerate(zip(stages, steps)):
+            stored = tuple(f[i] for f in step.fields)
+            if not step.active[i]:
+                news = stored
+                leaf.skipped()
+            else:
+                olds = tuple(io.read(o) for o in stored)
+                olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
+                x, news = stage.update_leaf(x, olds_c, pc, step.ctx, **leaf.extra_args(k))
+                if len(news) != len(stored):
+                    raise TypeError(f"{stage.name}: update_leaf returned {len(news)} state "
+                                    f"entries for the fields {stage.leaf_fields}; return "
+                                    f"state._replace(field=value, ...) (or () if stateless).")
+                leaf.ran(olds_c, news)
+                news = tuple(io.write(n.astype(o.dtype), st)
+                             for n, o, st in zip(news, olds, stored))
+            for lst, n in zip(new_fields[k], news):
+                lst.append(n)
+        out_updates.append(x.astype(g.dtype))
+        io.leaf_done([lst[i] for stage_fields in new_fields for lst in stage_fields])
+    return out_updates, new_fields
+
+
+def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
+    """The dtype one leaf's math runs in: grads promoted with params, 16-bit as float32.
+
+    Args:
+      g: the update leaf.
+      p: the parameter leaf, or ``None``.
+
+    Returns:
+      A numpy dtype.
+
+    >>> import jax.numpy as jnp
+    >>> leaf_compute_dtype(jnp.ones(1, jnp.bfloat16), None)
+    dtype('float32')
+    """
+    return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
+
+
+def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
+    """The dtype a state leaf is read in: at least the leaf math's dtype ``cd``.
+
+    Args:
+      x: a state leaf (e.g. a bfloat16 moment).
+      cd: the leaf's compute dtype.
+
+    Returns:
+      A numpy dtype (non-float state keeps its own dtype).
+
+    >>> import jax.numpy as jnp
+    >>> state_compute_dtype(jnp.ones(1, jnp.bfloat16), jnp.float32)
+    dtype('float32')
+    """
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.promote_types(ft.compute_dtype(x.dtype), cd)
+    return x.dtype
+
+
+def stage_transform(stage: LeafStage) -> GradientTransformation:
+    """A ``GradientTransformation`` running one stage; ``chain`` can fuse it.
+
+    Args:
+      stage: the stage.
+
+    Returns:
+      ``(init, update)`` for the stage; ``update`` accepts (and passes the
+      stage) extra keyword arguments.
+
+    >>> import jax.numpy as jnp
+    >>> neg = stage_transform(LeafStage(name='neg', update_leaf=lambda g, s, p, c: (-g, ())))
+    >>> neg.update([jnp.ones(2)], neg.init([jnp.ones(2)]))[0]
+    [Array([-1., -1.], dtype=float32)]
+    """
+    return GradientTransformation(stage.init_state, Program((((), stage),)))
+
+
+def fusion_plan(tx: Any) -> tuple:
+    """How ``chain`` sees ``tx``: ``((state path, stage or transformation), ...)``.
+
+    A stage (or a chain of them) lists its ``LeafStage`` s with the path of
+    each one's state inside ``tx``'s state; any other transformation is one
+    opaque entry with the empty path.
+
+    Args:
+      tx: a transformation.
+
+    Returns:
+      A tuple of ``(path, item)`` pairs.
+
+    >>> [type(item).__name__ for _, item in fusion_plan(identity())]
+    ['LeafStage']
+    """
+    update = getattr(tx, "update", None)
+    if isinstance(update, Program) and update.io is PLAIN_STATE:
+        return update.steps
+    return (((), tx),)
+
+
+def chain(*transforms: Any) -> GradientTransformationExtraArgs:
+    """Apply transformations in sequence; consecutive functrain stages are fused.
+
+    Accepts functrain and optax transformations alike (anything with ``init``
+    and ``update``); extra keyword arguments of ``update`` are passed to every
+    transformation that accepts them.
+
+    Args:
+      *transforms: the transformations, applied first to last.
+
+    Returns:
+      A transformation whose state is a tuple of each transformation's state.
+
+    >>> import jax.numpy as jnp
+    >>> import functrain
+    >>> tx = functrain.chain(functrain.clip(1.0), functrain.scale(-0.1))
+    >>> params = {'w': jnp.array([3., -0.5])}
+    >>> updates, state = tx.update(params, tx.init(params))
+    >>> updates
+    {'w': Array([-0.1 ,  0.05], dtype=float32)}
+    """
+    for i, tx in enumerate(transforms):
+        if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+            raise TypeError(f"chain argument {i} is a {type(tx).__name__}, not a "
+                            f"GradientTransformation (an object with init and update).")
+    plan = tuple(((i,) + path, item) for i, tx in enumerate(transforms)
+                 for path, item in fusion_plan(tx))
+
+    def init_fn(params: Params) -> OptState:
+        return tuple(tx.init(params) for tx in transforms)
+
+    def check_state(run: Any, updates: Updates, state: OptState, params: Optional[Params],
+                    extra_args: dict) -> tuple[Updates, OptState]:
+        if not isinstance(state, tuple) or len(state) != len(transforms):
+            raise state_mismatch_error(
+                f"chain of {len(transforms)} transformations",
+                f"got a state of type {type(state).__name__} with "
+                f"{len(state) if isinstance(state, tuple) else '?'} entries", "this chain")
+        return run(updates, state, params, extra_args)
+
+    return GradientTransformationExtraArgs(init_fn, Program(plan, guards=(check_state,)))
+
+
+def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Params],
+             extra_args: dict, io: StateIO = PLAIN_STATE) -> tuple[Updates, OptState]:
+    """Run a fusion plan (see :func:`fusion_plan`): each block of stages in one pass.
+
+    Args:
+      plan: ``((state path, LeafStage or transformation), ...)``.
+      updates: the incoming updates.
+      state: the state the plan's paths point into.
+      params: the parameters, or ``None``.
+      extra_args: ``update``'s extra keyword arguments.
+      io: as for :func:`run_block`; a transformation that is not a stage runs through
+        ``io.update_opaque(tx, updates, state, params, extra_args)``.
+
+    Returns:
+      ``(new_updates, new_state)``.
+
+    >>> import jax.numpy as jnp
+    >>> run_plan(fusion_plan(identity()), [jnp.ones(1)], identity().init(None), None, {})
+    ([Array([1.], dtype=float32)], EmptyState())
+    """
+    i = 0
+    while i < len(plan):
+        path, item = plan[i]
+        if not isinstance(item, LeafStage):
+            updates, new = io.update_opaque(item, updates, ft.get_path(state, path), params,
+                                            extra_args)
+            state = ft.set_path(state, path, new)
+            i += 1
+            continue
+        j = i + 1
+        while (j < len(plan) and isinstance(plan[j][1], LeafStage)
+               and not plan[j][1].needs_updates):
+            j += 1
+        block = plan[i:j]
+        updates, news = run_block([s for _, s in block], updates,
+                                  [ft.get_path(state, p) for p, _ in block], params,
+                                  extra_args, io)
+        for (p, _), new in zip(block, news):
+            state = ft.set_path(state, p, new)
+        i = j
+    return updates, state
+
+
+def named_chain(*transforms: tuple[str, GradientTransformation]
+                ) -> GradientTransformationExtraArgs:
+    """``chain`` whose state is a dict keyed by the given names.
+
+    The stages inside are fused exactly as in :func:`chain`.
+
+    Args:
+      *transforms: ``(name, transformation)`` pairs; names must be unique.
+
+    Returns:
+      A transformation whose state maps each name to that transformation's state.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> tx = functrain.named_chain(('clip', functrain.clip(1.0)), ('lr', functrain.scale(-0.1)))
+    >>> state = tx.init([jnp.zeros(1)])
+    >>> sorted(state)
+    ['clip', 'lr']
+    >>> tx.update([jnp.array([5.])], state)[0]
+    [Array([-0.1], dtype=float32)]
+    """
+    names = []
+    for i, item in enumerate(transforms):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise TypeError(f"named_chain argument {i} must be a (name, transformation) "
+                            f"pair, got {type(item).__name__}.")
+        check_transformation(item[1], "named_chain", f"the transformation named {item[0]!r}")
+        names.append(item[0])
+    if len(set(names)) != len(names):
+        raise ValueError(f"named_chain: names must be unique, got {names}.")
+    inner = chain(*(tx for _, tx in transforms))
+
+    def init_fn(params: Params) -> dict:
+        return dict(zip(names, inner.init(params)))
+
+    def update_fn(updates: Updates, state: dict, params: Optional[Params] = None,
+                  **extra_args: Any) -> tuple[Updates, dict]:
+        if not isinstance(state, Mapping) or set(state) != set(names):
+            got = sorted_labels(state) if isinstance(state, Mapping) else type(state).__name__
+            raise state_mismatch_error("named_chain", f"expected a state dict with keys "
+                                       f"{names}, got {got}", "this named_chain")
+        new_updates, new = inner.update(updates, tuple(state[n] for n in names), params,
+                                        **extra_args)
+        return new_updates, dict(zip(names, new))
+
+    return GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def identity() -> GradientTransformation:
+    """The transformation that leaves updates unchanged and keeps no state.
+
+    Returns:
+      A stateless stage that returns its input.
+
+    >>> import jax.numpy as jnp
+    >>> tx = identity()
+    >>> tx.update([jnp.ones(1)], tx.init([jnp.ones(1)]))
+    ([Array([1.], dtype=float32)], EmptyState())
+    """
+    return stage_transform(LeafStage(name="identity", update_leaf=lambda g, s, p, c: (g, ()),
+                                     any_dtype=True))
+
+
+__all__ = ["run_block", "run_plan", "stage_transform", "chain", "named_chain", "identity",
+           "fusion_plan", "Program", "with_guard", "leaf_compute_dtype", "state_compute_dtype"]

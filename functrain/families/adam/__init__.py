@@ -1,0 +1,1 @@
+"""The Adam family: its moment stages (``stages``) and named optimizers (``optimizers``)."""

@@ -1,0 +1,309 @@
+"""The momentum family's named optimizers: stochastic gradient descent (``sgd`` with
+momentum, ``noisy_sgd``, ``polyak_sgd``) and the optimistic methods for games and min-max
+problems (``optimistic_gradient_descent``, ``optimistic_adam``, ``optimistic_adam_v2``).
+
+Each is a short ``chain`` of building blocks from :mod:`functrain.transforms`.
+
+Notation in the docstrings: ``g`` is the gradient, ``p`` the parameter, ``t``
+the step number counted from 1, ``lr`` the learning rate (its value at the
+step count, counted from 0, when it is a schedule).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+from functrain.arg_checks import check_momentum, hyperparameters
+from functrain.declarations import declare_optimizer
+from functrain.families.adam.stages import scale_by_adam
+from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
+from functrain.engine.program import chain, identity
+from functrain.families.momentum.stages import scale_by_optimistic_gradient, trace
+from functrain.transforms.noise import add_noise
+from functrain.transforms.scaling import (scale_by_learning_rate, scale_by_polyak)
+
+
+@declare_optimizer("optimizers", "Polyak, 1964; Sutskever et al., 2013", optax="core",
+    summary="Stochastic gradient descent, optionally with (Nesterov) momentum.",
+    signature="sgd(learning_rate, momentum=None, nesterov=False)")
+@hyperparameters(learning_rate="schedule", momentum="number or None")
+def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
+        nesterov: bool = False, accumulator_dtype: Optional[Any] = None
+        ) -> GradientTransformation:
+    """Stochastic gradient descent, with optional (Nesterov) momentum.
+
+    Update rule: ``p -= lr * g``; with momentum, ``t = g + momentum t;
+    p -= lr * t`` (Nesterov: ``p -= lr * (g + momentum t)`` with the new ``t``).
+
+    Reference: Polyak, 1964, "Some methods of speeding up the convergence of
+    iteration methods"; Sutskever et al., 2013, "On the importance of
+    initialization and momentum in deep learning" (Nesterov momentum).
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      momentum: the decay of the momentum buffer ``t``, in ``[0, 1)``;
+        ``None`` (the default) is plain SGD and keeps no state.
+      nesterov: use Nesterov momentum (ignored when ``momentum`` is ``None``).
+      accumulator_dtype: storage dtype of the momentum buffer; ``None``
+        stores it in each parameter's dtype.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(TraceState(trace), EmptyState())``
+      with momentum, ``(EmptyState(), EmptyState())`` without
+      (``ScaleByScheduleState(count)`` last for a scheduled learning rate).
+
+    >>> import jax, jax.numpy as jnp, functrain
+    >>> opt = functrain.sgd(0.1, momentum=0.9)
+    >>> params = {'w': jnp.array([1., 2.])}
+    >>> state = opt.init(params)
+    >>> grads = jax.grad(lambda p: jnp.sum(p['w'] ** 2))(params)
+    >>> updates, state = opt.update(grads, state)
+    >>> functrain.apply_updates(params, updates)
+    {'w': Array([0.8, 1.6], dtype=float32)}
+    """
+    check_momentum("sgd", momentum)
+    return chain(
+        trace(momentum, nesterov, accumulator_dtype) if momentum is not None else identity(),
+        scale_by_learning_rate(learning_rate))
+
+
+@declare_optimizer("optimizers", "Neelakantan et al., 2015", optax="core",
+    summary="SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).",
+    signature="noisy_sgd(learning_rate, eta=0.01, gamma=0.55, key=None)")
+@hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="number or None")
+def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
+              key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
+    """SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).
+
+    Update rule: ``g += N(0, eta / t**gamma); p -= lr * g``: the noise's
+    variance decays with the step number ``t``.
+
+    ``key`` (or the older ``seed``) defaults to 0, as optax's does.
+
+    Reference: Neelakantan et al., 2015, "Adding Gradient Noise Improves
+    Learning for Very Deep Networks".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      eta: the noise variance at the first step, ``>= 0`` (0: no noise).
+      gamma: the exponent of the variance's decay ``eta / t**gamma``; the
+        default 0.55 is the paper's.
+      key: the random key the noise is drawn from: a ``jax.random.key`` or an
+        int seed. ``None`` (the default) means seed 0; the noise equals
+        optax's for the same key.
+      seed: the older name of ``key`` (an int); give ``key`` or ``seed``, not
+        both (``ValueError``).
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's: ``(AddNoiseState(count, rng_key),
+      EmptyState())`` (``ScaleByScheduleState(count)`` last for a scheduled
+      learning rate).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.noisy_sgd(0.1, eta=0.0, key=0)
+    >>> opt.update([jnp.array([2.])], opt.init([jnp.zeros(1)]))[0]
+    [Array([-0.2], dtype=float32)]
+    """
+    if seed is not None and key is not None:
+        raise ValueError("noisy_sgd: give key or seed, not both.")
+    key = seed if key is None else key
+    return chain(add_noise(eta, gamma, 0 if key is None else key),
+                 scale_by_learning_rate(learning_rate))
+
+
+@declare_optimizer("optimizers", "Loizou et al., 2021", optax="core",
+    summary="SGD with the Polyak step size; pass `value=loss` to `update`.",
+    signature="polyak_sgd(max_learning_rate=1.0, scaling=1.0, f_min=0.0, ...)")
+@hyperparameters(max_learning_rate="bound", scaling="schedule", f_min="bound", eps="number")
+def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
+               f_min: float = 0.0, eps: float = 0.0, variant: str = "sps"
+               ) -> GradientTransformation:
+    """SGD with the Polyak step size (Loizou et al., 2021); pass ``value=loss`` to update.
+
+    Update rule: ``u = scaling * g;
+    p -= min((f - f_min) / (||u||**2 + eps), max_learning_rate) * u``, with
+    ``f`` the loss at ``p`` (``update(..., value=f)``) and ``||u||`` the norm
+    of the whole update tree. The step is 0 where ``||u||**2 + eps`` is at
+    most float64's machine epsilon.
+
+    Reference: Loizou et al., 2021, "Stochastic Polyak Step-size for SGD: An
+    Adaptive Learning Rate for Fast Convergence".
+
+    Args:
+      max_learning_rate: an upper bound on the Polyak step size.
+      scaling: multiplies the gradient before the step size is computed (a
+        number or a schedule of the step count); the default 1 leaves it
+        unchanged.
+      f_min: a lower bound on the loss (its optimal value; 0 for models that
+        can fit the data exactly).
+      eps: added to ``||u||**2`` in the denominator; ``>= 0``.
+      variant: ``'sps'`` (the default) or ``'sps+'``, which uses
+        ``max(f - f_min, 0)``; anything else is a ``ValueError``.
+
+    Returns:
+      A ``GradientTransformation`` whose ``update`` needs ``value=loss`` (a
+      ``ValueError`` without it); its state is the tuple of the chained
+      transforms' states, as optax's: ``((EmptyState(), EmptyState()),
+      EmptyState())``, the first entry being the inner ``sgd``'s state.
+
+    >>> import jax, jax.numpy as jnp, functrain
+    >>> f = lambda x: jnp.sum(x ** 2)
+    >>> opt = functrain.polyak_sgd()
+    >>> params = jnp.array([1., 2., 3.])
+    >>> value, grad = jax.value_and_grad(f)(params)
+    >>> u, _ = opt.update(grad, opt.init(params), params, value=value)
+    >>> f(functrain.apply_updates(params, u))
+    Array(3.5, dtype=float32)
+    """
+    return chain(sgd(learning_rate=scaling),
+                 scale_by_polyak(f_min, max_learning_rate, eps, variant))
+
+
+@declare_optimizer("optimizers", "Mokhtari et al., 2019", optax="core",
+    summary="Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.")
+@hyperparameters(learning_rate="schedule", alpha="number", beta="number")
+def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
+                                beta: float = 1.0) -> GradientTransformation:
+    """Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.
+
+    Update rule: ``p -= lr * ((alpha + beta) g_t - beta g_{t-1})``, with
+    ``g_{-1} = g_0`` at the first step.
+
+    Reference: Mokhtari et al., 2019, "A Unified Analysis of Extra-gradient and
+    Optimistic Gradient Methods for Saddle Point Problems: Proximal Point
+    Approach".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0, returning the step size to use).
+      alpha: the weight of the current gradient beyond ``beta`` (the
+        coefficient of generalized OGD); the default 1.
+      beta: the weight of the negative momentum, the change of the gradient
+        ``g_t - g_{t-1}``; 0 gives plain gradient descent with step
+        ``alpha * lr``.
+
+    Returns:
+      A ``GradientTransformation``; its state is the tuple of the chained
+      transforms' states, as optax's:
+      ``(ScaleByOptimisticGradientState(is_initial_step, previous_gradient),
+      EmptyState())`` (``ScaleByScheduleState(count)`` last for a scheduled
+      learning rate).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.optimistic_gradient_descent(0.1)
+    >>> opt.update([jnp.array([1.])], opt.init([jnp.zeros(1)]))[0]
+    [Array([-0.1], dtype=float32)]
+    """
+    return chain(scale_by_optimistic_gradient(alpha, beta),
+                 scale_by_learning_rate(learning_rate))
+
+
+@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core",
+    summary="optax's older, deprecated interface of optimistic Adam (no schedules; warns).",
+    signature="optimistic_adam(learning_rate, optimism=None, ...)")
+@hyperparameters(learning_rate="number", optimism="number or None", b1="number", b2="number",
+                 eps="number", eps_root="number")
+def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: float = 0.9,
+                    b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
+                    mu_dtype: Optional[Any] = None, *, nesterov: bool = True
+                    ) -> GradientTransformation:
+    """Optimistic Adam (Daskalakis et al., 2017); deprecated (as in optax) for the v2.
+
+    Update rule: ``r_t`` is Adam's direction ``m_hat / (sqrt(v_hat + eps_root)
+    + eps)`` (NAdam's with ``nesterov``, the default), and
+    ``p -= lr * r_t + optimism * (r_t - r_{t-1})`` with ``r_0 = r_1`` (no
+    optimism at the first step). This interface takes no schedule: use
+    :func:`optimistic_adam_v2` for one. Building it emits a
+    ``DeprecationWarning``, as optax's does.
+
+    Reference: Daskalakis et al., 2017, "Training GANs with Optimism".
+
+    Args:
+      learning_rate: the step size, a number (not a schedule).
+      optimism: the weight ``o`` of the correction ``r_t - r_{t-1}``; ``None``
+        (the default) uses ``learning_rate``, as in the paper.
+      b1: decay rate of Adam's first moment, in ``[0, 1)``.
+      b2: decay rate of Adam's second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root, ``>= 0``.
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      nesterov: use Nesterov momentum (NAdam's first moment); default ``True``.
+
+    Returns:
+      A ``GradientTransformation``; its state is optax's layout:
+      ``(ScaleByAdamState, ScaleByOptimisticGradientState, EmptyState())``.
+
+    >>> import warnings, jax.numpy as jnp, functrain
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter('ignore', DeprecationWarning)
+    ...     opt = functrain.optimistic_adam(0.1, optimism=1.0, nesterov=False)
+    >>> u, _ = opt.update([jnp.array([3.])], opt.init([jnp.zeros(1)]))
+    >>> print(round(float(u[0][0]), 4))
+    -0.1
+    """
+    warnings.warn("optimistic_adam is deprecated (as in optax): use `optimistic_adam_v2` "
+                  "instead, which also takes a learning-rate schedule.", DeprecationWarning,
+                  stacklevel=3)
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+        scale_by_optimistic_gradient(
+            alpha=learning_rate, beta=learning_rate if optimism is None else optimism),
+        scale_by_learning_rate(1.0))
+
+
+@declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core", summary=(
+    "Optimistic Adam (Daskalakis et al., 2017): optimistic gradient descent on Adam's (NAdam's) "
+    "direction; takes schedules."),
+    signature="optimistic_adam_v2(learning_rate, *, alpha=1.0, beta=1.0, b1=0.9, b2=0.999, ...)")
+@hyperparameters(learning_rate="schedule", alpha="number", beta="number", b1="number",
+                 b2="number", eps="number", eps_root="number")
+def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,
+                       beta: float = 1.0, b1: float = 0.9, b2: float = 0.999,
+                       eps: float = 1e-8, eps_root: float = 0.0,
+                       mu_dtype: Optional[Any] = None, nesterov: bool = True
+                       ) -> GradientTransformation:
+    """Optimistic Adam (Daskalakis et al., 2017), optax's v2 interface: takes schedules.
+
+    Update rule: ``r_t`` is Adam's direction ``m_hat / (sqrt(v_hat + eps_root)
+    + eps)`` (NAdam's with ``nesterov``, the default), and
+    ``p -= lr * ((alpha + beta) r_t - beta r_{t-1})`` with ``r_0 = r_1`` (so the
+    first step is ``lr * alpha * r_1``). ``learning_rate`` may be a schedule.
+
+    Reference: Daskalakis et al., 2017, "Training GANs with Optimism".
+
+    Args:
+      learning_rate: the step size: a number or a schedule (a function of the
+        step count, counted from 0).
+      alpha: the weight of the current direction in optimistic gradient
+        descent (keyword only).
+      beta: the weight of the correction ``r_t - r_{t-1}`` (keyword only).
+      b1: decay rate of Adam's first moment, in ``[0, 1)``.
+      b2: decay rate of Adam's second moment, in ``[0, 1)``.
+      eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``.
+      eps_root: added to ``v_hat`` inside the square root, ``>= 0``.
+      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
+        dtype.
+      nesterov: use Nesterov momentum (NAdam's first moment); default ``True``.
+
+    Returns:
+      A ``GradientTransformation``; its state is optax's layout:
+      ``(ScaleByAdamState, ScaleByOptimisticGradientState, EmptyState())``
+      (``ScaleByScheduleState`` last for a schedule).
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.optimistic_adam_v2(lambda count: 0.1 / (1 + count), alpha=0.5,
+    ...                                    nesterov=False)
+    >>> u, _ = opt.update([jnp.array([3.])], opt.init([jnp.zeros(1)]))
+    >>> print(round(float(u[0][0]), 4))
+    -0.05
+    """
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+        scale_by_optimistic_gradient(alpha=alpha, beta=beta),
+        scale_by_learning_rate(learning_rate))

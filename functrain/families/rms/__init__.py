@@ -1,0 +1,2 @@
+"""The RMS family: per-coordinate second-moment stages (``stages``), Adafactor's factored
+moments (``factored``) and the named optimizers (``optimizers``)."""

@@ -1,0 +1,2 @@
+"""The sign family: sign and Lion/Rprop stages (``stages``) and named optimizers
+(``optimizers``)."""
