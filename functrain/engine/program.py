@@ -232,12 +232,11 @@ def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs:
             else:
                 olds = tuple(io.read(o) for o in stored)
                 olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
-                x, news = stage.update_leaf(x, olds_c, pc, step.ctx, **leaf.extra_args(k))
+                x, news = leaf.run(k, stage, x, olds_c, pc, step.ctx)
                 if len(news) != len(stored):
                     raise TypeError(f"{stage.name}: update_leaf returned {len(news)} state "
                                     f"entries for the fields {stage.leaf_fields}; return "
                                     f"state._replace(field=value, ...) (or () if stateless).")
-                leaf.ran(olds_c, news)
                 news = tuple(io.write(n.astype(o.dtype), st)
                              for n, o, st in zip(news, olds, stored))
             for lst, n in zip(new_fields[k], news):

@@ -134,11 +134,6 @@ class LeafStage:
         parameter's shape (the engine checks those shapes); ``None`` means all
         of them. Stages with reduced per-leaf state (Adafactor's factored
         moments, SM3's per-dimension accumulators) list only the others.
-      norm_of_input: ``update_leaf`` reduces its input (takes its norm) and
-        then also uses the input itself, like a trust ratio. It accepts a
-        keyword ``x_for_norm``: an equal value of its input, computed
-        separately, to take the reductions from (see
-        ``functrain.engine.recompute``).
       real_only: the math has no complex version (sign flips, clipping by
         value): complex leaves raise a ``TypeError`` naming the leaf.
       any_dtype: the stage does no arithmetic (``set_to_zero``, ``freeze``,
@@ -165,7 +160,6 @@ class LeafStage:
     needs_updates: bool = False
     mask: Any = None
     shaped_fields: Optional[tuple[str, ...]] = None
-    norm_of_input: bool = False
     real_only: bool = False
     any_dtype: bool = False
 

@@ -2,9 +2,11 @@
 
 Nothing here changes a number; it changes what XLA:CPU stores. Readers of the
 engine can skip this module: the engine's per-leaf pass asks :func:`for_block` once
-per block for a rewrite, which is :data:`NO_REWRITE` (nothing happens) unless
-:func:`applies` says so; the rewrite then hands a ``norm_of_input`` stage the
-keyword ``x_for_norm`` from :func:`input_for_norm`.
+per block for a rewrite, which is :data:`NO_REWRITE` (every stage's ``update_leaf`` is
+called as it is) unless :func:`applies` says so. The rewrite concerns only stages whose
+``update_leaf`` is a :class:`ScaledByNormOfInput` (the trust ratio): it calls them with a
+second copy of their input from :func:`input_for_norm`. No other stage, and nothing in the
+stage protocol, knows about it.
 
 The problem. A trust ratio needs the norm of its input ``u`` (e.g. LAMB's Adam
 direction) before it can scale ``u``. With these two consumers XLA computes
@@ -34,7 +36,7 @@ the recompute stops firing where it should.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -76,8 +78,39 @@ def applies(saved_bytes: int) -> bool:
             and saved_bytes >= MIN_BYTES)
 
 
+class ScaledByNormOfInput:
+    """An ``update_leaf`` that scales its input by a factor computed from the input's norm:
+    ``(g, state, p, ctx) -> (g * factor(p, g), ())``, stateless (a trust ratio).
+
+    Being this class is what makes the stage's input recomputable: the rewrite calls
+    :meth:`with_input_for_norm` with a second, equal copy of ``g`` for ``factor``.
+
+    Args:
+      factor: ``(p, y) -> scalar``, the scale for an input equal to ``y``.
+
+    >>> import jax.numpy as jnp
+    >>> leaf = ScaledByNormOfInput(lambda p, y: 1 / jnp.linalg.norm(y))
+    >>> leaf(jnp.array([3., 4.]), (), None, None)[0]
+    Array([0.6, 0.8], dtype=float32)
+    """
+
+    def __init__(self, factor: Callable[[Any, jax.Array], jax.Array]) -> None:
+        self.factor = factor
+
+    def __call__(self, g: jax.Array, state: Any, p: Any, ctx: Any) -> tuple:
+        return self.with_input_for_norm(g, p, g)
+
+    def with_input_for_norm(self, g: jax.Array, p: Any, y: jax.Array) -> tuple:
+        """``g`` scaled by ``factor(p, y)``, ``y`` an equal copy of ``g``."""
+        return g * self.factor(p, y), ()
+
+
+def _recomputable(stage: Any) -> bool:
+    return isinstance(stage.update_leaf, ScaledByNormOfInput)
+
+
 class _NoRewrite:
-    """The block as it is: no stage gets an ``x_for_norm``."""
+    """The block as it is: each stage's ``update_leaf`` called as it is."""
 
     def for_leaf(self, x0: Any, pc: Any) -> "_NoRewrite":
         return self
@@ -85,11 +118,8 @@ class _NoRewrite:
     def skipped(self) -> None:
         return None
 
-    def ran(self, olds: Any, news: Any) -> None:
-        return None
-
-    def extra_args(self, k: int) -> dict:
-        return {}
+    def run(self, k: int, stage: Any, x: Any, olds: Any, p: Any, ctx: Any) -> tuple:
+        return stage.update_leaf(x, olds, p, ctx)
 
 
 #: What :func:`for_block` returns where the recompute does not apply.
@@ -115,15 +145,16 @@ class _LeafRewrite:
     def skipped(self) -> None:
         self.ran_.append(None)
 
-    def ran(self, olds: Any, news: Any) -> None:
-        self.ran_.append((olds, news))
-
-    def extra_args(self, k: int) -> dict:
-        b = self.block
-        if not b.stages[k].norm_of_input or all(r is None for r in self.ran_):
-            return {}
-        y = input_for_norm(b.stages[:k], b.ctxs[:k], self.ran_, self.x0, self.pc, b.jaxprs)
-        return {} if y is None else {"x_for_norm": y}
+    def run(self, k: int, stage: Any, x: Any, olds: Any, p: Any, ctx: Any) -> tuple:
+        """Stage ``k`` on this leaf, a recomputable one with a copy of its input."""
+        b, y = self.block, None
+        if _recomputable(stage) and any(r is not None for r in self.ran_):
+            y = input_for_norm(b.stages[:k], b.ctxs[:k], self.ran_, self.x0, self.pc,
+                               b.jaxprs)
+        out = (stage.update_leaf(x, olds, p, ctx) if y is None
+               else stage.update_leaf.with_input_for_norm(x, p, y))
+        self.ran_.append((olds, out[1]))
+        return out
 
 
 def for_block(stages: Sequence[Any], active: Sequence[Sequence[bool]], ctxs: Sequence[Any],
@@ -139,16 +170,16 @@ def for_block(stages: Sequence[Any], active: Sequence[Sequence[bool]], ctxs: Seq
 
     Returns:
       :data:`NO_REWRITE`, or the recompute when :func:`applies` to the bytes its trust
-      ratios would otherwise store. Per leaf, ``for_leaf(x0, pc)`` gives an object that is
-      told what each stage did (``ran`` / ``skipped``) and gives the keyword arguments of
-      stage ``k`` (``extra_args(k)``).
+      ratios would otherwise store. Per leaf, ``for_leaf(x0, pc)`` gives an object that
+      runs stage ``k`` on the leaf (``run(k, stage, x, olds, p, ctx)``, the stage's
+      ``update_leaf``'s result) and is told of the stages masked out there (``skipped``).
 
     >>> for_block([], [], [], [], []) is NO_REWRITE
     True
     """
     saved = 0
     for k, stage in enumerate(stages):
-        if not stage.norm_of_input or k == 0:
+        if not _recomputable(stage) or k == 0:
             continue
         for i, g in enumerate(gs):
             if active[k][i] and any(active[j][i] for j in range(k)):
@@ -158,7 +189,8 @@ def for_block(stages: Sequence[Any], active: Sequence[Sequence[bool]], ctxs: Seq
 
 def input_for_norm(prefix: Sequence[Any], ctxs: Sequence[Any], ran: list, x0: jax.Array,
                    pc: Any, cache: dict) -> Optional[jax.Array]:
-    """The input of a ``norm_of_input`` stage, computed a second time for its norm.
+    """The input of a :class:`ScaledByNormOfInput` stage, computed a second time for its
+    norm.
 
     Args:
       prefix: the stages before it in the fused block.

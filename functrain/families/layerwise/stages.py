@@ -21,6 +21,7 @@ from functrain.numerics import abs_sq, ema_update
 from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
                                        safe_increment, zero_count)
 from functrain.engine.program import stage_transform
+from functrain.engine import recompute
 
 Array = jax.Array
 
@@ -90,16 +91,14 @@ def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
     if max_trust_ratio is not None:
         check_range("max_trust_ratio", max_trust_ratio, 0.0, owner="scale_by_trust_ratio")
 
-    def leaf(g: Array, s: tuple, p: Array, ctx: Any, x_for_norm: Optional[Array] = None
-             ) -> tuple:
-        r = numerics.trust_ratio(p, g if x_for_norm is None else x_for_norm,
-                        trust_coefficient=trust_coefficient, eps=eps,
-                        min_norm=min_norm, max_trust_ratio=max_trust_ratio)
-        return g * r, ()
+    def ratio(p: Array, y: Array) -> Array:
+        return numerics.trust_ratio(p, y, trust_coefficient=trust_coefficient, eps=eps,
+                                    min_norm=min_norm, max_trust_ratio=max_trust_ratio)
 
-    return stage_transform(LeafStage(name="scale_by_trust_ratio", update_leaf=leaf,
-    needs_params=True,
-                                     mask=mask, norm_of_input=True))
+    # g * ratio(p, g); the CPU recompute may pass a second copy of g for the norm.
+    return stage_transform(LeafStage(name="scale_by_trust_ratio",
+                                     update_leaf=recompute.ScaledByNormOfInput(ratio),
+                                     needs_params=True, mask=mask))
 
 
 @hyperparameters(b1="number", b2="number", eps="number", eps_root="number",
