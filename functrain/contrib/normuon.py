@@ -22,7 +22,7 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.contrib.muon import (MuonDimensionNumbers, _check_options, _dims_of_leaves,
-                                    _dims_of_slots, _in_compute_dtype, _is_dims, _leaf_axes,
+                                    _in_compute_dtype, _is_dims, _leaf_axes,
                                     _orthogonalize_tree, _per_dims, _resolve_coeffs,
                                     _scale_by_shape, _split)
 from functrain.declarations import declare_optimizer, state_value_kinds
@@ -150,18 +150,19 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
         else weight_dimension_numbers
 
     def init_fn(params: Params) -> NorMuonState:
+        # Every leaf checked against its dimension numbers first, the error naming its path.
+        dims = iter(_dims_of_leaves(spec, params, owner, name))
         state = momentum.init(params)
         if weight_dimension_numbers is None or _is_dims(weight_dimension_numbers):
             return state
         # Per-leaf dimension numbers: the engine built every ``nu`` for the default axes;
         # give each leaf the shape its own reduction axes make.
         slots, treedef = jax.tree_util.tree_flatten(state.nu, is_leaf=ft.is_placeholder)
-        dims = _dims_of_slots(spec, params, owner, name)
         return state._replace(nu=treedef.unflatten([
-            n if ft.is_placeholder(n) or d is None else jnp.zeros(
-                _nu_shape(p.shape, d, owner), n.dtype)
-            for n, d, p in zip(slots, dims, jax.tree_util.tree_leaves(
-                params, is_leaf=ft.is_placeholder))]))
+            n if ft.is_placeholder(n) else jnp.zeros(_nu_shape(p.shape, next(dims), owner),
+                                                     n.dtype)
+            for n, p in zip(slots, jax.tree_util.tree_leaves(params,
+                                                             is_leaf=ft.is_placeholder))]))
 
     def update_fn(updates: Updates, state: NorMuonState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, NorMuonState]:

@@ -212,5 +212,9 @@ def test_bad_arguments_are_named():
     params = {"w": jnp.ones((3, 2)), "b": jnp.ones((2, 2))}
     with pytest.raises(ValueError, match=r"no MuonDimensionNumbers for leaf \['b'\]"):
         tx.update(params, tx.init(params))
+    # nu's shape depends on the leaf's axes: init checks each leaf, naming it.
+    with pytest.raises(ValueError, match=r"scale_by_normuon: leaf \['v'\] has shape \(3,\), "
+                                         r"but Muon orthogonalizes matrices"):
+        scale_by_normuon().init({"v": jnp.ones(3)})
     with pytest.raises(TypeError, match="scale_by_normuon"):
         scale_by_normuon().update(params, ())
