@@ -83,8 +83,10 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     mean(|O|**2)`` over the reduction axes, ``O' = O / (sqrt(nu) + eps)``, and each matrix
     is rescaled to its norm before the division, ``O' ||O||_F / (||O'||_F + eps)`` (the
     code; the paper instead scales the step to ``0.2 sqrt(m n) / ||O'||_F``, Adam's RMS).
+    A neuron is an entry of the output axes, its mean taken over all the reduction axes (for
+    a 4-D conv filter the official code averages over the last kernel axis only).
 
-    Reference: Li, Liu, Ren, Chen, Lu, Zhang & Yang, 2025, "NorMuon: Making Muon more
+    Reference: Li, Liu, Liang, Chen & Zhao, 2025, "NorMuon: Making Muon more
     efficient and scalable" (arXiv:2510.05491); official code github.com/zichongli5/NorMuon
     (its defaults: ``beta = beta2 = 0.95``, ``eps = 1e-10``).
 
@@ -213,7 +215,7 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     rescaling to the pre-normalization norm times Muon's width factor instead of
     ``0.2 sqrt(m n) / ||O'||_F``), this follows the code; see :func:`scale_by_normuon`.
 
-    Reference: Li, Liu, Ren, Chen, Lu, Zhang & Yang, 2025, "NorMuon: Making Muon more
+    Reference: Li, Liu, Liang, Chen & Zhao, 2025, "NorMuon: Making Muon more
     efficient and scalable" (arXiv:2510.05491); github.com/zichongli5/NorMuon.
 
     Args:
