@@ -73,8 +73,8 @@ BUILT_ON: dict[tuple[str, str], str] = {
     ("functrain.contrib.adamuon", "functrain.contrib.muon"): _MUON_PARTS,
 }
 
-BASE, ENGINE = "functrain.transforms.base", "functrain.transforms.engine"
-RECOMPUTE = "functrain.transforms.recompute"
+BASE, ENGINE = "functrain.engine.protocol", "functrain.engine.program"
+RECOMPUTE = "functrain.engine.recompute"
 # Every other module of transforms/ is a stage family (found on disk, so a new family
 # needs no entry here).
 FAMILIES = {f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").glob("*.py")
@@ -119,9 +119,9 @@ L1 = ("L1_protocol", "L1_engine")
 
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
-    Layer("L0_checks", lambda m: m in {"functrain.tree_checks", "functrain.arg_checks",
+    Layer("L0_checks", lambda m: m in {"functrain.tree.checks", "functrain.arg_checks",
                                        "functrain.jax_compat", "functrain.declarations"}, ()),
-    Layer("L0_tree_parts", lambda m: m in {"functrain.tree_ops", "functrain.tree_state"},
+    Layer("L0_tree_parts", lambda m: m in {"functrain.tree.ops", "functrain.tree.state"},
           ("L0_checks",)),
     Layer("L0_tree", lambda m: m == "functrain.tree", ("L0_checks", "L0_tree_parts")),
     Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:3]),
@@ -262,19 +262,19 @@ def where(module: str, line: int) -> str:
 
 def test_the_analysis_sees_imports_and_private_uses():
     source = ("from functrain import tree as ft\n"
-              "from functrain.transforms.base import _concrete, check_range\n"
+              "from functrain.engine.protocol import _concrete, check_range\n"
               "from . import engine\n"
               "import functrain.numerics\n"
               "def f():\n"
-              "    from functrain.transforms import recompute\n"
+              "    from functrain.engine import recompute\n"
               "    return (ft._fmt_paths, ft.norm, engine._x, recompute.applies,\n"
               "            functrain.numerics._y, ft.MaskedNode.__name__)\n")
-    found = Imports("functrain.transforms.adam", source)
+    found = Imports("functrain.families.adam.stages", source)
     assert {e[0] for e in found.edges} == {"functrain.tree", BASE, ENGINE, RECOMPUTE,
                                           "functrain.numerics"}
     private = sorted(text for _, text in found.private)
-    assert private == ["engine._x (private name of functrain.transforms.engine)",
-                       "from functrain.transforms.base import _concrete",
+    assert private == ["engine._x (private name of functrain.engine.program)",
+                       "from functrain.engine.protocol import _concrete",
                        "ft._fmt_paths (private name of functrain.tree)",
                        "functrain.numerics._y (private name of functrain.numerics)"], private
 
@@ -282,7 +282,7 @@ def test_the_analysis_sees_imports_and_private_uses():
 def test_the_real_import_graph_is_read():
     edges = {(m, e[0]) for m, a in ANALYSED.items() for e in a.edges}
     for edge in [(ENGINE, RECOMPUTE), (ENGINE, BASE), ("functrain.numerics", "functrain.tree"),
-                 ("functrain.optimizers.adam_family", "functrain.transforms.adam"),
+                 ("functrain.families.adam.optimizers", "functrain.families.adam.stages"),
                  ("functrain.wrappers.masking", ENGINE), ("functrain", "functrain.grad")]:
         assert edge in edges, edge
     assert len(FILES) >= 30
@@ -294,18 +294,18 @@ def allows(module: str, target: str) -> bool:
 
 def test_the_rules_reject_upward_and_sideways_imports():
     assert not allows("functrain.tree", "functrain.numerics")
-    assert not allows("functrain.tree_ops", "functrain.tree")
+    assert not allows("functrain.tree.ops", "functrain.tree")
     assert not allows("functrain.numerics", BASE)
     assert not allows(BASE, ENGINE)
     assert not allows(BASE, "functrain.linalg")
-    assert not allows("functrain.transforms.adam", "functrain.transforms.rms")
-    assert not allows("functrain.transforms.adam", "functrain.wrappers.masking")
-    assert not allows("functrain.transforms.adam", "functrain")
-    assert not allows("functrain.whole_tree.lbfgs", "functrain.transforms.adam")
+    assert not allows("functrain.families.adam.stages", "functrain.families.rms.stages")
+    assert not allows("functrain.families.adam.stages", "functrain.wrappers.masking")
+    assert not allows("functrain.families.adam.stages", "functrain")
+    assert not allows("functrain.families.quasi_newton.lbfgs", "functrain.families.adam.stages")
     assert not allows("functrain.wrappers.masking", "functrain.wrappers.accumulation")
-    assert not allows("functrain.wrappers.masking", "functrain.transforms.adam")
-    assert not allows("functrain.optimizers.adam_family", "functrain.wrappers.masking")
-    assert not allows("functrain.optimizers.adam_family", "functrain.optimizers.sgd")
+    assert not allows("functrain.wrappers.masking", "functrain.families.adam.stages")
+    assert not allows("functrain.families.adam.optimizers", "functrain.wrappers.masking")
+    assert not allows("functrain.families.adam.optimizers", "functrain.families.momentum.optimizers")
     assert not allows("functrain.linalg", "functrain.schedules")
     assert not allows("functrain.param_updates", BASE)
     assert not allows("functrain.matrix.blocks", "functrain.contrib.kron")
@@ -319,8 +319,8 @@ def test_the_rules_reject_upward_and_sideways_imports():
     assert allows("functrain.contrib.kron", "functrain.matrix.blocks")
     assert allows("functrain.contrib.sam", "functrain.param_updates")
     assert allows("functrain.matrix.blocks", "functrain.linalg")
-    assert allows("functrain.optimizers.adam_family", "functrain.transforms.adam")
-    assert allows("functrain.transforms.adam", ENGINE)
+    assert allows("functrain.families.adam.optimizers", "functrain.families.adam.stages")
+    assert allows("functrain.families.adam.stages", ENGINE)
     assert allows("functrain.contrib", "functrain.contrib.kron")
     assert allows("functrain", "functrain.contrib.kron")
 

@@ -27,10 +27,10 @@ from functrain.contrib.muon import (MuonDimensionNumbers, _check_options, _dims_
                                     _scale_by_shape, _split)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.numerics import abs_sq, ema_update
-from functrain.optimizers.adam_family import adamw
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, Params,
+from functrain.families.adam.optimizers import adamw
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
-from functrain.transforms.engine import chain
+from functrain.engine.program import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
