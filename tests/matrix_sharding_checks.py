@@ -150,3 +150,30 @@ def check_kron_factor_work_split_over_devices() -> None:
             for k in one:
                 np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
                                            err_msg=f"{k}, {kind}")
+
+
+@check
+def check_muon_variants_newton_schulz_split_over_devices() -> None:
+    """normuon(mesh=...) and adamuon(mesh=...) on 8 devices: Muon's split of the
+    Newton-Schulz stacks reaches them (the per-device program's matmuls are on a (2, 16, 16)
+    stack of the 13 momenta, against (13, 16, 16) on one device; each variant's second
+    moment and rescaling run after the gather), and the numbers are one device's (float64;
+    explicit and auto meshes)."""
+    rng = np.random.default_rng(4)
+    shapes = {f"w{i:02d}": (16, 16) for i in range(13)} | {"b": (16,)}
+
+    def stack_sizes(hlo: str) -> list:
+        return sorted({int(n) for n in re.findall(r"f64\[(\d+),16,16\]\{[^}]*\} dot", hlo)})
+
+    with enable_x64(True):
+        params = {k: jnp.asarray(rng.normal(size=s), jnp.float64) for k, s in shapes.items()}
+        for make in (ft.contrib.normuon, ft.contrib.adamuon):
+            one, hlo_one = four_steps_and_program(make(1e-2), params)
+            assert stack_sizes(hlo_one) == [13], (make.__name__, stack_sizes(hlo_one))
+            for kind in AXIS_TYPES:
+                mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
+                split, hlo = four_steps_and_program(make(1e-2, mesh=mesh), params)
+                assert stack_sizes(hlo) == [2], (make.__name__, kind, stack_sizes(hlo))
+                for k in one:
+                    np.testing.assert_allclose(split[k], one[k], rtol=1e-10, atol=1e-12,
+                                               err_msg=f"{make.__name__} {k}, {kind}")

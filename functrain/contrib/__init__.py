@@ -1,7 +1,8 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``kron``, ``came``,
-``mars``, ``laprop``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
-``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
+``mars``, ``laprop``, ``normuon``, ``adamuon``) and modifiers for any optimizer
+(``cautious``, ``cautious_adamw``, ``cautious_lion``, ``mars_correction``,
+``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -50,10 +51,12 @@ from functrain.contrib.sophia import (HutchinsonState, SophiaState,
                                       hutchinson_estimator_diag_hessian, sophia)
 
 # Beyond optax (one optimizer per module):
+from functrain.contrib.adamuon import AdaMuonState, adamuon, scale_by_adamuon
 from functrain.contrib.came import CameState, came, scale_by_came
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
+from functrain.contrib.normuon import NorMuonState, normuon, scale_by_normuon
 from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cautious,
                                          cautious_adamw, cautious_lion, mars_correction,
                                          palm_beta2_schedule, trust_region_clip)

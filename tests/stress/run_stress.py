@@ -62,6 +62,8 @@ STRESSED: dict[str, Stressed] = {
     "muon": Stressed(lambda ft: ft.contrib.muon(1e-3), steps=20, runs=6),
     "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
                           runs=2),
+    "normuon": Stressed(lambda ft: ft.contrib.normuon(1e-3), steps=10, runs=2),
+    "adamuon": Stressed(lambda ft: ft.contrib.adamuon(1e-3), steps=10, runs=2),
     "galore": Stressed(lambda ft: ft.contrib.galore(1e-3, rank=16, update_proj_gap=5),
                        steps=12, runs=3),
     "sophia": Stressed(lambda ft: ft.contrib.sophia(1e-3), steps=12, runs=2, extra=_sophia),
