@@ -59,3 +59,4 @@ from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cau
                                          palm_beta2_schedule, trust_region_clip)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap
+from functrain.contrib.splus import SplusState, scale_by_splus, splus, splus_get_eval_params
