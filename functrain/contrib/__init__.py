@@ -1,6 +1,6 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
-matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``kron``, ``came``,
-``mars``, ``laprop``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
+matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
+``came``, ``mars``, ``laprop``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
 ``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,

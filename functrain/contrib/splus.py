@@ -265,7 +265,7 @@ def scale_by_splus(b1: float = 0.9, b2: float = 0.999, ema_rate: float = 0.999,
             for k, on in enumerate(_sides(tuple(g.shape), hp.max_dim)):
                 if on:
                     items.append((stats[k], mats[2 + k]))
-                    owners.append((len(done) - 1, 4 + k))
+                    owners.append((len(done) - 1, 5 + k))  # done[i]: u, mu, ema, L, R, Q_L, Q_R
         if items:  # one conditional for the tree; eigh one matrix at a time on CPU
             def fresh(pairs: list) -> list:
                 return map_by_shape(_eigenbasis(hp.eps), [(s,) for s, _ in pairs], mesh)
