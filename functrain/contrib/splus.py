@@ -396,8 +396,9 @@ def splus(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     >>> for _ in range(200):
     ...     params, state = step(params, state)
     >>> eval_params = functrain.contrib.splus_get_eval_params(state)  # evaluate here
-    >>> print(f"4.0 -> {float(f(params)):.1f} (iterate), {float(f(eval_params)):.3f} (average)")
-    4.0 -> 15.2 (iterate), 0.001 (average)
+    >>> # from 4.0: the iterate bounces at the step's scale (loss > 1), its average does not
+    >>> print(float(f(params)) > 1.0, float(f(eval_params)) < 0.1)
+    True True
     """
     check_range("weight_decay", weight_decay, 0.0, owner="splus")
     strings = _check_strings(nonstandard_strings)
