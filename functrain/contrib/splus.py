@@ -35,10 +35,10 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.matrix.blocks import map_by_shape
 from functrain.numerics import ema_update
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage,
+from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
                                        safe_increment)
-from functrain.transforms.engine import (chain, leaf_compute_dtype, run_block,
+from functrain.engine.program import (chain, leaf_compute_dtype, run_block,
                                          state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
