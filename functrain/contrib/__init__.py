@@ -1,6 +1,6 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
-matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``kron``, ``came``,
-``mars``, ``laprop``, ``normuon``, ``adamuon``) and modifiers for any optimizer
+matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
+``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``) and modifiers for any optimizer
 (``cautious``, ``cautious_adamw``, ``cautious_lion``, ``mars_correction``,
 ``trust_region_clip``).
 
@@ -62,3 +62,4 @@ from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cau
                                          palm_beta2_schedule, trust_region_clip)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap
+from functrain.contrib.splus import SplusState, scale_by_splus, splus, splus_get_eval_params

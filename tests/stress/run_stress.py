@@ -59,6 +59,7 @@ STRESSED: dict[str, Stressed] = {
     "soap": Stressed(lambda ft: ft.contrib.soap(1e-3, precondition_frequency=5), steps=30,
                      runs=12),
     "kron": Stressed(lambda ft: ft.contrib.kron(1e-3), steps=30, runs=12),
+    "splus": Stressed(lambda ft: ft.contrib.splus(1e-3, inverse_every=5), steps=20, runs=4),
     "muon": Stressed(lambda ft: ft.contrib.muon(1e-3), steps=20, runs=6),
     "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
                           runs=2),
