@@ -1,6 +1,6 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
-matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``kron``, ``came``,
-``mars``, ``laprop``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
+matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``kron``, ``dion``,
+``came``, ``mars``, ``laprop``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
 ``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
@@ -51,6 +51,7 @@ from functrain.contrib.sophia import (HutchinsonState, SophiaState,
 
 # Beyond optax (one optimizer per module):
 from functrain.contrib.came import CameState, came, scale_by_came
+from functrain.contrib.dion import ScaleByDionState, dion, scale_by_dion
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
