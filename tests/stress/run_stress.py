@@ -62,6 +62,7 @@ STRESSED: dict[str, Stressed] = {
     "muon": Stressed(lambda ft: ft.contrib.muon(1e-3), steps=20, runs=6),
     "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
                           runs=2),
+    "dion": Stressed(lambda ft: ft.contrib.dion(1e-3, rank=0.5), steps=12, runs=3),
     "galore": Stressed(lambda ft: ft.contrib.galore(1e-3, rank=16, update_proj_gap=5),
                        steps=12, runs=3),
     "sophia": Stressed(lambda ft: ft.contrib.sophia(1e-3), steps=12, runs=2, extra=_sophia),
