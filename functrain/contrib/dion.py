@@ -216,6 +216,9 @@ def scale_by_dion(rank: Union[int, float] = 1.0, mu: float = 0.95, eps: float = 
       mesh: a ``jax.sharding.Mesh``: each stack of same-shape work matrices is divided over
         its devices (each device runs the step of ``1/N`` of them, the results are
         gathered), with the same numbers as one device; ``None``: every device does all.
+        On CPU the QR calls run in SciPy's OpenBLAS: on a loaded machine
+        ``functrain.linalg.set_lapack_threads(1)`` avoids its threads' slowdown
+        (docs/matrix_optimizers.md).
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ScaleByDionState`. Every leaf
