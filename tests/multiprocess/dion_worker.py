@@ -94,32 +94,41 @@ def check_work_divided_over_eight_devices() -> None:
 
 
 def check_sharded_params_give_one_devices_numbers() -> None:
-    """Params split over a 4x2 mesh (rows over 'data', columns over 'model'), with and
-    without ``mesh=``: the momentum keeps each param's sharding under ``jit(init)`` and the
-    numbers are one device's (float64)."""
+    """Params split over a 4x2 mesh (rows over 'data', columns over 'model'; auto and
+    explicit axes), with and without ``mesh=``: the momentum keeps each param's sharding
+    under ``jit(init)``, the weights keep theirs, and the numbers are one device's
+    (float64)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     import functrain
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from helpers import AXIS_TYPES, set_mesh
+
     params = {k: jnp.asarray(v) for k, v in host_params().items()}
     one, _ = run_steps(functrain.contrib.dion(1e-2, **KWARGS), params)
-    mesh = jax.make_mesh((4, 2), ("data", "model"),
-                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
     specs = {k: P("data", "model") if len(s) == 2 else P("model") for k, s in SHAPES.items()}
-    shardings = {k: NamedSharding(mesh, s) for k, s in specs.items()}
-    for use_mesh in (None, mesh):
-        opt = functrain.contrib.dion(1e-2, mesh=use_mesh, **KWARGS)
-        sharded = jax.device_put(params, shardings)
-        mu = jax.jit(opt.init)(sharded).inner_states["dion"].inner_state[0].mu
-        for k, x in mu.items():
-            if not isinstance(x, tuple):  # MaskedNode: the bias is AdamW's
-                assert x.sharding.is_equivalent_to(shardings[k], x.ndim), (k, x.sharding)
-        got, _ = run_steps(opt, sharded)
-        for k in one:
-            np.testing.assert_allclose(got[k], one[k], rtol=1e-10, atol=1e-12,
-                                       err_msg=f"{k}, mesh={use_mesh is not None}")
+    for kind in AXIS_TYPES:
+        mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(kind, kind))
+        shardings = {k: NamedSharding(mesh, s) for k, s in specs.items()}
+        for use_mesh in (None, mesh):
+            where = f"{kind}, mesh={use_mesh is not None}"
+            opt = functrain.contrib.dion(1e-2, mesh=use_mesh, **KWARGS)
+            with set_mesh(mesh):
+                sharded = jax.device_put(params, shardings)
+                mu = jax.jit(opt.init)(sharded).inner_states["dion"].inner_state[0].mu
+                got, _ = run_steps(opt, sharded)
+            for k, x in mu.items():
+                if not isinstance(x, tuple):  # MaskedNode: the bias is AdamW's
+                    assert x.sharding.is_equivalent_to(shardings[k], x.ndim), (
+                        k, where, x.sharding)
+            for k in one:
+                assert got[k].sharding.is_equivalent_to(shardings[k], got[k].ndim), (
+                    k, where, got[k].sharding)
+                np.testing.assert_allclose(got[k], one[k], rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{k}, {where}")
 
 
 CHECKS = {f.__name__: f for f in (check_work_divided_over_eight_devices,
