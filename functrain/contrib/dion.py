@@ -36,11 +36,11 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.linalg import map_matrices, map_stacks
 from functrain.numerics import abs_sq
-from functrain.optimizers.adam_family import adamw
-from functrain.optimizers.sign_based import lion
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
+from functrain.families.adam.optimizers import adamw
+from functrain.families.sign.optimizers import lion
+from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
-from functrain.transforms.engine import chain, leaf_compute_dtype, state_compute_dtype
+from functrain.engine.program import chain, leaf_compute_dtype, state_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import multi_transform
 
