@@ -1,7 +1,7 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
-``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``) and modifiers for any optimizer
-(``cautious``, ``cautious_adamw``, ``cautious_lion``, ``mars_correction``,
+``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``) and modifiers for any
+optimizer (``cautious``, ``cautious_adamw``, ``cautious_lion``, ``mars_correction``,
 ``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
@@ -53,6 +53,7 @@ from functrain.contrib.sophia import (HutchinsonState, SophiaState,
 # Beyond optax (one optimizer per module):
 from functrain.contrib.adamuon import AdaMuonState, adamuon, scale_by_adamuon
 from functrain.contrib.came import CameState, came, scale_by_came
+from functrain.contrib.dion import ScaleByDionState, dion, scale_by_dion
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars

@@ -65,6 +65,7 @@ STRESSED: dict[str, Stressed] = {
                           runs=2),
     "normuon": Stressed(lambda ft: ft.contrib.normuon(1e-3), steps=10, runs=2),
     "adamuon": Stressed(lambda ft: ft.contrib.adamuon(1e-3), steps=10, runs=2),
+    "dion": Stressed(lambda ft: ft.contrib.dion(1e-3, rank=0.5), steps=12, runs=3),
     "galore": Stressed(lambda ft: ft.contrib.galore(1e-3, rank=16, update_proj_gap=5),
                        steps=12, runs=3),
     "sophia": Stressed(lambda ft: ft.contrib.sophia(1e-3), steps=12, runs=2, extra=_sophia),
