@@ -47,7 +47,8 @@ ORDER: dict[str, list[str]] = {
         "madgrad", "acprop", "ademamix", "galore", "sophia", "sam", "momo", "reduce_on_plateau",
         "privacy", "normalize", "complex_valued")],
     "beyond optax": ["functrain.contrib." + m for m in (
-        "shampoo", "soap", "kron", "dion", "mars", "came", "laprop", "normuon", "adamuon", "splus", "modifiers")],
+        "shampoo", "soap", "kron", "dion", "normuon", "adamuon", "splus", "mars", "came",
+        "laprop", "modifiers")],
 }
 _ADAM_VARIANTS = "Adam variants: ADOPT, MADGRAD, ACProp, AdEMAMix"
 #: module -> its section's title, where the docstring's first words are not the title;
