@@ -348,11 +348,12 @@ def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
 
     >>> import jax.numpy as jnp
     >>> x = jnp.array([[[3., 0., 0.], [0., 0.5, 0.]]])
-    >>> o = newton_schulz(x, 'polar_express')
-    >>> bool(jnp.all(jnp.abs(jnp.linalg.svd(o[0], compute_uv=False) - 1) < 0.1))
-    True
-    >>> bool(jnp.allclose(newton_schulz(x, 'polar_express', method='gram'), o, atol=1e-5))
-    True
+    >>> def singular_values(o):
+    ...     return [round(float(v), 2) for v in jnp.linalg.svd(o[0], compute_uv=False)]
+    >>> singular_values(newton_schulz(x)), singular_values(newton_schulz(x, 'polar_express'))
+    ([1.04, 0.71], [1.12, 1.06])
+    >>> singular_values(newton_schulz(x, 'polar_express', ns_steps=7, method='gram'))
+    [1.0, 1.0]
     """
     if isinstance(coeffs, str):
         coeffs, preset_safety = newton_schulz_coefficients(coeffs, ns_steps)
