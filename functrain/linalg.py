@@ -28,7 +28,7 @@ Array = jax.Array
 PyTree = Any
 
 __all__ = ["global_norm", "power_iteration", "matrix_inverse_pth_root", "newton_schulz",
-           "map_matrices", "map_stacks", "set_lapack_threads"]
+           "newton_schulz_coefficients", "map_matrices", "map_stacks", "set_lapack_threads"]
 
 
 def global_norm(updates: PyTree) -> jax.Array:
@@ -232,7 +232,7 @@ def newton_schulz_coefficients(name: str, ns_steps: int = 5, *, owner: str = "ne
     there; repeating modded-nanogpt's fifth row instead stalls about 8% from 1).
 
     Args:
-      name: one of :data:`NS_PRESETS`.
+      name: ``'standard'``, ``'dion'`` or ``'polar_express'``.
       ns_steps: the number of steps (sizes ``'polar_express'``'s rows; needs a Python int).
       owner: the function named in an error.
       arg: the argument named in an error.
@@ -368,13 +368,13 @@ def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
     if isinstance(safety, bool) or not isinstance(safety, (int, float)) or not safety > 0:
         raise ValueError(f"newton_schulz: safety_factor must be a number > 0 or None, got "
                          f"{safety_factor!r}.")
-    if jnp.ndim(coeffs) not in (1, 2) or jnp.shape(coeffs)[-1] != 3:
+    if np.ndim(coeffs) not in (1, 2) or np.shape(coeffs)[-1] != 3:
         raise ValueError(f"newton_schulz: coeffs must have shape (3,) or (n, 3) (one row per "
-                         f"step), got shape {jnp.shape(coeffs)}.")
+                         f"step), got shape {np.shape(coeffs)}.")
     if jnp.ndim(x) < 2:
         raise ValueError(f"newton_schulz: x must be a matrix or a stack of them (..., m, n), "
                          f"got shape {jnp.shape(x)}.")
-    if method == "gram" and jnp.ndim(coeffs) == 1 and (
+    if method == "gram" and np.ndim(coeffs) == 1 and (
             isinstance(ns_steps, jax.core.Tracer) or int(ns_steps) != ns_steps):
         raise ValueError(f"newton_schulz: method='gram' with a coefficient triple needs "
                          f"ns_steps as a Python int, got {ns_steps!r}.")
