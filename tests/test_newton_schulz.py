@@ -261,3 +261,21 @@ def test_traced_step_counts_are_refused_where_the_rows_need_them():
     # the standard method takes a traced count (inject_hyperparams), as before
     got = jax.jit(lambda k: linalg.newton_schulz(x, ns_steps=k))(5)
     np.testing.assert_allclose(got, linalg.newton_schulz(x), rtol=1e-6)
+
+
+def test_benchmark_script_runs(tmp_path):
+    """benchmarks/newton_schulz.py end to end on a tiny size (never timed: make bench)."""
+    import json
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+    import newton_schulz as bench
+    table = bench.main(["--sizes", "8x24", "--reps", "1", "--out", str(tmp_path)])
+    assert table.count("| 8 x 24 |") == len(bench.VARIANTS)
+    with open(tmp_path / "newton_schulz.json") as f:
+        rows = json.load(f)["results"]["8 x 24"]
+    assert set(rows) == set(bench.VARIANTS)
+    # five steps as flops: 20 m^2 n + 10 m^3 (standard), 12 m^2 n + 22 m^3 (gram)
+    assert rows["gram"]["model"] == (12 * 8 * 8 * 24 + 22 * 8 ** 3) / (20 * 8 * 8 * 24 + 10 * 8 ** 3)
+    assert rows["polar_express"]["distance"] < rows["standard"]["distance"]
+    assert abs(rows["polar_express + gram"]["distance"] - rows["polar_express"]["distance"]) < 1e-4
