@@ -74,10 +74,12 @@ def measure(m: int, n: int, batch: int, reps: int) -> dict:
 
 def markdown(results: dict, batch: int, reps: int) -> str:
     lines = [f"Measured {time.strftime('%Y-%m-%dT%H:%M:%S')} on {jax.devices()[0].device_kind} "
-             f"({jax.default_backend()}, {os.cpu_count()} cores, shared with other work), "
+             f"({jax.default_backend()}, {os.cpu_count()} cores shared with other work: load "
+             f"average {os.getloadavg()[0]:.1f}), "
              f"float32, {STEPS} steps, a stack of {batch} Gaussian matrices, median of {reps} "
              f"interleaved calls. `speed` = the standard iteration's time / this one's; "
-             f"`model` = this one's flops / the standard's.", "",
+             f"`model` = this one's flops / the standard's. The two coefficient sets cost the "
+             f"same matmuls: their difference in time is the noise.", "",
              "| size (m x n) | variant | ms per call | speed | model flops | "
              "distance to U V^T |", "|---|---|---|---|---|---|"]
     for size, rows in results.items():
