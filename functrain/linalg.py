@@ -212,10 +212,6 @@ _PRESETS = {"standard": ((3.4445, -4.7750, 2.0315), 1.0),
                       (3.7418, -5.5913, 2.3037), (2.8769, -3.1427, 1.2046),
                       (2.8366, -3.0525, 1.2012)), 1.0),
             "polar_express": (_POLAR_EXPRESS, 1.02)}
-# Gram Newton-Schulz (method='gram') restarts from X every second step. Dao-AILab restarts
-# once, before the third step; in float32 that left Polar Express 20x (5 steps) to 60x (8
-# steps) further from the float64 iteration than the standard one on matrices of condition
-# number 1e4 (64 x 256); restarting every second step matches the standard iteration's error.
 
 
 def newton_schulz_coefficients(name: str, ns_steps: int = 5, *, owner: str = "newton_schulz",
@@ -226,7 +222,8 @@ def newton_schulz_coefficients(name: str, ns_steps: int = 5, *, owner: str = "ne
     2024). ``'dion'``: Dion's five per-step rows (Ahn et al., 2025). ``'polar_express'``:
     Polar Express's per-step rows (Amsel, Persson, Musco & Gower, 2025, arXiv 2505.16932),
     as modded-nanogpt uses them: the optimal odd quintics for ``l = 1e-3``, 5 steps, safety
-    factor ``1 + 2e-2`` and cushion ``0.02``, run after dividing by ``1.02 ||X||_F``. With
+    factor ``1 + 2e-2`` and cushion ``0.02``, run after dividing by ``1.02 ||X||_F`` (plus
+    the caller's ``eps``, where modded-nanogpt adds ``1e-6``). With
     ``ns_steps`` below 5 the first ``ns_steps`` rows; above, the steady-state quintic
     ``(15/8, -10/8, 3/8)`` for the extra steps (the last row of the paper's code, repeated
     there; repeating modded-nanogpt's fifth row instead stalls about 8% from 1).
@@ -292,6 +289,10 @@ def _normalize(x: Array, preconditioning: str, eps: Any, safety: float
     return x * s, a * s ** 2
 
 
+# Gram Newton-Schulz (method='gram') restarts from X every second step. Dao-AILab restarts
+# once, before the third step; in float32 that left Polar Express 20x (5 steps) to 60x (8
+# steps) further from the float64 iteration than the standard one on matrices of condition
+# number 1e4 (64 x 256); restarting every second step matches the standard iteration's error.
 def _gram_pair(x: Array, rows: Array) -> Array:
     """Two steps through ``R = X X^H`` (Gram Newton-Schulz): ``Q`` with ``X_2 = Q X``, then ``Q X``.
 
