@@ -31,14 +31,14 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain import jax_compat, tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
-from functrain.optimizers.adam_family import adamw
+from functrain.families.adam.optimizers import adamw
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.matrix.dimension_numbers import (check_dims_type, dims_key, dims_of_leaves,
                                                 dims_of_slots, is_dims, leaf_axes, matrix_view)
-from functrain.transforms.adam import corrections
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn, Params,
+from functrain.families.adam.stages import corrections
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
-from functrain.transforms.engine import chain, leaf_compute_dtype, run_block, stage_transform
+from functrain.engine.program import chain, leaf_compute_dtype, run_block, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import PartitionState, masked
 
