@@ -28,7 +28,9 @@
                       families/<family>/ but its optimizers.py
   L3_wrappers         wrappers/*.py                               L0 core, L1
   L4_optimizers       families/<family>/optimizers.py             L0 (all of it), L1, L2
-  L4_contrib          contrib/*.py                                L0 - L4_optimizers
+  L4_contrib_bases    contrib/muon.py (Muon: its machinery, the   L0 - L4_optimizers
+                      Muon family's base)
+  L4_contrib          every other contrib/*.py                    L0 - L4_contrib_bases
   L4_quantized_state  quantized_state.py (a wrapper whose         L0 - L4_contrib
                       presets name optimizers)
   L5_namespace        transforms (the package: optax.transforms'  L0 - L3
@@ -43,9 +45,6 @@ The modules "beside the stack" (L0_beside) use only the L0 core, the matrix help
   ``param_updates.apply_updates``, Shampoo calls ``linalg``, ``schedule_free``
   ``schedules``, Kron ``matrix``).
 * (c) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
-
-``BUILT_ON`` lists the exceptions to (a) and (b), each with its reason: a module built on
-a sibling's machinery that has no public home below them yet. Each entry must be used.
 
 Each failure names the file and the offending import or name.
 """
@@ -64,15 +63,6 @@ PACKAGE = ROOT / "functrain"
 MAX_LINES = 650
 # path relative to functrain/ -> why it may be longer than MAX_LINES.
 LONG_FILES: dict[str, str] = {}
-# (importer, imported) -> why the importer may import the other module of its own layer,
-# private names included. Remove an entry when what it imports moves below both.
-_MUON_PARTS = ("Muon's variants are Muon's machinery (dimension numbers, the batched "
-               "Newton-Schulz over the tree, the AdamW split) plus a normalization: they "
-               "import it from functrain/contrib/muon.py rather than copy it")
-BUILT_ON: dict[tuple[str, str], str] = {
-    ("functrain.contrib.normuon", "functrain.contrib.muon"): _MUON_PARTS,
-    ("functrain.contrib.adamuon", "functrain.contrib.muon"): _MUON_PARTS,
-}
 
 BASE, ENGINE = "functrain.engine.protocol", "functrain.engine.program"
 RECOMPUTE = "functrain.engine.recompute"
@@ -83,6 +73,9 @@ STAGES = ({f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").gl
              for p in (PACKAGE / "families").glob("*/*.py")}) - {"functrain.transforms.__init__"}
 NAMED = {m for m in STAGES if m.endswith(".optimizers")}
 STAGES = {m for m in STAGES if not m.endswith((".optimizers", ".__init__"))}
+# contrib modules other contrib optimizers are built on (the Muon family on Muon's
+# dimension numbers, batched Newton-Schulz over the tree and AdamW split).
+CONTRIB_BASES = {"functrain.contrib.muon"}
 # Packages whose __init__ is a layer of its own (a public face over modules of lower
 # layers), not a re-export of its own modules only.
 FACES = {"functrain.tree", "functrain.transforms"}
@@ -145,10 +138,13 @@ LAYERS = [
     Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
     Layer("L4_optimizers", lambda m: m in NAMED, L0 + L1 + ("L2_stages",)),
-    Layer("L4_contrib", in_package("contrib"),
+    Layer("L4_contrib_bases", lambda m: m in CONTRIB_BASES,
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),
+    Layer("L4_contrib", lambda m: in_package("contrib")(m) and m not in CONTRIB_BASES,
+          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases")),
     Layer("L4_quantized_state", lambda m: m == "functrain.quantized_state",
-          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib")),
+          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases",
+                     "L4_contrib")),
     Layer("L5_namespace", lambda m: m == "functrain.transforms",
           L0 + L1 + ("L2_stages", "L3_wrappers")),
     # Re-exports only: a sub-package's own modules; functrain/ itself anything.
@@ -176,8 +172,7 @@ def allowed_imports(module: str) -> Callable[[str], bool]:
         if module == "functrain":
             return lambda target: True  # the public surface: re-exports only
         return lambda target: target.startswith(module + ".")
-    return lambda target: (layer_of(target) in LAYER[layer].imports
-                           or (module, target) in BUILT_ON)
+    return lambda target: layer_of(target) in LAYER[layer].imports
 
 
 def is_private(name: str) -> bool:
@@ -334,19 +329,13 @@ def test_the_rules_reject_upward_and_sideways_imports():
     assert not allows("functrain.matrix", "functrain.contrib.kron")
     assert allows("functrain.contrib.kron", "functrain.matrix.blocks")
     assert allows("functrain.contrib.sam", "functrain.param_updates")
+    assert allows("functrain.contrib.normuon", "functrain.contrib.muon")
+    assert not allows("functrain.contrib.muon", "functrain.contrib.normuon")
     assert allows("functrain.matrix.blocks", "functrain.linalg")
     assert allows("functrain.families.adam.optimizers", "functrain.families.adam.stages")
     assert allows("functrain.families.adam.stages", ENGINE)
     assert allows("functrain.contrib", "functrain.contrib.kron")
     assert allows("functrain", "functrain.contrib.kron")
-
-
-def test_built_on_entries_are_used_and_give_reasons():
-    edges = {(m, e[0]) for m, a in ANALYSED.items() for e in a.edges}
-    stale = [pair for pair in BUILT_ON if pair not in edges]
-    assert not stale, f"BUILT_ON lists imports that no longer exist: {stale}"
-    assert all(reason.strip() for reason in BUILT_ON.values())
-    assert not allows("functrain.contrib.soap", "functrain.contrib.muon")
 
 
 def test_the_layer_table_points_down():
@@ -361,16 +350,9 @@ def test_the_layer_table_points_down():
 # (a) private names stay in their module
 # --------------------------------------------------------------------------
 
-def built_on(module: str, text: str) -> bool:
-    """Whether the private use ``text`` in ``module`` is one ``BUILT_ON`` allows."""
-    return any(text.startswith(f"from {target} import ") for importer, target in BUILT_ON
-               if importer == module)
-
-
 def test_no_module_uses_another_modules_private_names():
     offences = [f"{where(m, line)}: {text}"
-                for m, a in sorted(ANALYSED.items()) for line, text in sorted(a.private)
-                if not built_on(m, text)]
+                for m, a in sorted(ANALYSED.items()) for line, text in sorted(a.private)]
     assert not offences, (
         "functrain modules use other modules' private (_name) helpers; make the helper "
         "public (no underscore, with a docstring) in its module or move it:\n  "

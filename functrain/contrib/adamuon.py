@@ -20,9 +20,10 @@ import jax.numpy as jnp
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain.contrib.muon import (MuonDimensionNumbers, _check_options, _dims_of_leaves,
-                                    _in_compute_dtype, _leaf_axes, _orthogonalize_tree,
-                                    _per_dims, _resolve_coeffs, _split)
+from functrain.contrib.muon import (MuonDimensionNumbers, check_options, in_compute_dtype,
+                                    orthogonalize_tree, per_dims, resolve_coeffs,
+                                    split_muon_adam)
+from functrain.matrix.dimension_numbers import (dims_of_leaves, leaf_axes)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.numerics import abs_sq, ema_update
 from functrain.families.adam.optimizers import adamw
@@ -109,8 +110,8 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
     decay2 = beta if beta2 is None else beta2
     check_betas(owner, beta=beta, beta2=decay2)
     check_nonnegative(owner, eps=eps)
-    _check_options(owner, ns_steps, "frobenius")
-    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    check_options(owner, ns_steps, "frobenius")
+    coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
 
     def stage(leaf: Any) -> LeafStage:
         return LeafStage(name=owner, update_leaf=leaf, state_cls=AdaMuonState,
@@ -125,7 +126,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
 
     def normalize_stage(dims: MuonDimensionNumbers) -> LeafStage:
         def leaf(o: Array, s: Any, p: Any, ctx: Any) -> tuple:
-            red, out = _leaf_axes(dims, o.shape, f"of shape {o.shape}", owner)
+            red, out = leaf_axes(dims, o.shape, f"of shape {o.shape}", owner)
             nu = ema_update(abs_sq(o), s.nu, decay2)
             o = o / (jnp.sqrt(nu) + eps)
             norm = jnp.sqrt(jnp.sum(abs_sq(o), axis=red + out, keepdims=True))
@@ -133,19 +134,19 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
             return o * (TARGET_RMS * math.sqrt(size) / (norm + eps)), s._replace(nu=nu)
         return stage(leaf)
 
-    momentum = _per_dims(weight_dimension_numbers, momentum_stage, owner, name)
-    normalize = _per_dims(weight_dimension_numbers, normalize_stage, owner, name)
+    momentum = per_dims(weight_dimension_numbers, momentum_stage, owner, name)
+    normalize = per_dims(weight_dimension_numbers, normalize_stage, owner, name)
     spec = MuonDimensionNumbers(-2, -1) if weight_dimension_numbers is None \
         else weight_dimension_numbers
 
     def update_fn(updates: Updates, state: AdaMuonState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, AdaMuonState]:
         check_state_type(state, AdaMuonState, owner)
-        s, state = momentum.update(_in_compute_dtype(updates, params), state, params,
+        s, state = momentum.update(in_compute_dtype(updates, params), state, params,
                                    **extra_args)
-        o = _orthogonalize_tree(s, _dims_of_leaves(spec, s, owner, name),
+        o = orthogonalize_tree(s, dims_of_leaves(spec, s, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,
-                                False, owner, mesh)
+                                False, owner, mesh, safety=safety)
         u, state = normalize.update(o, state, params, **extra_args)
         return jax.tree.map(lambda u, g: u if ft.is_placeholder(g) else u.astype(g.dtype),
                             u, updates, is_leaf=ft.is_placeholder), state
@@ -229,19 +230,19 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
         check_betas(owner, beta2=beta2)
     check_nonnegative(owner, eps=eps, adam_eps=adam_eps, adam_eps_root=adam_eps_root)
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
-    _check_options(owner, ns_steps, "frobenius")
-    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    check_options(owner, ns_steps, "frobenius")
+    resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_adamuon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     muon_tx = chain(
-        scale_by_adamuon(beta, beta2, eps, coeffs, ns_steps, mu_dtype, nesterov=nesterov,
+        scale_by_adamuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype, nesterov=nesterov,
                          weight_dimension_numbers=spec, mesh=mesh),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,
                     mu_dtype=mu_dtype, weight_decay=adam_weight_decay)
-    return _split(muon_tx, adam_tx, muon_weight_dimension_numbers)
+    return split_muon_adam(muon_tx, adam_tx, muon_weight_dimension_numbers)
 
 
 # A Mesh is callable: inject_hyperparams must not take it for a schedule.

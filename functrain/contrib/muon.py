@@ -25,13 +25,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.linalg import PRECONDITIONINGS, map_stacks, newton_schulz
+from functrain.linalg import (NS_METHODS, PRECONDITIONINGS, map_stacks, newton_schulz,
+                              newton_schulz_coefficients)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain import jax_compat, tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.families.adam.optimizers import adamw
 from functrain.declarations import declare_optimizer, state_value_kinds
+from functrain.matrix.dimension_numbers import (check_dims_type, dims_key, dims_of_leaves,
+                                                dims_of_slots, is_dims, leaf_axes, matrix_view)
 from functrain.families.adam.stages import corrections
 from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
@@ -44,11 +47,7 @@ Array = jax.Array
 # takes a preset's name.
 NsCoeffs = Any
 
-_STANDARD_NS_COEFFS = (3.4445, -4.7750, 2.0315)
-_DION_NS_COEFFS = ((4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377),
-                   (3.7418, -5.5913, 2.3037), (2.8769, -3.1427, 1.2046),
-                   (2.8366, -3.0525, 1.2012))
-_NS_PRESETS = {"standard": _STANDARD_NS_COEFFS, "dion": _DION_NS_COEFFS}
+_STANDARD_NS_COEFFS = tuple(newton_schulz_coefficients("standard")[0].tolist())
 
 
 class MuonDimensionNumbers(NamedTuple):
@@ -93,130 +92,18 @@ class MuonState(NamedTuple):
     ns_coeffs: Array
 
 
-# --------------------------------------------------------------------------
-# Dimension numbers: per-leaf axes, checked with the leaf's key path
-# --------------------------------------------------------------------------
-
+# Dimension numbers are resolved and checked per leaf by functrain.matrix.dimension_numbers.
 _DEFAULT_DIMS = MuonDimensionNumbers(-2, -1)  # scale_by_muon's default: the last two axes
-
-
-def _axes_tuple(axes: Any) -> tuple:
-    return (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
-
-
-def _dims_key(dims: MuonDimensionNumbers) -> tuple:
-    return (_axes_tuple(dims.reduction_axis), _axes_tuple(dims.output_axis))
-
-
-def _check_dims_type(dims: Any, owner: str, name: str) -> None:
-    for axes in (dims.reduction_axis, dims.output_axis):
-        ok = isinstance(axes, (int, np.integer)) or (
-            isinstance(axes, (tuple, list)) and all(isinstance(a, (int, np.integer)) for a in axes))
-        if not ok or isinstance(axes, bool):
-            raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers of ints or sequences "
-                            f"of ints, got {dims!r}.")
-
-
-def _leaf_axes(dims: MuonDimensionNumbers, shape: tuple, where: str, owner: str
-               ) -> tuple[tuple, tuple]:
-    """(reduction axes, output axes), non-negative; ``ValueError`` naming ``where`` if unfit."""
-    ndim = len(shape)
-    if ndim < 2:
-        raise ValueError(f"{owner}: leaf {where} has shape {shape}, but Muon orthogonalizes "
-                         f"matrices (rank >= 2). muon() sends such leaves to AdamW; with "
-                         f"scale_by_muon leave them out with functrain.masked.")
-    red, out = _dims_key(dims)
-    for ax in red + out:
-        if not -ndim <= ax < ndim:
-            raise ValueError(f"{owner}: {dims} names axis {ax}, but leaf {where} has shape "
-                             f"{shape} ({ndim} axes).")
-    red, out = tuple(a % ndim for a in red), tuple(a % ndim for a in out)
-    if len(set(red + out)) != len(red + out):
-        raise ValueError(f"{owner}: {dims} repeats an axis (the reduction and output axes "
-                         f"must be distinct) for leaf {where} of shape {shape}.")
-    return red, out
-
-
-def _is_dims(x: Any) -> bool:  # ours, or optax's (a NamedTuple of the same fields)
-    return isinstance(x, tuple) and getattr(x, "_fields", None) == MuonDimensionNumbers._fields
-
-
-def _is_spec_leaf(x: Any) -> bool:
-    return x is None or isinstance(x, ft.MaskedNode) or _is_dims(x)
-
-
-def _dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
-    """One ``MuonDimensionNumbers`` (or ``None``) per leaf slot of ``tree``.
-
-    ``spec`` is one value for every leaf, a tree of them (a prefix of ``tree``;
-    ``None`` marks leaves Muon does not handle), or a function of ``tree``.
-    """
-    slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
-    resolved = spec(tree) if callable(spec) else spec
-    if resolved is None or _is_dims(resolved):
-        if resolved is not None:
-            _check_dims_type(resolved, owner, name)
-        return [resolved] * len(slots)
-    spec_leaves, spec_def = jax.tree_util.tree_flatten(resolved, is_leaf=_is_spec_leaf)
-    try:
-        subtrees = spec_def.flatten_up_to(tree)
-    except (ValueError, TypeError):
-        ft.check_structure(resolved, tree, "params", f"the {name} of {owner}", prefix=True)
-        raise ValueError(f"{owner}: {name} does not fit the params tree ({name}: {spec_def}; "
-                         f"params: {jax.tree_util.tree_structure(tree)}).") from None
-    out = []
-    for dims, sub in zip(spec_leaves, subtrees):
-        if not _is_spec_leaf(dims):
-            raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers or None, got "
-                            f"{type(dims).__name__} {dims!r:.40}.")
-        if _is_dims(dims):
-            _check_dims_type(dims, owner, name)
-        else:
-            dims = None
-        out.extend([dims] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
-    return out
-
-
-def _dims_of_leaves(spec: Any, tree: Any, owner: str, name: str) -> list:
-    """Per array leaf of ``tree``: its dimension numbers, each checked against the leaf."""
-    dims = _dims_of_slots(spec, tree, owner, name)
-    paths = ft.key_paths(tree)
-    slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
-    out = []
-    for path, x, d in zip(paths, slots, dims):
-        if ft.is_placeholder(x):
-            continue
-        if d is None:
-            raise ValueError(f"{owner}: {name} gives no MuonDimensionNumbers for leaf {path}: "
-                             f"scale_by_muon orthogonalizes every leaf it sees (muon() sends "
-                             f"such leaves to AdamW).")
-        _leaf_axes(d, np.shape(x), path, owner)
-        out.append(d)
-    return out
 
 
 # --------------------------------------------------------------------------
 # Newton-Schulz over the tree
 # --------------------------------------------------------------------------
 
-class _MatrixView(NamedTuple):
-    """How one leaf is seen as a stack of matrices (all static)."""
-
-    perm: tuple      # batch axes, then reduction axes, then output axes
-    sizes: tuple     # (batch, rows, cols) after the transpose
-    swapped: bool    # rows > cols: Newton-Schulz runs on the transpose
-
-
-def _matrix_view(shape: tuple, red: tuple, out: tuple) -> _MatrixView:
-    batch = tuple(a for a in range(len(shape)) if a not in red + out)
-    perm = batch + red + out
-    sizes = tuple(math.prod(shape[a] for a in axes) for axes in (batch, red, out))
-    return _MatrixView(perm, sizes, sizes[1] > sizes[2])
-
-
-def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
+def orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
                         preconditioning: str, eps: Any, adaptive: bool, owner: str,
-                        mesh: Optional[jax.sharding.Mesh] = None) -> Any:
+                        mesh: Optional[jax.sharding.Mesh] = None, method: str = "standard",
+                        safety: float = 1.0) -> Any:
     """Muon's direction for every leaf of ``tree`` (``dims``: each array leaf's numbers).
 
     Every leaf is a stack of ``(rows, cols)`` matrices (transposed so that
@@ -232,7 +119,7 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
     for i, x in enumerate(leaves):
         if ft.is_placeholder(x):
             continue
-        red, out = _leaf_axes(next(dims), x.shape, f"of shape {x.shape}", owner)
+        red, out = leaf_axes(next(dims), x.shape, f"of shape {x.shape}", owner)
         # On a mesh with explicit axes a leaf carries its sharding in its type, and a
         # matmul contracting a split axis must be told its output's: Newton-Schulz needs
         # whole matrices anyway, so it runs on a replicated copy, and the direction goes
@@ -240,7 +127,7 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
         specs[i] = ft.explicit_spec(x)
         if specs[i] is not None:
             x = jax_compat.reshard(x, jax.sharding.PartitionSpec())
-        view = views[i] = _matrix_view(x.shape, red, out)
+        view = views[i] = matrix_view(x.shape, red, out)
         m = jnp.transpose(x, view.perm).reshape(view.sizes)
         mats[i] = m
         o = jnp.swapaxes(m, -1, -2) if view.swapped else m
@@ -248,8 +135,9 @@ def _orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
     done = {}
     for members in groups.values():
         stack = jnp.concatenate([o for _, o in members]) if len(members) > 1 else members[0][1]
-        result = map_stacks(lambda s, c, e: newton_schulz(s, c, ns_steps, preconditioning, e),
-                            stack, mesh=mesh, shared=(coeffs, eps))
+        result = map_stacks(lambda s, c, e: newton_schulz(
+            s, c, ns_steps, preconditioning, e, method=method, safety_factor=safety),
+            stack, mesh=mesh, shared=(coeffs, eps))
         start = 0
         for i, o in members:
             done[i] = result[start:start + o.shape[0]]
@@ -273,12 +161,12 @@ def _check_leaves_prepare(dims: MuonDimensionNumbers, prepare: Callable, owner: 
                           ) -> Callable:
     """``prepare`` that first checks every (active) leaf fits ``dims``, naming its path."""
     def checked(glob: dict, updates: Any, **extra: Any) -> tuple:
-        _dims_of_leaves(dims, updates, owner, "weight_dimension_numbers")
+        dims_of_leaves(dims, updates, owner, "weight_dimension_numbers")
         return prepare(glob, updates, **extra)
     return checked
 
 
-def _in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
+def in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
     """The floating leaves of ``updates`` in the engine's compute dtype (with ``params``).
 
     Fed these, the momentum stage returns its output unrounded (16-bit leaves stay float32)
@@ -301,12 +189,12 @@ def _in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
     return treedef.unflatten(out)
 
 
-def _per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], owner: str,
+def per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], owner: str,
               name: str) -> GradientTransformation:
     """``build``'s stage per leaf's dimension numbers: fused for one value, grouped otherwise."""
-    if spec is None or _is_dims(spec):
+    if spec is None or is_dims(spec):
         dims = _DEFAULT_DIMS if spec is None else spec
-        _check_dims_type(dims, owner, name)
+        check_dims_type(dims, owner, name)
         stage = build(dims)
         return stage_transform(dataclasses.replace(
             stage, needs_updates=True, prepare=_check_leaves_prepare(dims, stage.prepare, owner)))
@@ -316,10 +204,10 @@ def _per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], own
 
     def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, Any]:
-        dims = _dims_of_leaves(spec, updates, owner, name)
-        groups = {_dims_key(d): d for d in dims} or {None: _DEFAULT_DIMS}
+        dims = dims_of_leaves(spec, updates, owner, name)
+        groups = {dims_key(d): d for d in dims} or {None: _DEFAULT_DIMS}
         flat = iter(dims)
-        owners = [None if ft.is_placeholder(x) else _dims_key(next(flat))
+        owners = [None if ft.is_placeholder(x) else dims_key(next(flat))
                   for x in jax.tree_util.tree_leaves(updates, is_leaf=ft.is_placeholder)]
         structure = jax.tree_util.tree_structure(updates, is_leaf=ft.is_placeholder)
         stages = [dataclasses.replace(build(d), mask=structure.unflatten(
@@ -341,13 +229,13 @@ def _per_dims(spec: Any, build: Callable[[MuonDimensionNumbers], LeafStage], own
     return GradientTransformation(init_fn, update_fn)
 
 
-def _resolve_coeffs(ns_coeffs: NsCoeffs, ns_steps: Any, owner: str) -> Any:
-    """The coefficients as a (3,) or (n, 3) array (a preset's name resolved), checked."""
+def resolve_coeffs(ns_coeffs: NsCoeffs, ns_steps: Any, owner: str) -> tuple[Any, float]:
+    """The coefficients, (3,) or (n, 3) (a preset's name resolved), checked, and the
+    normalization's safety factor (:func:`functrain.linalg.newton_schulz_coefficients`)."""
+    safety = 1.0
     if isinstance(ns_coeffs, str):
-        if ns_coeffs not in _NS_PRESETS:
-            raise ValueError(f"{owner}: ns_coeffs preset {ns_coeffs!r} is unknown; the presets "
-                             f"are {sorted(_NS_PRESETS)}.")
-        ns_coeffs = _NS_PRESETS[ns_coeffs]
+        ns_coeffs, safety = newton_schulz_coefficients(ns_coeffs, ns_steps, owner=owner,
+                                                       arg="ns_coeffs")
     coeffs = np.asarray(ns_coeffs, np.float32) if not isinstance(ns_coeffs, jax.Array) \
         else ns_coeffs
     if coeffs.ndim not in (1, 2) or coeffs.shape[-1] != 3:
@@ -357,16 +245,25 @@ def _resolve_coeffs(ns_coeffs: NsCoeffs, ns_steps: Any, owner: str) -> Any:
     if coeffs.ndim == 2 and steps is not None and coeffs.shape[0] > steps:
         raise ValueError(f"{owner}: ns_coeffs has {coeffs.shape[0]} rows (one per step) but "
                          f"ns_steps is {steps}: pass ns_steps >= {coeffs.shape[0]}.")
-    return ns_coeffs
+    return ns_coeffs, safety
 
 
-def _check_options(owner: str, ns_steps: Any, preconditioning: str) -> None:
+def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: str = "standard"
+                  ) -> None:
+    """Checks ``ns_steps``, ``preconditioning`` and ``ns_method`` for ``owner`` (a builder
+    of the Muon family), raising an error that names the argument."""
     check_range("ns_steps", ns_steps, 0.0, owner=owner)
     if not isinstance(ns_steps, jax.core.Tracer) and int(ns_steps) != ns_steps:
         raise ValueError(f"{owner}: ns_steps must be an integer, got {ns_steps}.")
     if preconditioning not in PRECONDITIONINGS:
         raise ValueError(f"{owner}: preconditioning must be one of {list(PRECONDITIONINGS)}, "
                          f"got {preconditioning!r}.")
+    if ns_method not in NS_METHODS:
+        raise ValueError(f"{owner}: ns_method must be one of {list(NS_METHODS)}, got "
+                         f"{ns_method!r}.")
+    if ns_method == "gram" and isinstance(ns_steps, jax.core.Tracer):
+        raise ValueError(f"{owner}: ns_method='gram' needs a static ns_steps (inject_hyperparams"
+                         f": static_args=('ns_steps',)).")
 
 
 @hyperparameters(ns_steps="number", beta="number", eps="number")
@@ -374,7 +271,8 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                   beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = True, adaptive: bool = False,
                   preconditioning: str = "frobenius", weight_dimension_numbers: Any = None,
-                  mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+                  mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+                  ) -> GradientTransformation:
     """Rescale updates by Muon: orthogonalized momentum (Jordan, 2024).
 
     Update rule, per leaf: ``mu = beta mu + (1 - beta) g``; ``m = beta mu /
@@ -394,13 +292,18 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
 
     References: Jordan, 2024, "Muon: An optimizer for hidden layers in neural
     networks" (modded-nanogpt); Bernstein & Newhouse, 2024, "Old Optimizer, New
-    Norm: An Anthology"; Ahn et al., 2025, "Dion" (the ``'dion'`` coefficients).
+    Norm: An Anthology"; Ahn et al., 2025, "Dion" (the ``'dion'`` coefficients); Amsel et
+    al., 2025, "The Polar Express" (arXiv 2505.16932); Zhang, Amsel, Chen & Dao, 2026,
+    "Gram Newton-Schulz" (``ns_method='gram'``).
 
     Args:
       ns_coeffs: the Newton-Schulz coefficients ``(a, b, c)`` of every step,
         or one triple per step ``((a, b, c), ...)`` (then the iteration runs
         once per row; ``ns_steps`` must be at least the number of rows), or a
-        preset's name: ``'standard'`` (the default triple) or ``'dion'``.
+        preset's name: ``'standard'`` (the default triple), ``'dion'`` or
+        ``'polar_express'`` (``ns_steps`` rows: Polar Express's five, then the steady
+        quintic; the momentum divided by ``1.02 ||M||_F + eps``, as modded-nanogpt;
+        :func:`functrain.linalg.newton_schulz_coefficients`).
       ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
       beta: the momentum's decay rate, in ``[0, 1)``.
       eps: added to the norm the momentum is divided by before the iteration.
@@ -419,6 +322,9 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
       mesh: a ``jax.sharding.Mesh`` (beyond optax): each stack of same-shape matrices is
         divided over its devices for Newton-Schulz (each device orthogonalizes ``1/N`` of
         them, the results are gathered); ``None``: every device does all of them.
+      ns_method: ``'standard'`` or ``'gram'``: the same steps through ``M M^H``, fewer
+        flops for matrices more than 1.5 times wider than tall
+        (:func:`functrain.linalg.newton_schulz`); needs a static ``ns_steps``.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`MuonState`.
@@ -433,8 +339,8 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
     owner = "scale_by_muon"
     check_betas(owner, beta=beta)
     check_nonnegative(owner, eps=eps)
-    _check_options(owner, ns_steps, preconditioning)
-    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    check_options(owner, ns_steps, preconditioning, ns_method)
+    coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
     bias = corrections(beta, nesterov=nesterov)
 
     def prepare(glob: dict, updates: Any) -> tuple:
@@ -443,7 +349,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
 
     def build(dims: MuonDimensionNumbers) -> LeafStage:
         def leaf(g: Array, s: Any, p: Any, bc: Any) -> tuple:
-            _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
+            leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
             mu = ema_update(g, s.mu, beta)
             m = nesterov_mu_hat(g, mu, beta, bc.mu, bc.next_mu) if nesterov else mu / bc.mu
             return m, s._replace(mu=mu)
@@ -457,31 +363,31 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
 
     # The momentum: a per-leaf engine stage (checks, state layout, masks), fed the updates
     # in their compute dtype so Newton-Schulz, over the whole tree, gets it unrounded.
-    momentum = _per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
+    momentum = per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
     spec = _DEFAULT_DIMS if weight_dimension_numbers is None else weight_dimension_numbers
 
     def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, Any]:
         check_state_type(state, MuonState, owner)
-        m, new_state = momentum.update(_in_compute_dtype(updates, params), state, params,
+        m, new_state = momentum.update(in_compute_dtype(updates, params), state, params,
                                        **extra_args)
-        dims = _dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
-        o = _orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,
-                                adaptive, owner, mesh)
+        dims = dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
+        o = orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,
+                                adaptive, owner, mesh, ns_method, safety)
         return jax.tree.map(lambda o, g: o if ft.is_placeholder(g) else o.astype(g.dtype),
                             o, updates, is_leaf=ft.is_placeholder), new_state
 
     return type(momentum)(momentum.init, update_fn)
 
 
-def _scale_by_shape(spec: Any, consistent_rms: Optional[Any]) -> GradientTransformation:
+def scale_by_shape(spec: Any, consistent_rms: Optional[Any]) -> GradientTransformation:
     """Muon's per-shape scale: ``sqrt(max(1, fan_out/fan_in))``, or ``sqrt(max(fan_in,
     fan_out)) * consistent_rms`` (Liu et al., 2025), fans from the dimension numbers."""
     owner = "muon (shape scaling)"
 
     def build(dims: MuonDimensionNumbers) -> LeafStage:
         def leaf(g: Array, s: Any, p: Any, ctx: Any) -> tuple:
-            red, out = _leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
+            red, out = leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
             fan_in = math.prod(g.shape[a] for a in red)
             fan_out = math.prod(g.shape[a] for a in out)
             if consistent_rms is None:
@@ -489,14 +395,14 @@ def _scale_by_shape(spec: Any, consistent_rms: Optional[Any]) -> GradientTransfo
             return jnp.sqrt(jnp.maximum(fan_in, fan_out)) * consistent_rms * g, ()
         return LeafStage(name=owner, update_leaf=leaf)
 
-    return _per_dims(spec, build, owner, "muon_weight_dimension_numbers")
+    return per_dims(spec, build, owner, "muon_weight_dimension_numbers")
 
 
 # --------------------------------------------------------------------------
 # muon: Muon for the matrices, AdamW for the rest
 # --------------------------------------------------------------------------
 
-def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
+def split_muon_adam(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
            spec: Any) -> GradientTransformation:
     """optax's ``partition({'muon': ..., 'adam': ...})``; either group may be empty."""
     def group(is_muon: bool) -> Callable[[Any], Any]:
@@ -505,7 +411,7 @@ def _split(muon_tx: GradientTransformation, adam_tx: GradientTransformation,
             if spec is None:
                 flags = [not ft.is_placeholder(x) and np.ndim(x) == 2 for x in slots]
             else:
-                flags = [d is not None for d in _dims_of_slots(
+                flags = [d is not None for d in dims_of_slots(
                     spec, tree, "muon", "muon_weight_dimension_numbers")]
             return jax.tree_util.tree_structure(tree, is_leaf=ft.is_placeholder).unflatten(
                 [f == is_muon for f in flags])
@@ -546,7 +452,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
          adam_learning_rate: Optional[ScalarOrSchedule] = None,
          muon_weight_dimension_numbers: Any = None,
          consistent_rms: Optional[float] = None,
-         mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+         mesh: Optional[jax.sharding.Mesh] = None,
+         ns_method: str = "standard") -> GradientTransformation:
     """Muon (Jordan, 2024): orthogonalized momentum for matrices, AdamW for the other leaves.
 
     Update rule for a Muon leaf: ``O`` = :func:`scale_by_muon`'s orthogonalized
@@ -568,7 +475,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
     Args:
       learning_rate: Muon's step size, a number or a schedule of the step count.
       ns_coeffs: Newton-Schulz coefficients: a triple, one triple per step, or
-        a preset's name (``'standard'``, ``'dion'``); see :func:`scale_by_muon`.
+        a preset's name (``'standard'``, ``'dion'``, ``'polar_express'``); see
+        :func:`scale_by_muon`.
       ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
       beta: the momentum's decay rate, in ``[0, 1)``.
       eps: Muon's normalization epsilon, also AdamW's ``eps``.
@@ -595,6 +503,7 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
         (0.2 matches AdamW's).
       mesh: divide Newton-Schulz over this mesh's devices (beyond optax; see
         :func:`scale_by_muon`).
+      ns_method: ``'standard'`` or ``'gram'`` (see :func:`scale_by_muon`).
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the
@@ -615,21 +524,21 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
     if consistent_rms is not None:
         check_range("consistent_rms", consistent_rms, 0.0, owner=owner)
-    _check_options(owner, ns_steps, preconditioning)
-    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    check_options(owner, ns_steps, preconditioning, ns_method)
+    resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_muon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     muon_tx = chain(
-        scale_by_muon(coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
+        scale_by_muon(ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
                       adaptive=adaptive, preconditioning=preconditioning,
-                      weight_dimension_numbers=spec, mesh=mesh),
-        _scale_by_shape(spec, consistent_rms),
+                      weight_dimension_numbers=spec, mesh=mesh, ns_method=ns_method),
+        scale_by_shape(spec, consistent_rms),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root, mu_dtype=mu_dtype,
                     weight_decay=adam_weight_decay, nesterov=nesterov)
-    return _split(muon_tx, adam_tx, muon_weight_dimension_numbers)
+    return split_muon_adam(muon_tx, adam_tx, muon_weight_dimension_numbers)
 
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]

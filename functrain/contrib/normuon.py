@@ -21,10 +21,10 @@ import jax.numpy as jnp
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain.contrib.muon import (MuonDimensionNumbers, _check_options, _dims_of_leaves,
-                                    _in_compute_dtype, _is_dims, _leaf_axes,
-                                    _orthogonalize_tree, _per_dims, _resolve_coeffs,
-                                    _scale_by_shape, _split)
+from functrain.contrib.muon import (MuonDimensionNumbers, check_options, in_compute_dtype,
+                                    orthogonalize_tree, per_dims, resolve_coeffs,
+                                    scale_by_shape, split_muon_adam)
+from functrain.matrix.dimension_numbers import (dims_of_leaves, is_dims, leaf_axes)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.numerics import abs_sq, ema_update
 from functrain.families.adam.optimizers import adamw
@@ -62,7 +62,7 @@ class NorMuonState(NamedTuple):
 
 
 def _nu_shape(shape: tuple, dims: MuonDimensionNumbers, owner: str) -> tuple:
-    red, _ = _leaf_axes(dims, shape, f"of shape {shape}", owner)
+    red, _ = leaf_axes(dims, shape, f"of shape {shape}", owner)
     return tuple(1 if axis in red else n for axis, n in enumerate(shape))
 
 
@@ -117,8 +117,8 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     name = "weight_dimension_numbers"
     check_betas(owner, beta=beta, beta2=beta2)
     check_nonnegative(owner, eps=eps)
-    _check_options(owner, ns_steps, "frobenius")
-    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    check_options(owner, ns_steps, "frobenius")
+    coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
 
     def stage(dims: MuonDimensionNumbers, leaf: Any) -> LeafStage:
         return LeafStage(
@@ -134,7 +134,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
 
     def normalize_stage(dims: MuonDimensionNumbers) -> LeafStage:
         def leaf(o: Array, s: Any, p: Any, ctx: Any) -> tuple:
-            red, out = _leaf_axes(dims, o.shape, f"of shape {o.shape}", owner)
+            red, out = leaf_axes(dims, o.shape, f"of shape {o.shape}", owner)
             sq = abs_sq(o)
             norm = jnp.sqrt(jnp.sum(sq, axis=red + out, keepdims=True))
             # The mean over the reduction axes (a sum over at least one entry: no 0/0 on
@@ -146,16 +146,16 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
             return o, s._replace(nu=nu)
         return stage(dims, leaf)
 
-    momentum = _per_dims(weight_dimension_numbers, momentum_stage, owner, name)
-    normalize = _per_dims(weight_dimension_numbers, normalize_stage, owner, name)
+    momentum = per_dims(weight_dimension_numbers, momentum_stage, owner, name)
+    normalize = per_dims(weight_dimension_numbers, normalize_stage, owner, name)
     spec = MuonDimensionNumbers(-2, -1) if weight_dimension_numbers is None \
         else weight_dimension_numbers
 
     def init_fn(params: Params) -> NorMuonState:
         # Every leaf checked against its dimension numbers first, the error naming its path.
-        dims = iter(_dims_of_leaves(spec, params, owner, name))
+        dims = iter(dims_of_leaves(spec, params, owner, name))
         state = momentum.init(params)
-        if weight_dimension_numbers is None or _is_dims(weight_dimension_numbers):
+        if weight_dimension_numbers is None or is_dims(weight_dimension_numbers):
             return state
         # Per-leaf dimension numbers: the engine built every ``nu`` for the default axes;
         # give each leaf the shape its own reduction axes make.
@@ -169,11 +169,11 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     def update_fn(updates: Updates, state: NorMuonState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, NorMuonState]:
         check_state_type(state, NorMuonState, owner)
-        m, state = momentum.update(_in_compute_dtype(updates, params), state, params,
+        m, state = momentum.update(in_compute_dtype(updates, params), state, params,
                                    **extra_args)
-        o = _orthogonalize_tree(m, _dims_of_leaves(spec, m, owner, name),
+        o = orthogonalize_tree(m, dims_of_leaves(spec, m, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,
-                                False, owner, mesh)
+                                False, owner, mesh, safety=safety)
         u, state = normalize.update(o, state, params, **extra_args)
         return jax.tree.map(lambda u, g: u if ft.is_placeholder(g) else u.astype(g.dtype),
                             u, updates, is_leaf=ft.is_placeholder), state
@@ -258,20 +258,20 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     check_betas(owner, beta=beta, beta2=beta2, adam_b1=adam_b1, adam_b2=adam_b2)
     check_nonnegative(owner, eps=eps, adam_eps=adam_eps, adam_eps_root=adam_eps_root)
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
-    _check_options(owner, ns_steps, "frobenius")
-    coeffs = _resolve_coeffs(ns_coeffs, ns_steps, owner)
+    check_options(owner, ns_steps, "frobenius")
+    resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_normuon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     muon_tx = chain(
-        scale_by_normuon(beta, beta2, eps, coeffs, ns_steps, mu_dtype, nesterov=nesterov,
+        scale_by_normuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype, nesterov=nesterov,
                          weight_dimension_numbers=spec, mesh=mesh),
-        _scale_by_shape(spec, None),
+        scale_by_shape(spec, None),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,
                     mu_dtype=mu_dtype, weight_decay=adam_weight_decay)
-    return _split(muon_tx, adam_tx, muon_weight_dimension_numbers)
+    return split_muon_adam(muon_tx, adam_tx, muon_weight_dimension_numbers)
 
 
 # A Mesh is callable: inject_hyperparams must not take it for a schedule.

@@ -208,6 +208,48 @@ def test_first_step_is_newton_schulz_of_the_gradient(nesterov):
 
 
 # --------------------------------------------------------------------------
+# Beyond optax: Polar Express coefficients, Gram Newton-Schulz
+# --------------------------------------------------------------------------
+
+def test_polar_express_first_step_is_the_numpy_iteration():
+    """ns_coeffs='polar_express': M / (1.02 ||M||_F + eps), then one row per step (rows
+    checked against the paper's construction in tests/test_newton_schulz.py)."""
+    from functrain import linalg
+    g = np.random.default_rng(3).standard_normal((6, 4))  # tall: the iteration runs on M^T
+    beta, lr = 0.9, 0.1
+    rows, _ = linalg.newton_schulz_coefficients("polar_express", 7)
+    with enable_x64(True):
+        opt = muon(lr, ns_coeffs="polar_express", ns_steps=7, beta=beta)
+        p = {"w": jnp.zeros((6, 4))}
+        state = opt.init(p)
+        u, _ = opt.update({"w": jnp.asarray(g)}, state, p)
+    np.testing.assert_array_equal(state.inner_states["muon"].inner_state[0].ns_coeffs, rows)
+    x = (g * (1 + beta / (1 + beta))).T  # Nesterov's first m (see the test above)
+    x = x / (1.02 * np.linalg.norm(x) + 1e-8)
+    for a, b, c in rows:
+        x = a * x + (b * x @ x.T + c * (x @ x.T) @ (x @ x.T)) @ x
+    np.testing.assert_allclose(np.asarray(u["w"]), -lr * x.T, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("ns_coeffs", ["standard", "polar_express"])
+def test_gram_newton_schulz_gives_the_standard_trajectory(ns_coeffs):
+    """ns_method='gram' on wide, tall, stacked and conv leaves: the same 30 steps (float64)."""
+    params = _dims_params()
+    dims = _dims_tree(functrain.contrib)
+    _compare(muon(1e-2, ns_coeffs, muon_weight_dimension_numbers=dims, ns_method="gram"),
+             muon(1e-2, ns_coeffs, muon_weight_dimension_numbers=dims), params=params,
+             apply_theirs=functrain.apply_updates)
+
+
+def test_static_ns_steps_under_inject_hyperparams_for_polar_express():
+    opt = functrain.inject_hyperparams(muon, static_args=("ns_steps",))(
+        1e-2, ns_coeffs="polar_express", ns_method="gram")
+    params = _tree()
+    _compare(opt, muon(1e-2, ns_coeffs="polar_express"), params=params,
+             apply_theirs=functrain.apply_updates)
+
+
+# --------------------------------------------------------------------------
 # Beyond optax: stacked layers and conv kernels, per matrix
 # --------------------------------------------------------------------------
 
@@ -322,6 +364,10 @@ def test_state_from_shapes_alone():
 
 @pytest.mark.parametrize("make, error, match", [
     (lambda: muon(0.1, ns_coeffs="polar"), ValueError, r"preset 'polar' is unknown.*dion"),
+    (lambda: muon(0.1, ns_coeffs="polar"), ValueError, r"preset 'polar' is unknown.*polar_express"),
+    (lambda: muon(0.1, ns_method="fast"), ValueError,
+     r"muon: ns_method must be one of \['standard', 'gram'\], got 'fast'"),
+    (lambda: scale_by_muon(ns_method=None), ValueError, r"scale_by_muon: ns_method must be one of"),
     (lambda: muon(0.1, ns_coeffs=(1.0, 2.0)), ValueError, r"ns_coeffs must have shape \(3,\)"),
     (lambda: muon(0.1, ns_coeffs="dion", ns_steps=3), ValueError, r"5 rows .* ns_steps is 3"),
     (lambda: muon(0.1, ns_steps=-1), ValueError, r"muon: ns_steps must be >= 0"),
@@ -374,12 +420,12 @@ def _grouping_tree():
 @enable_x64()  # float64: a batched matmul sums in another order than one matrix's (JAX 0.12:
 # 1e-4 apart in float32 after 5 Newton-Schulz steps); in float64 ~1e-13
 def test_grouped_newton_schulz_equals_per_leaf(preconditioning, adaptive):
-    from functrain.contrib.muon import _DEFAULT_DIMS, _orthogonalize_tree
+    from functrain.contrib.muon import _DEFAULT_DIMS, orthogonalize_tree
     tree = widen(_grouping_tree())
     coeffs = jnp.asarray((3.4445, -4.7750, 2.0315), jnp.float64)
 
     def run(t):
-        return _orthogonalize_tree(t, [_DEFAULT_DIMS] * len(t), coeffs, 5, preconditioning,
+        return orthogonalize_tree(t, [_DEFAULT_DIMS] * len(t), coeffs, 5, preconditioning,
                                    1e-8, adaptive, "test")
 
     grouped = jax.jit(run)(tree)
