@@ -75,8 +75,8 @@ from functrain.families.quasi_newton.lbfgs import ScaleByLBFGSState, scale_by_lb
 from functrain.families.quasi_newton.linesearch import (ScaleByBacktrackingLinesearchState,
                                              ScaleByZoomLinesearchState, ZoomLinesearchInfo,
                                              scale_by_backtracking_linesearch,
-                                             scale_by_zoom_linesearch,
-                                             value_and_grad_from_state)
+                                             scale_by_zoom_linesearch)
+from functrain.families.quasi_newton.value_and_grad_reuse import value_and_grad_from_state
 from functrain.transforms.noise import AddNoiseState, add_noise
 
 # --- wrappers: masking, accumulation, skipping, hyperparameters, control, monitoring ---
