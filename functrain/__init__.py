@@ -75,8 +75,8 @@ from functrain.families.quasi_newton.lbfgs import ScaleByLBFGSState, scale_by_lb
 from functrain.families.quasi_newton.linesearch import (ScaleByBacktrackingLinesearchState,
                                              ScaleByZoomLinesearchState, ZoomLinesearchInfo,
                                              scale_by_backtracking_linesearch,
-                                             scale_by_zoom_linesearch,
-                                             value_and_grad_from_state)
+                                             scale_by_zoom_linesearch)
+from functrain.families.quasi_newton.value_and_grad_reuse import value_and_grad_from_state
 from functrain.transforms.noise import AddNoiseState, add_noise
 
 # --- wrappers: masking, accumulation, skipping, hyperparameters, control, monitoring ---
@@ -90,6 +90,7 @@ from functrain.wrappers.hyperparams import (HyperparamsDict, InjectHyperparamsSt
                                             InjectStatefulHyperparamsState, StatefulSchedule,
                                             WrappedSchedule, WrappedScheduleState,
                                             inject_hyperparams, inject_stateful_hyperparams)
+from functrain.hyperparams_reader import current_hyperparams
 from functrain.wrappers.lookahead import LookaheadParams, LookaheadState, lookahead
 from functrain.wrappers.masking import (MaskedState, MultiTransformState, PartitionState,
                                         freeze, masked, multi_transform, partition,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
-from typing import Any, Callable, Iterable, Optional
+import weakref
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,8 @@ __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
            "check_nonnegative", "check_positive", "check_hyperparameter", "hyperparameters",
            "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
-           "state_mismatch_error", "sorted_labels"]
+           "state_mismatch_error", "sorted_labels", "BuilderRecord", "record_builder",
+           "record_parts", "builder_record", "is_transformation"]
 
 
 # --------------------------------------------------------------------------
@@ -173,7 +175,9 @@ def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
 
     Returns:
       A decorator returning the function with the checks in front (same name,
-      docstring and signature). Declaring a name the function does not take,
+      docstring and signature); what it returns is recorded (:func:`record_builder`:
+      the declared arguments, defaults included) for
+      :func:`functrain.current_hyperparams`. Declaring a name the function does not take,
       or an unknown kind, raises ``TypeError`` at decoration time.
 
     >>> @hyperparameters(learning_rate="schedule", momentum="number or None")
@@ -201,7 +205,12 @@ def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
             for name, value in bound.arguments.items():
                 if name in kinds:
                     check_hyperparameter(fn.__name__, name, value, kinds[name])
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            bound.apply_defaults()
+            record_builder(result, fn.__name__, {n: (bound.arguments[n], kinds[n])
+                                                 for n in kinds},
+                           [v for v in bound.arguments.values() if is_transformation(v)])
+            return result
 
         checked.hyperparameter_kinds = dict(kinds)  # type: ignore[attr-defined]
         return checked
@@ -391,3 +400,134 @@ def sorted_labels(labels: Iterable[Any]) -> list[Any]:
     ['a', 'b', 1]
     """
     return sorted(labels, key=repr)
+
+
+# --------------------------------------------------------------------------
+# What each builder was given: read by functrain.current_hyperparams
+# --------------------------------------------------------------------------
+
+class BuilderRecord(NamedTuple):
+    """What a builder declared with :func:`hyperparameters` was called with.
+
+    Attributes:
+      builder: the builder's name (``'adam'``).
+      values: argument name -> ``(value as given, kind)`` for every declared
+        argument, defaults included (a number, an array, a schedule or ``None``).
+      parts: ``((state path or None, transformation), ...)``: the transformations it
+        contains whose hyperparameters are reported too: a ``chain``'s members (with the
+        path of each one's state) and a wrapper's inner transformations (path ``None``:
+        somewhere inside the wrapper's state).
+
+    >>> import functrain
+    >>> builder_record(functrain.sgd(0.1)).values['learning_rate']
+    (0.1, 'schedule')
+    """
+
+    builder: str
+    values: dict
+    parts: tuple
+
+
+# anchor (see _anchor) -> BuilderRecord; weak, so a record lives as long as its transformation.
+_RECORDS: "weakref.WeakKeyDictionary[Any, BuilderRecord]" = weakref.WeakKeyDictionary()
+
+
+def is_transformation(x: Any) -> bool:
+    """Whether ``x`` has callable ``init`` and ``update`` (a transformation, optax's too).
+
+    Args:
+      x: anything.
+
+    Returns:
+      ``True`` for a ``GradientTransformation`` or any object shaped like one.
+
+    >>> import functrain
+    >>> is_transformation(functrain.adam(0.1)), is_transformation(0.1)
+    (True, False)
+    """
+    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
+
+
+def _anchor(tx: Any) -> Any:
+    """The object a record of ``tx`` hangs on: ``tx`` unless it is a tuple (a
+    ``GradientTransformation``), then its ``update`` (a function or program), or the object
+    a bound ``update`` belongs to (``MultiSteps(...).gradient_transformation()``)."""
+    update = getattr(tx, "update", None)
+    for candidate in ((update.__self__,) if inspect.ismethod(update) else ()) + (tx, update):
+        if candidate is None or isinstance(candidate, tuple) or inspect.ismethod(candidate):
+            continue
+        try:
+            weakref.ref(candidate)
+        except TypeError:
+            continue
+        return candidate
+    return None
+
+
+def builder_record(tx: Any) -> Optional[BuilderRecord]:
+    """The record of the builder call that made ``tx``, if any.
+
+    Args:
+      tx: a transformation.
+
+    Returns:
+      Its :class:`BuilderRecord`, or ``None`` (not made by a declared builder or a chain).
+
+    >>> import functrain
+    >>> builder_record(functrain.adam(0.1)).builder
+    'adam'
+    """
+    anchor = _anchor(tx)
+    return None if anchor is None else _RECORDS.get(anchor)
+
+
+def record_builder(result: Any, builder: str, values: dict, inner: list) -> None:
+    """Record that ``builder`` made ``result`` from ``values`` and ``inner`` transformations.
+
+    Replaces what the stages and chains the builder assembled recorded (their arguments
+    are the builder's, restated), keeping only the transformations it was given.
+
+    Args:
+      result: what the builder returned (anything else than a transformation is ignored).
+      builder: the builder's name.
+      values: argument name -> ``(value, kind)``.
+      inner: the transformations among its arguments.
+
+    Returns:
+      ``None``.
+
+    >>> import functrain
+    >>> tx = functrain.scale(2.0)
+    >>> record_builder(tx, 'double', {'factor': (2.0, 'number')}, [])
+    >>> builder_record(tx).values
+    {'factor': (2.0, 'number')}
+    """
+    anchor = _anchor(result) if is_transformation(result) else None
+    if anchor is None:
+        return
+    old = _RECORDS.get(anchor)
+    parts = tuple((None, tx) for tx in inner if _anchor(tx) is not anchor)
+    if any(_anchor(tx) is anchor for tx in inner) and old is not None:
+        # It returned what it was given (a no-op wrapper): keep what that holds.
+        values, parts = {**old.values, **values}, old.parts + parts
+    _RECORDS[anchor] = BuilderRecord(builder, dict(values), parts)
+
+
+def record_parts(result: Any, parts: Iterable[tuple]) -> None:
+    """Record that ``result`` (a ``chain``, say) holds ``parts``: ``(state path, tx)`` pairs.
+
+    Args:
+      result: the transformation made of the parts.
+      parts: ``(state path, transformation)`` pairs, the path of each part's state inside
+        ``result``'s state.
+
+    Returns:
+      ``None``.
+
+    >>> import functrain
+    >>> [path for path, _ in builder_record(functrain.chain(functrain.sgd(0.1))).parts]
+    [(0,)]
+    """
+    anchor = _anchor(result)
+    if anchor is not None:
+        _RECORDS[anchor] = BuilderRecord("chain", {}, tuple(parts))

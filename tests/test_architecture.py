@@ -27,6 +27,8 @@
   L2_stages           transforms/*.py, and every module of        L0 core, L1
                       families/<family>/ but its optimizers.py
   L3_wrappers         wrappers/*.py                               L0 core, L1
+  L3_readers          hyperparams_reader (reads any optimizer's   L0 core, L1
+                      recorded hyperparameters from its state)
   L4_optimizers       families/<family>/optimizers.py             L0 (all of it), L1, L2
   L4_contrib_bases    contrib/muon.py (Muon: its machinery, the   L0 - L4_optimizers
                       Muon family's base)
@@ -137,6 +139,7 @@ LAYERS = [
     Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_protocol",)),
     Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
+    Layer("L3_readers", lambda m: m == "functrain.hyperparams_reader", L0_CORE + L1),
     Layer("L4_optimizers", lambda m: m in NAMED, L0 + L1 + ("L2_stages",)),
     Layer("L4_contrib_bases", lambda m: m in CONTRIB_BASES,
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),

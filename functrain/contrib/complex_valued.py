@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_state_type, check_transformation
+from functrain.arg_checks import check_state_type, check_transformation, hyperparameters
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformation, Params, Updates, call_update
 
@@ -81,6 +81,7 @@ def _split_tree(tree: Any) -> Any:
 
 @declare_optimizer("contrib", "optax.contrib.split_real_and_imaginary (no paper)", optax="contrib",
     listed_with="normalize")
+@hyperparameters()  # none of its own: current_hyperparams reports the inner optimizer's
 def split_real_and_imaginary(inner: GradientTransformation) -> GradientTransformation:
     """Run ``inner`` on the real and imaginary parts of complex leaves as separate reals.
 

@@ -74,6 +74,7 @@ def _cautious(inner: GradientTransformation, descent_sign: float,
     "Cautious updates (Liang et al., 2024): keep the update components whose sign agrees with "
     "the descent direction, rescaled by `size / (kept + 1)`; for any optimizer, or on the step "
     "direction only (the presets, weight decay unmasked)."))
+@hyperparameters()  # none of its own: current_hyperparams reports the optimizer's
 def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraArgs:
     """Cautious updates (Liang et al., 2024) for any optimizer.
 

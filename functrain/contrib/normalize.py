@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 
+from functrain.arg_checks import hyperparameters
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import EmptyState, GradientTransformation, LeafStage
@@ -33,6 +34,7 @@ EmptyState()
 
 @declare_optimizer("contrib", "optax.contrib.normalize (no paper)", optax="contrib",
     summary="Unit global-norm updates; a real optimizer on complex parameters' two parts.")
+@hyperparameters()  # none: recorded for current_hyperparams
 def normalize() -> GradientTransformation:
     """Divide the updates by their global L2 norm: ``u = g / ||g||``.
 

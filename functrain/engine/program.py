@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
-                                  sorted_labels, state_mismatch_error)
+                                  record_parts, sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.engine import recompute
 from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
@@ -362,7 +362,9 @@ def chain(*transforms: Any) -> GradientTransformationExtraArgs:
                 f"{len(state) if isinstance(state, tuple) else '?'} entries", "this chain")
         return run(updates, state, params, extra_args)
 
-    return GradientTransformationExtraArgs(init_fn, Program(plan, guards=(check_state,)))
+    chained = GradientTransformationExtraArgs(init_fn, Program(plan, guards=(check_state,)))
+    record_parts(chained, [((i,), tx) for i, tx in enumerate(transforms)])
+    return chained
 
 
 def run_plan(plan: tuple, updates: Updates, state: OptState, params: Optional[Params],
@@ -452,7 +454,9 @@ def named_chain(*transforms: tuple[str, GradientTransformation]
                                         **extra_args)
         return new_updates, dict(zip(names, new))
 
-    return GradientTransformationExtraArgs(init_fn, update_fn)
+    named = GradientTransformationExtraArgs(init_fn, update_fn)
+    record_parts(named, [((name,), tx) for name, tx in transforms])
+    return named
 
 
 def identity() -> GradientTransformation:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type, check_transformation
+from functrain.arg_checks import check_state_type, check_transformation, record_builder
 from functrain import tree as ft
 from functrain.declarations import state_value_kinds
 from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
@@ -129,6 +129,7 @@ class MultiSteps:
         self._use_grad_mean = use_grad_mean
         self._should_skip = should_skip_update_fn or _never_skip
         self._accumulator_dtype = accumulator_dtype
+        record_builder(self, "MultiSteps", {}, [opt])  # current_hyperparams reads opt's
 
     @property
     def inner_opt(self) -> GradientTransformation:

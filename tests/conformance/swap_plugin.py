@@ -6,7 +6,8 @@ test module, it walks every optax module that the conformance run covers (the to
 ``optax._src.*``, ``optax.transforms``, ``optax.schedules``, ``optax.contrib``,
 ``optax.projections``, ``optax.microbatching``, ``optax.tree``, ``optax.tree_utils`` and
 their private sub-modules) and replaces each public function or class that optax defines
-by functrain's object of the same name, looked up in the functrain namespace(s) that
+(and each public string constant, such as the line search's ``FLAG_*`` messages, that
+functrain also defines) by functrain's object of the same name, looked up in the functrain namespace(s) that
 mirror that optax module (``NAMESPACES``). Names functrain does not have stay optax's,
 so a test may run partly or wholly on optax's code; the plugin records which.
 
@@ -55,6 +56,7 @@ NAMESPACES: dict[str, tuple[str, ...]] = {
     "optax._src": ("functrain",),
     "optax._src.numerics": ("functrain.numerics", "functrain"),
     "optax._src.linear_algebra": ("functrain.linalg", "functrain"),
+    "optax._src.linesearch": ("functrain.families.quasi_newton.linesearch", "functrain"),
     "optax.transforms": ("functrain",),
     "optax.schedules": ("functrain",),
     "optax.contrib": ("functrain.contrib",),
@@ -149,7 +151,13 @@ def swap() -> list[dict]:
         except ImportError:  # an optional dependency optax guards itself
             continue
         for name, value in sorted(vars(module).items()):
-            if name.startswith("_") or not _is_optax_defined(value):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, str):  # a message constant (linesearch's FLAG_*):
+                ns, replacement = _functrain_object(module_name, name)  # functrain's own
+                if not isinstance(replacement, str):                     # words, if any
+                    continue
+            elif not _is_optax_defined(value):
                 continue
             ns, replacement = _functrain_object(module_name, name)
             table.append({"module": module_name, "name": name,

@@ -13,6 +13,7 @@ import optax
 import pytest
 
 import functrain as ft
+from functrain.families.quasi_newton import linesearch as lsm
 from functrain.jax_compat import enable_x64
 from helpers import fast_jit
 
@@ -304,6 +305,81 @@ def test_hyperparameter_errors():
         ft.scale_by_zoom_linesearch(5, tol=float("nan"))
     ft.scale_by_zoom_linesearch(5, curv_rtol=float("inf"))  # documented: drops the condition
     ft.scale_by_backtracking_linesearch(5, increase_factor=float("inf"))
+
+
+# --------------------------------------------------------------------------
+# verbose=True: why a zoom search failed (the cases of optax's own tests; each
+# expectation derived by hand from f(w) = |w|^2 along u = e1)
+# --------------------------------------------------------------------------
+
+def zoom_output(capsys, f, w, u, **kwargs):
+    """The step size one verbose zoom search takes from ``w`` along ``u``, and what it printed."""
+    opt = ft.scale_by_zoom_linesearch(verbose=True, **kwargs)
+    state = opt.init(w)
+    value, grad = jax.value_and_grad(f)(w)
+    _, state = opt.update(u, state, w, value=value, grad=grad, value_fn=f)
+    jax.effects_barrier()
+    return float(state.learning_rate), capsys.readouterr().out
+
+
+def sq(w):
+    return jnp.dot(w, w)
+
+
+E1 = jnp.array([1.0, 0.0])
+
+
+def test_zoom_says_to_raise_max_learning_rate_when_nothing_below_it_brackets(capsys):
+    # From w = -60 e1 the slope along u is 2 (s - 60); curvature |slope| <= 0.5 * 120
+    # needs s >= 30, above max_learning_rate = 10: phase 1 stops at 10 (1, 2, 4, 8, 10).
+    eta, out = zoom_output(capsys, sq, -60 * E1, E1, max_linesearch_steps=10,
+                           curv_rtol=0.5, max_learning_rate=10.0)
+    assert eta == 10.0
+    assert lsm.FLAG_INTERVAL_NOT_FOUND in out and "raise max_learning_rate" in out
+    assert lsm.FLAG_CURVATURE_COND_NOT_SATISFIED in out
+    assert "After 5 trials: step size taken 10.0" in out
+    assert "slope -120.0" in out and lsm.FLAG_NO_STEPSIZE_FOUND not in out
+
+
+def test_zoom_says_when_the_direction_does_not_descend(capsys):
+    # From w = +60 e1 along e1 the slope at 0 is +120: no step decreases f.
+    eta, out = zoom_output(capsys, sq, 60 * E1, E1, max_linesearch_steps=18, curv_rtol=0.5)
+    assert eta < 1e-5
+    assert lsm.FLAG_NO_STEPSIZE_FOUND in out and lsm.FLAG_NOT_A_DESCENT_DIRECTION in out
+    assert "It is 120.0." in out and lsm.FLAG_INTERVAL_NOT_FOUND not in out
+
+
+def test_zoom_says_when_it_ran_out_of_trials_with_decrease_only(capsys):
+    # Trials 1, 2, 4, 8, 16 all decrease f but none reaches s >= 30 (curvature): the
+    # step limit ends the search at the best step with sufficient decrease, 16.
+    eta, out = zoom_output(capsys, sq, -60 * E1, E1, max_linesearch_steps=5, curv_rtol=0.5)
+    assert eta == 16.0
+    assert "no step size met both conditions in 5 trials" in out
+    assert lsm.FLAG_CURVATURE_COND_NOT_SATISFIED in out
+    assert "best such step size found: 16.0" in out
+    for flag in (lsm.FLAG_NOT_A_DESCENT_DIRECTION, lsm.FLAG_NO_STEPSIZE_FOUND,
+                 lsm.FLAG_INTERVAL_NOT_FOUND, lsm.FLAG_INTERVAL_TOO_SMALL):
+        assert flag not in out
+
+
+def test_zoom_says_when_the_bracket_shrank_below_its_precision(capsys):
+    # exp(-1/x^2) is flat to float32 near 0: the bracket collapses before curvature holds.
+    f = lambda x: jnp.exp(-1.0 / x ** 2)  # noqa: E731
+    w = jnp.asarray(-0.2)
+    _, out = zoom_output(capsys, f, w, -jax.grad(f)(w), max_linesearch_steps=30)
+    assert lsm.FLAG_INTERVAL_TOO_SMALL in out and "Its length: " in out
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_zoom_is_silent_when_it_succeeds_or_is_not_verbose(capsys, verbose):
+    w = -60 * E1
+    value, grad = jax.value_and_grad(sq)(w)
+    steps = 30 if verbose else 5  # with 5 trials it fails (above), silently here
+    opt = ft.scale_by_zoom_linesearch(steps, curv_rtol=0.5, verbose=verbose)
+    _, state = opt.update(E1, opt.init(w), w, value=value, grad=grad, value_fn=sq)
+    jax.effects_barrier()
+    assert capsys.readouterr().out == ""
+    assert (float(state.learning_rate) >= 30.0) == verbose
 
 
 # --------------------------------------------------------------------------

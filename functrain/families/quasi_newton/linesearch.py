@@ -4,10 +4,18 @@
 ``scale_by_zoom_linesearch`` (strong Wolfe conditions) scale the incoming direction
 by the step size they find. Their ``update(updates, state, params, *, value=,
 grad=, value_fn=, **fn_kwargs)`` follows optax's extra-arguments protocol
-(``fn_kwargs``: further inputs of ``value_fn``). ``value_and_grad_from_state``
+(``fn_kwargs``: further inputs of ``value_fn``).
+:func:`~functrain.families.quasi_newton.value_and_grad_reuse.value_and_grad_from_state`
 reuses the value and gradient a search computed at the accepted point. Whole-tree
 math, so plain transformations; their loops are ``jax.lax.while_loop`` s over a
 fixed carry: a jitted step compiles once and a search stops cleanly at its limit.
+
+With ``verbose=True`` a search that fails says why (``jax.debug.print``, so under
+``jit`` too). The zoom search's sentences are the module's ``FLAG_*`` constants,
+named as optax's so that code looking for optax's flags in the output finds
+functrain's: the same facts (no bracket below ``max_learning_rate``, a bracket
+shrunk below ``stepsize_precision``, a step with sufficient decrease only, none
+at all, a direction that does not descend), in functrain's words.
 """
 
 from __future__ import annotations
@@ -316,6 +324,56 @@ def _report(condition: Array, message: str, **values: Any) -> None:
                  lambda: None)
 
 
+# What scale_by_zoom_linesearch(verbose=True) prints when it fails (no braces: each is
+# printed verbatim, the numbers follow it).
+FLAG_INTERVAL_NOT_FOUND = (
+    "No step size up to max_learning_rate brackets one that meets the curvature "
+    "condition; raise max_learning_rate, the largest step size the search may try.")
+FLAG_CURVATURE_COND_NOT_SATISFIED = (
+    "The step size taken meets sufficient decrease but not the curvature condition.")
+FLAG_INTERVAL_TOO_SMALL = (
+    "The bracket around an acceptable step size shrank below stepsize_precision.")
+FLAG_NO_STEPSIZE_FOUND = "No step size met even the sufficient-decrease condition."
+FLAG_NOT_A_DESCENT_DIRECTION = (
+    "The direction does not descend: the objective's slope along it at step size 0 "
+    "must be negative.")
+
+
+def _zoom_diagnostics(owner: str, out: Any, f0: Array, slope0: Array, tol: Any,
+                      precision: Any) -> None:
+    """Print why the zoom search ``out`` ended without meeting both conditions, if it did."""
+    facts = ("step size taken {eta}; the last trial's decrease error {d}, curvature "
+             "error {c}; at step size 0 the objective is {f0} and its slope {s0}.")
+    values = dict(eta=out.stepsize, d=out.decrease_error, c=out.curvature_error, f0=f0,
+                  s0=slope0)
+    unmet = jnp.maximum(out.decrease_error, out.curvature_error) > tol
+    # Phase 1 stops at max_learning_rate when nothing up to it brackets a point.
+    _report(out.done & unmet, f"{owner}: {FLAG_INTERVAL_NOT_FOUND} "
+            f"{FLAG_CURVATURE_COND_NOT_SATISFIED} After {{n}} trials: {facts}",
+            n=out.count, **values)
+    _report(out.failed, f"{owner}: no step size met both conditions in {{n}} trials; "
+            f"{facts}", n=out.count, **values)
+    length = jnp.abs(out.high - out.low)
+    _report(out.failed & out.interval_found & (length <= precision),
+            f"{owner}: {FLAG_INTERVAL_TOO_SMALL} Its length: {{length}}.", length=length)
+    _report(out.failed & (out.safe_stepsize > 0.0),
+            f"{owner}: {FLAG_CURVATURE_COND_NOT_SATISFIED} "
+            "It is the best such step size found: {eta}.", eta=out.stepsize)
+    none = out.failed & ~(out.safe_stepsize > 0.0)
+    descent = slope0 < 0.0
+    _report(none, f"{owner}: {FLAG_NO_STEPSIZE_FOUND}")
+    _report(none & ~descent, f"{owner}: {FLAG_NOT_A_DESCENT_DIRECTION} It is {{s0}}.",
+            s0=slope0)
+    _report(none & descent, f"{owner}: raise max_linesearch_steps to let the search go on.")
+    eps = jnp.finfo(jnp.float32).eps
+    _report(none & descent & (out.stepsize < eps),
+            f"{owner}: the step size {{eta}} is below float32's epsilon {eps}: compute in "
+            "float64 (jax.config.update('jax_enable_x64', True)).", eta=out.stepsize)
+    _report(none & descent & (jnp.abs(slope0) > 1e16),
+            f"{owner}: the slope at step size 0 is huge ({{s0}}): the objective is badly "
+            "conditioned; rescale the parameters or start from a better point.", s0=slope0)
+
+
 class _Search(NamedTuple):
     """The zoom search's loop carry: the last trial, the bracket, the safe fallback."""
 
@@ -419,7 +477,10 @@ def scale_by_zoom_linesearch(
         best point of sufficient decrease, if one was found.
       initial_guess_strategy: ``'one'`` (start each search at 1) or ``'keep'``
         (at the last accepted step size).
-      verbose: print (``jax.debug.print``) when the search fails.
+      verbose: print (``jax.debug.print``) why the search failed, when it does:
+        no bracket up to ``max_learning_rate`` (raise it), a bracket shrunk below
+        ``stepsize_precision``, only sufficient decrease met, or not even that (and
+        whether ``u`` is a descent direction), with the step size and both errors.
 
     Returns:
       A ``GradientTransformationExtraArgs`` whose state is
@@ -544,9 +605,7 @@ def scale_by_zoom_linesearch(
                         zero, f0, slope0, zero, f0, slope0, zero, f0, zero, f0, g0)
         out = jax.lax.while_loop(lambda s: ~(s.done | s.failed), step, start)
         if verbose:
-            _report(out.failed, f"{owner}: no step size met both conditions in {{n}} trials "
-                    "(decrease error {d}, curvature error {c}); using step size {eta}.",
-                    n=out.count, d=out.decrease_error, c=out.curvature_error, eta=out.stepsize)
+            _zoom_diagnostics(owner, out, f0, slope0, tol, stepsize_precision)
         new_state = ScaleByZoomLinesearchState(
             learning_rate=out.stepsize, value=out.value,
             grad=treedef.unflatten([x.astype(o.dtype) for x, o in zip(out.grad, olds)]),
@@ -556,95 +615,6 @@ def scale_by_zoom_linesearch(
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def _find_fields(tree: Any, name: str, path: str = "state") -> list:
-    """``(path, value)`` of every NamedTuple field or dict entry called ``name`` in ``tree``."""
-    found = []
-    if ft.is_named_tuple(tree):
-        items = [(f, getattr(tree, f), f".{f}") for f in tree._fields]
-    elif isinstance(tree, dict):
-        items = [(k, v, f"[{k!r}]") for k, v in tree.items()]
-    elif isinstance(tree, (list, tuple)):
-        items = [(None, v, f"[{i}]") for i, v in enumerate(tree)]
-    else:
-        return found
-    for key, child, step in items:
-        if key == name:
-            found.append((path + step, child))
-        else:
-            found.extend(_find_fields(child, name, path + step))
-    return found
-
-
-class _SeveralFound(KeyError, ValueError):  # optax raises KeyError there; a ValueError too
-    __str__ = BaseException.__str__  # the message, not KeyError's repr of it
-
-
-def value_and_grad_from_state(value_fn: Callable[..., Array]) -> Callable[..., tuple]:
-    """``jax.value_and_grad(value_fn)``, but reusing the value and gradient in the state.
-
-    A line search evaluates the objective and its gradient at the point it
-    accepts and stores them (``value``, ``grad`` in its state). For a
-    deterministic objective those are the next step's value and gradient:
-    this returns them, and only computes ``jax.value_and_grad(value_fn)`` when
-    the stored value is not finite (before the first step, or after a failed
-    search). The check is a ``jax.lax.cond``, so it works under ``jit``.
-
-    Args:
-      value_fn: the objective, a real scalar function of the params (and of
-        any further positional or keyword inputs).
-
-    Returns:
-      A function ``(params, *args, state, **kwargs) -> (value, grad)``. It
-      raises ``ValueError`` unless ``state`` holds exactly one ``value`` and one
-      ``grad`` field (e.g. a backtracking search without ``store_grad``); for
-      several (a chain of two searches) the error is also a ``KeyError``, as optax's.
-
-    >>> import jax.numpy as jnp, functrain
-    >>> f = lambda w: jnp.sum(w ** 2)
-    >>> opt = functrain.lbfgs()
-    >>> w = jnp.array([1., 2., 3.])
-    >>> state = opt.init(w)
-    >>> value_and_grad = value_and_grad_from_state(f)
-    >>> for _ in range(2):
-    ...     value, grad = value_and_grad(w, state=state)
-    ...     u, state = opt.update(grad, state, w, value=value, grad=grad, value_fn=f)
-    ...     w = functrain.apply_updates(w, u)
-    ...     print(f"{f(w):.2E}")
-    7.52E+00
-    7.46E-14
-    """
-    if not callable(value_fn):
-        raise TypeError(f"value_and_grad_from_state: value_fn must be a function, got "
-                        f"{type(value_fn).__name__}.")
-
-    def fetch(params: Params, *fn_args: Any, state: OptState,
-              **fn_kwargs: Any) -> tuple[Array, Any]:
-        stored = {}
-        for name in ("value", "grad"):
-            found = _find_fields(state, name)
-            if len(found) != 1 or found[0][1] is None:
-                where = ", ".join(p for p, _ in found) or "nowhere"
-                raise (_SeveralFound if len(found) > 1 else ValueError)(
-                    f"value_and_grad_from_state: the state must hold exactly one {name!r} "
-                    f"(a line search's state, with store_grad=True for backtracking); "
-                    f"found it {where}" + (" set to None" if found and found[0][1] is None
-                                            else "") + ".")
-            stored[name] = found[0][1]
-        value, grad = stored["value"], stored["grad"]
-        ft.check_structure(params, grad, "the state's grad", "params")
-
-        def compute(p: Params, args: tuple, kwargs: dict) -> tuple:
-            v, g = jax.value_and_grad(value_fn)(p, *args, **kwargs)
-            return (jnp.asarray(v).astype(jnp.asarray(value).dtype),
-                    ft.map(lambda a, b: a.astype(b.dtype), g, grad))
-
-        return jax.lax.cond(jnp.isfinite(value), lambda p, a, k: (value, grad), compute,
-                            params, fn_args, fn_kwargs)
-
-    return fetch
-
-
 __all__ = ["BacktrackingLinesearchInfo", "ScaleByBacktrackingLinesearchState",
            "ScaleByZoomLinesearchState", "ZoomLinesearchInfo",
-           "scale_by_backtracking_linesearch", "scale_by_zoom_linesearch",
-           "value_and_grad_from_state"]
+           "scale_by_backtracking_linesearch", "scale_by_zoom_linesearch"]

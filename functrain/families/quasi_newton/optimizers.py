@@ -49,7 +49,7 @@ def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 1
     Best on deterministic objectives of small to medium size; with a line
     search, call ``update(grad, state, params, value=value, grad=grad,
     value_fn=f)`` and get ``value, grad`` from
-    :func:`~functrain.families.quasi_newton.linesearch.value_and_grad_from_state` to reuse
+    :func:`~functrain.families.quasi_newton.value_and_grad_reuse.value_and_grad_from_state` to reuse
     the search's last evaluation. Complex parameters are supported (pass
     ``conj`` of JAX's gradient, as for every optimizer).
 
