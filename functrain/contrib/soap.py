@@ -29,6 +29,7 @@ against a numpy transcription of the paper's Algorithm 3.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple, Optional
 
@@ -39,7 +40,7 @@ import numpy as np
 from functrain import tree as ft
 from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
                                      from_blocks, from_layer_blocks, gather_blocks,
-                                     layer_block_groups, merged_shape,
+                                     layer_block_groups, map_by_shape, merged_shape,
                                      scatter_blocks, to_blocks, to_layer_blocks)
 from functrain.matrix.eigenbases import gram, refresh_bases, rotate
 from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
@@ -474,13 +475,15 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                           for x in done[i][3:5]), done[i][2].reshape(lay.shape)[None],
                         lay.rotated)
                 if mesh is None:  # the leaf's own conditional
-                    put(i, *refresh_bases([unit], state.count, hp.precondition_frequency)[0])
+                    put(i, *refresh_bases([unit], state.count, hp.precondition_frequency,
+                                          map_by_shape)[0])
                 else:
                     units.append(unit)
                     owners.append(i)
         if units:  # one conditional for the tree, its decompositions over the mesh's devices
-            for owner, (bases, nu) in zip(owners, refresh_bases(units, state.count,
-                                                               hp.precondition_frequency, mesh)):
+            for owner, (bases, nu) in zip(owners, refresh_bases(
+                    units, state.count, hp.precondition_frequency,
+                    functools.partial(map_by_shape, mesh=mesh))):
                 if isinstance(owner, list):
                     owner[6], owner[4] = bases, nu
                 else:

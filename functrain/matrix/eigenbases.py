@@ -6,20 +6,18 @@ statistic ``L_i`` (an average of :func:`gram` ``G_(i) G_(i)^T``) and an orthonor
 ``Q_i`` of its eigenvectors; :func:`rotate` takes ``G x_i Q_i^T`` over the rotated axes
 (and back). :func:`refresh_bases` sets the bases from ``eigh`` on the first call and
 refreshes them every ``precondition_frequency`` calls by one power-iteration step and QR,
-for a whole tree in one conditional, its decompositions of each size batched
-(:func:`functrain.matrix.blocks.map_by_shape`). :mod:`functrain.contrib.soap` keeps the
-moments and the state.
+for a whole tree in one conditional, its decompositions of each size batched (by the
+caller's map, :func:`functrain.matrix.blocks.map_by_shape` in
+:mod:`functrain.contrib.soap`, which keeps the moments and the state).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-
-from functrain.matrix.blocks import map_by_shape
 
 Array = jax.Array
 
@@ -84,7 +82,7 @@ def _power_step(s: Array, q: Array) -> tuple:
 
 
 def refresh_bases(units: list, count: Array, precondition_frequency: int,
-                  mesh: Optional[jax.sharding.Mesh] = None) -> list:
+                  map_fn: Callable[[Callable, list], list]) -> list:
     """The bases and second moment of every unit after one conditional for the whole tree.
 
     On the first call (``count == 0``) each rotated axis' basis becomes its statistic's
@@ -92,8 +90,7 @@ def refresh_bases(units: list, count: Array, precondition_frequency: int,
     multiple of ``precondition_frequency``, one power-iteration step and QR, ``Q =
     qr(L Q[:, order]).Q`` with the columns ordered by ``diag(Q^T L Q)`` descending, and
     ``nu``'s entries along that axis reordered with them; otherwise nothing changes.
-    Each refresh's decompositions of one size are stacked into one
-    :func:`functrain.matrix.blocks.map_by_shape` call (divided over ``mesh``'s devices).
+    Each refresh's decompositions go through one ``map_fn`` call.
 
     Args:
       units: per unit (a leaf, a leaf's same-shape blocks, or a stacked leaf's layers),
@@ -102,14 +99,19 @@ def refresh_bases(units: list, count: Array, precondition_frequency: int,
         moments ``(n,) + shape`` in the rotated basis.
       count: the number of earlier calls (int32).
       precondition_frequency: refresh every this many calls.
-      mesh: a ``jax.sharding.Mesh`` to divide the decompositions over, or ``None``.
+      map_fn: ``map_fn(fn, items)``: ``fn`` of each matrix of each item (a tuple of
+        stacks), per item its outputs stacked, as
+        :func:`functrain.matrix.blocks.map_by_shape` (which batches same-size matrices,
+        divided over a mesh's devices when given one).
 
     Returns:
       Per unit, ``(bases, nu)``.
 
     >>> import jax.numpy as jnp
+    >>> from functrain.matrix.blocks import map_by_shape
     >>> s = jnp.diag(jnp.array([1., 3.]))[None]
-    >>> [(q, _)] = refresh_bases([((s,), (s,), jnp.ones((1, 2)), (True,))], jnp.int32(0), 10)
+    >>> [(q, _)] = refresh_bases([((s,), (s,), jnp.ones((1, 2)), (True,))], jnp.int32(0), 10,
+    ...                          map_by_shape)
     >>> print(jnp.abs(q[0][0]))
     [[0. 1.]
      [1. 0.]]
@@ -119,9 +121,9 @@ def refresh_bases(units: list, count: Array, precondition_frequency: int,
 
     def run(ops: list, initial: bool) -> list:
         new = [[list(q), v] for _, q, v in ops]
-        done = map_by_shape(_top_eigenvectors if initial else _power_step,
+        done = map_fn(_top_eigenvectors if initial else _power_step,
                             [(ops[i][0][k],) + (() if initial else (ops[i][1][k],))
-                             for i, k in axes], mesh)
+                             for i, k in axes])
         for (i, k), q in zip(axes, done):
             if not initial:  # nu's entries follow the sorted columns
                 (q, order), v = q, new[i][1]
