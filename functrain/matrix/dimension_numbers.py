@@ -197,7 +197,9 @@ def layer_views(spec: Any, tree: Any, owner: str, name: str = "weight_dimension_
         try:
             subtrees = spec_def.flatten_up_to(tree)
         except (ValueError, TypeError):
-            ft.check_structure(resolved, tree, "params", f"the {name} of {owner}", prefix=True)
+            shape_only = jax.tree_util.tree_map(lambda _: 0, resolved, is_leaf=_is_spec_leaf)
+            ft.check_structure(shape_only, tree, "params", f"the {name} of {owner}",
+                               prefix=True)
             raise ValueError(f"{owner}: {name} does not fit the params tree ({name}: "
                              f"{spec_def}; params: {jax.tree_util.tree_structure(tree)})."
                              ) from None
