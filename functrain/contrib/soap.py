@@ -13,14 +13,14 @@ identity), and vectors and scalars get plain Adam unless ``precondition_1d``.
 With ``block_size``, each block of a split leaf is a leaf of its own here; with
 ``weight_dimension_numbers``, each layer of a stacked leaf.
 
-A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one
-statistic and one basis per axis, which the engine's one-array-per-field leaf
-state cannot carry. The per-leaf math is a pure function of one leaf
-(:func:`_soap_leaf`, batched over a leaf's blocks or layers; the rotations and the
-refresh in :mod:`functrain.matrix.eigenbases`); with ``mesh`` (and for split or
-stacked leaves) one conditional refreshes the tree, its same-size decompositions
-stacked (and divided over the mesh's devices). The update checks structures, shapes and dtypes first, naming
-the leaf, and follows functrain's dtype policy (16-bit leaves in float32).
+A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one statistic and
+one basis per axis, which the engine's one-array-per-field leaf state cannot carry. The
+per-leaf math is a pure function of one leaf (:func:`_soap_leaf`, batched over a leaf's
+blocks or layers; the rotations and the refresh in :mod:`functrain.matrix.eigenbases`);
+with ``mesh`` (and for split or stacked leaves) one conditional refreshes the tree, its
+same-size decompositions stacked (and divided over the mesh's devices). The update
+checks structures, shapes and dtypes first, naming the leaf, and follows functrain's
+dtype policy (16-bit leaves in float32).
 
 This optimizer has no optax counterpart: arguments and defaults are those of
 the authors' reference implementation (github.com/nikhilvyas/SOAP), tested

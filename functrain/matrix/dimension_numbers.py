@@ -70,8 +70,8 @@ def is_dimension_numbers(x: Any) -> bool:
       ``True`` for :class:`functrain.contrib.MuonDimensionNumbers` and any NamedTuple of
       the same fields (optax's), else ``False``.
 
-    >>> import functrain
-    >>> is_dimension_numbers(functrain.contrib.MuonDimensionNumbers(1, 2)), is_dimension_numbers((1, 2))
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> is_dimension_numbers(MuonDimensionNumbers(1, 2)), is_dimension_numbers((1, 2))
     (True, False)
     """
     return isinstance(x, tuple) and getattr(x, "_fields", None) == _FIELDS
@@ -184,7 +184,8 @@ def layer_views(spec: Any, tree: Any, owner: str, name: str = "weight_dimension_
 
     >>> import jax.numpy as jnp, functrain
     >>> dims = {'w': functrain.contrib.MuonDimensionNumbers(-2, -1), 'b': None}
-    >>> [v and v.layers for v in layer_views(dims, {'w': jnp.zeros((4, 2, 3)), 'b': jnp.zeros(3)}, "soap")]
+    >>> params = {'w': jnp.zeros((4, 2, 3)), 'b': jnp.zeros(3)}
+    >>> [v and v.layers for v in layer_views(dims, params, "soap")]
     [None, (4,)]
     """
     slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)

@@ -1,12 +1,12 @@
 """PSGD Kron's batched factor math for a group of same-shape leaves (Li, 2018).
 
-A group is a stack: every array here has a leading axis ``k`` over the group's leaves,
-and every operation (factor products, Gram matrices, triangular solves, norms) is one
-batched call over it. :func:`diagonal_axes` says which factors are diagonal,
-:func:`group_noise` draws the whitening noise of every group, :func:`whitening_step`
-updates the factors on PSGD's whitening criterion, :func:`precondition` applies ``P =
-Q^H Q``; :mod:`functrain.contrib.kron` groups the leaves and keeps the state. Also importable under its former
-name ``functrain.contrib.kron_factors``.
+A group is a stack: every array here has a leading axis ``k`` over the group's leaves, and
+every operation (factor products, Gram matrices, triangular solves, norms) is one batched
+call over it. :func:`diagonal_axes` says which factors are diagonal, :func:`group_noise`
+draws the whitening noise of every group, :func:`whitening_step` updates the factors on
+PSGD's whitening criterion, :func:`precondition` applies ``P = Q^H Q``;
+:mod:`functrain.contrib.kron` groups the leaves and keeps the state. Also importable under
+its former name ``functrain.contrib.kron_factors``.
 """
 
 from __future__ import annotations
