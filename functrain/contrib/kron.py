@@ -25,7 +25,8 @@ nothing), and leaves of one shape and factor structure are stacked into groups,
 so each group's factor updates, triangular solves (one matrix per LAPACK call on
 CPU, :func:`functrain.linalg.map_matrices`) and ``P m`` are batched operations
 (:mod:`functrain.matrix.kron_factors`); the state stays per leaf. With
-``block_size``, each block of a split leaf is a leaf of its own here.
+``block_size``, each block of a split leaf is a leaf of its own here; with
+``weight_dimension_numbers``, each layer of a stacked leaf.
 
 References: Xi-Lin Li, 2018, "Preconditioned Stochastic Gradient Descent" (IEEE
 TNNLS); Li, 2019, "Preconditioner on Matrix Lie Group for SGD"; the ``kron``
@@ -43,9 +44,14 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
-                                     from_blocks, gather_blocks, merged_shape,
-                                     scatter_blocks, to_blocks)
-from functrain.matrix.kron_factors import precondition, whitening_step
+                                     from_blocks, from_layer_blocks, gather_blocks,
+                                     layer_block_groups, merged_shape, scatter_blocks,
+                                     to_blocks, to_layer_blocks)
+from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
+                                                from_layers, layer_views, stacked_shape,
+                                                to_layers)
+from functrain.matrix.kron_factors import (diagonal_axes, group_noise, precondition,
+                                           whitening_step)
 from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
@@ -128,29 +134,8 @@ def precond_update_prob_schedule(max_prob: float = 1.0, min_prob: float = 0.03,
 
 
 # --------------------------------------------------------------------------
-# The math, on same-shape groups: factor kinds, applying factors, the whitening step
+# How a leaf is cut into same-shape units (the math on groups of them: kron_factors)
 # --------------------------------------------------------------------------
-
-def _diagonal_axes(shape: tuple, max_size: int, max_skew: Optional[float], min_ndim: int,
-                   memory_save_mode: Optional[str]) -> tuple:
-    """Per axis of ``shape``: True where its factor is diagonal (a vector)."""
-    if not shape:
-        return (True,)
-    numel = math.prod(shape)
-    forced = [False] * len(shape)
-    largest = max(range(len(shape)), key=lambda i: (shape[i], i))  # the last of equals
-    if memory_save_mode == "all_diag":
-        forced = [True] * len(shape)
-    elif memory_save_mode == "one_diag":
-        forced[largest] = True
-    elif memory_save_mode == "smart_one_diag":
-        rest = sorted(shape)
-        if len(rest) > 1 and rest[-1] > rest[-2]:
-            forced[largest] = True
-    return tuple(f or d <= 1 or d > max_size or len(shape) < min_ndim
-                 or (max_skew is not None and d * d > max_skew * numel)
-                 for d, f in zip(shape, forced))
-
 
 class _Plan(NamedTuple):
     """How Kron sees one leaf (all static)."""
@@ -160,49 +145,14 @@ class _Plan(NamedTuple):
     lead: tuple             # (number of blocks,) for a split leaf, else ()
     block: tuple            # a full-size block's shape (``shape`` when not split)
     kinds: tuple            # per axis of ``block``: True where its factor is diagonal
+    view: Optional[LayerView] = None  # a stacked leaf's layers (``shape``: one layer's;
+    #                                   ``grid`` set, all ones when not split)
 
-
-# Each function below works on a group: ``k`` leaves of one shape and factor structure
-# stacked along a new leading axis (a leaf alone is a group of one). A factor stack is
-# ``(k, d, d)`` (triangular), ``(k, d)`` (diagonal) or ``(k,)`` (scalar leaves); axis ``i``
-# of a leaf is axis ``i + 1`` of the stack.
 
 # Test hook: False gives every leaf its own group (the per-leaf program).
 _GROUP_SAME_SHAPES = True
 # The most rows (index entries) of the gather that puts the noise in group order.
 _MAX_GATHER_ROWS = 1 << 16
-
-
-def _noise(key: Array, like: list, groups: list) -> list:
-    """Standard normal draws shaped like each group's stack, from ONE flat draw in the widest
-    real dtype of ``like`` cut in leaf order (a complex leaf: two pieces, ``(re + i im) /
-    sqrt(2)``). One gather of rows (the sizes' gcd) puts it in group order, so the draw's
-    last kernel has one reader, not one per leaf; above ``_MAX_GATHER_ROWS`` rows, slices."""
-    if not like:
-        return []
-    real = jnp.result_type(*[jnp.finfo(x.dtype).dtype for x in like])
-    cplx = [jnp.issubdtype(x.dtype, jnp.complexfloating) for x in like]
-    sizes = [x.size * (2 if c else 1) for x, c in zip(like, cplx)]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    flat = jax.random.normal(key, (int(starts[-1]),), real)
-    order = [i for members in groups for i in members]
-    width = math.gcd(*sizes) or 1
-    if order != sorted(order):
-        if flat.size // width <= _MAX_GATHER_ROWS:
-            rows = np.concatenate([np.arange(starts[i], starts[i + 1], width) // width
-                                   for i in order]).astype(np.int32)
-            flat = flat.reshape(-1, width)[rows].reshape(-1)
-        else:
-            flat = jnp.concatenate([flat[starts[i]:starts[i + 1]] for i in order])
-    out, at = [], 0
-    for members in groups:
-        x, n = like[members[0]], sizes[members[0]]
-        w = flat[at:at + n * len(members)].reshape(len(members), n)
-        at += n * len(members)
-        if cplx[members[0]]:
-            w = (w[:, :x.size] + 1j * w[:, x.size:]) / np.sqrt(2)
-        out.append(w.reshape((len(members),) + x.shape).astype(x.dtype))
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -238,8 +188,8 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                   precond_init_scale: float = 1.0, update_clip_rms: Optional[float] = 1.1,
                   mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
                   seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None, *,
-                  block_size: Optional[int] = None, merge_dims: bool = False
-                  ) -> GradientTransformation:
+                  block_size: Optional[int] = None, merge_dims: bool = False,
+                  weight_dimension_numbers: Any = None) -> GradientTransformation:
     """PSGD Kron's preconditioned momentum (Li, 2018; the ``kron`` variant).
 
     Update rule, per leaf with gradient ``g`` at step ``t`` (from 1)::
@@ -305,6 +255,17 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
       merge_dims: merge neighbouring axes while the product stays ``<=
         max_size_triangular`` (SOAP's rule: :func:`functrain.matrix.blocks.merged_shape`),
         then precondition the reshaped leaf (a ``(64, 64)`` matrix becomes one axis).
+      weight_dimension_numbers: stacked layers (a scanned model's ``(layers, m, n)``
+        weights): ``MuonDimensionNumbers(reduction_axis, output_axis)``
+        (:class:`functrain.contrib.MuonDimensionNumbers`), one for every leaf, a tree of
+        them (``None`` entries) or a function of the params. A leaf given them is a stack
+        of separate leaves ``(rows, cols)`` (the reduction and the output axes multiplied
+        together), one per entry of its other (layer) axes: each its own factors, noise
+        (drawn in layer order, as those layers passed as leaves in a row would), clip and
+        ``normalize_grads``; the same numbers as those separate leaves, with ``qs``
+        stacked over the layer axes (``(layers, m, m)``), all layers batched with the
+        tree's same-shape leaves (:mod:`functrain.matrix.dimension_numbers`). ``None``:
+        every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`KronState`. Complex
@@ -332,40 +293,46 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     _check_options(owner, max_size_triangular, min_ndim_triangular, max_skew_triangular,
                    memory_save_mode)
     block_size = check_block_size(owner, block_size)
+    check_dimension_numbers(weight_dimension_numbers, owner)
     if not isinstance(merge_dims, (bool, np.bool_)):
         raise TypeError(f"{owner}: merge_dims must be a bool, got {type(merge_dims).__name__} "
                         f"{merge_dims!r:.40}.")
     prob = (precond_update_prob_schedule() if preconditioner_update_probability is None
             else preconditioner_update_probability)
 
-    def plan(shape: tuple) -> _Plan:
+    def plan(shape: tuple, view: Optional[LayerView] = None) -> _Plan:
         """Merge (``merge_dims``), then split the axes longer than ``block_size``."""
-        shape = tuple(shape)
+        shape = tuple(shape) if view is None else view.layer_shape
         merged = merged_shape(shape, max_size_triangular) if merge_dims else shape
         grid = block_grid(merged, block_size)
         if not any(k > 1 for k, _ in grid):
-            return _Plan(merged, None, (), merged, kinds(merged))
+            return _Plan(merged, None if view is None else grid, (), merged, kinds(merged), view)
         block = tuple(b for _, b in grid)
-        return _Plan(merged, grid, (math.prod(k for k, _ in grid),), block, kinds(block))
+        return _Plan(merged, grid, (math.prod(k for k, _ in grid),), block, kinds(block), view)
+
+    def plans(tree: Any, leaves: list) -> list:
+        if weight_dimension_numbers is None:
+            return [plan(jnp.shape(x)) for x in leaves]
+        return [plan(jnp.shape(x), v) for x, v in
+                zip(leaves, layer_views(weight_dimension_numbers, tree, owner))]
 
     def kinds(shape: tuple) -> tuple:
-        return _diagonal_axes(shape, max_size_triangular, max_skew_triangular,
+        return diagonal_axes(shape, max_size_triangular, max_skew_triangular,
                               min_ndim_triangular, memory_save_mode)
 
-    def factor_shapes(shape: tuple) -> list:
-        lay = plan(shape)
-        return [lay.lead + ((d,) if diag else (d, d)) for d, diag in zip(lay.block, lay.kinds)
-                ] if lay.shape else [()]
+    def factor_shapes(lay: _Plan) -> list:
+        return [stacked_shape(lay.view, lay.lead + ((d,) if diag else (d, d)))
+                for d, diag in zip(lay.block, lay.kinds)] if lay.shape else [
+                    stacked_shape(lay.view, ())]
 
     def q_dtype(x: Any) -> Any:
         return precond_dtype if precond_dtype is not None else ft.compute_dtype(x.dtype)
 
-    def init_leaf(p: Any) -> tuple:
-        shape, dtype = tuple(jnp.shape(p)), q_dtype(p)
-        lay = plan(shape)
+    def init_leaf(p: Any, lay: _Plan) -> tuple:
+        dtype = q_dtype(p)
         s = precond_init_scale ** (1.0 / max(len(lay.shape), 1))
         base = [np.ones(fs) if diag else np.broadcast_to(np.eye(fs[-1]), fs)
-                for fs, diag in zip(factor_shapes(shape), lay.kinds)]
+                for fs, diag in zip(factor_shapes(lay), lay.kinds)]
         if isinstance(s, (int, float, np.number)):  # numpy: no kernel compiled per shape
             return tuple(jnp.asarray(s * b, dtype) for b in base)
         return tuple((s * jnp.asarray(b, dtype)).astype(dtype) for b in base)  # injected
@@ -373,13 +340,13 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     def init_fn(params: Params) -> KronState:
         paths, leaves, treedef = ft.flatten_with_paths(params)
         ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), owner, "params")
-        qs = [init_leaf(p) for p in leaves]
+        qs = [init_leaf(p, lay) for p, lay in zip(leaves, plans(params, leaves))]
         return KronState(count=jnp.zeros([], jnp.int32), key=jax.random.PRNGKey(seed),
                          mu=ft.zeros_like(params, dtype=mu_dtype), qs=treedef.unflatten(qs))
 
-    def check_factors(paths: list, gs: list, qs: list) -> None:
-        for where, g, q in zip(paths, gs, qs):
-            want = factor_shapes(tuple(g.shape))
+    def check_factors(paths: list, gs: list, qs: list, lays: list) -> None:
+        for where, g, q, lay in zip(paths, gs, qs, lays):
+            want = factor_shapes(lay)
             got = [tuple(jnp.shape(x)) for x in q] if isinstance(q, (tuple, list)) else None
             if got != want:
                 raise ValueError(f"{owner}: updates leaf {where} of shape {tuple(g.shape)} needs "
@@ -405,7 +372,8 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
             raise ValueError(f"{owner}: the state's .qs does not have the structure of the "
                              f"updates ({treedef}): was it made by this transformation's "
                              f"init?") from None
-        check_factors(paths, gs, qs)
+        lays = plans(updates, gs)
+        check_factors(paths, gs, qs, lays)
 
         count = safe_increment(state.count)
         key, coin_key, noise_key = jax.random.split(state.key, 3)
@@ -414,11 +382,14 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         correction = bias_correction_factor(b1, count)
 
         cds, new_mus, ms, hs = [], [], [], []
-        for g, mu, q in zip(gs, mus, qs):
+        for g, mu, q, lay in zip(gs, mus, qs, lays):
             cd = ft.compute_dtype(jnp.promote_types(jnp.promote_types(g.dtype, mu.dtype),
                                                     q[0].dtype))
             gc = g.astype(cd)
-            if normalize_grads:
+            if normalize_grads and lay.view is not None:  # each layer by its own norm
+                gc = gc / (jnp.sqrt(jnp.sum(abs_sq(gc), axis=lay.view.perm[len(
+                    lay.view.layers):], keepdims=True)) + 1e-16)
+            elif normalize_grads:
                 gc = gc / (jnp.sqrt(jnp.sum(abs_sq(gc))) + 1e-16)
             new_mu = ema_update(gc, mu.astype(cd), b1)
             m = new_mu / correction.astype(new_mu.real.dtype)
@@ -427,28 +398,39 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
             ms.append(m)
             hs.append(m if momentum_into_precond_update else gc)
 
-        # Units: a leaf (in its merged shape), or a split leaf's blocks of one shape; each
-        # block is a leaf of its own to the math below. ``like``: one shape per leaf or
-        # block, in leaf then row-major block order (the noise is drawn in that order).
+        # Units: a leaf (in its merged shape), or a split leaf's blocks of one shape, or a
+        # stacked leaf's layers' (blocks of one shape); each block or layer is a leaf of
+        # its own to the math below. ``like``: one shape per leaf, layer or block, in leaf,
+        # layer, then row-major block order (the noise is drawn in that order).
         units, like, pieces = [], [], {}
-        for i, (q, cd, lay) in enumerate(zip(qs, cds, map(plan, (g.shape for g in gs)))):
-            arrays = [x.reshape(lay.shape) for x in ([ms[i]] if momentum_into_precond_update
-                                                     else [ms[i], hs[i]])]
+        for i, (q, cd, lay) in enumerate(zip(qs, cds, lays)):
+            arrays = [ms[i], hs[i]][:1 if momentum_into_precond_update else 2]
             q = [x.astype(cd) for x in q]
             if lay.grid is None:
+                arrays = [x.reshape(lay.shape) for x in arrays]
                 units.append((i, None, [x[None] for x in arrays], [x[None] for x in q],
                               [len(like)], tuple(x.ndim for x in q)))
                 like.append(jax.ShapeDtypeStruct(lay.shape, hs[i].dtype))
                 continue
-            padded, first = [to_blocks(x, lay.grid) for x in arrays], len(like)
+            if lay.view is None:
+                padded = [to_blocks(x.reshape(lay.shape), lay.grid) for x in arrays]
+                cut = block_groups(lay.shape, lay.grid)
+            else:  # every layer's blocks, layer after layer; the factors likewise
+                n = math.prod(lay.view.layers)
+                padded = [to_layer_blocks(to_layers(x, lay.view).reshape((n,) + lay.shape),
+                                          lay.grid) for x in arrays]
+                q = [x.reshape((-1,) + x.shape[len(lay.view.layers) + len(lay.lead):])
+                     for x in q]
+                cut = layer_block_groups(n, lay.shape, lay.grid)
+            first = len(like)
             pieces[i] = [lay, jnp.zeros_like(padded[0]), q]
-            like += [None] * math.prod(k for k, _ in lay.grid)
-            for shape, idx in block_groups(lay.shape, lay.grid):
+            like += [None] * padded[0].shape[0]
+            for shape, idx in cut:
                 for j in idx:
                     like[first + j] = jax.ShapeDtypeStruct(shape, hs[i].dtype)
                 units.append((i, idx, [gather_blocks(x, idx, shape) for x in padded],
                               [gather_blocks(x, idx, (d,) * (x.ndim - 1))
-                               for x, d in zip(q, shape)],
+                               for x, d in zip(q, shape or (1,))],
                               [first + j for j in idx], tuple(x.ndim - 1 for x in q)))
         # Same-shape groups: units of one shape, factor structure and compute dtype.
         groups: dict = {}
@@ -466,7 +448,8 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                      else [stack([u[2][-1] for u in us]) for us in members])
 
         def refresh(sq: list) -> list:
-            vs = _noise(noise_key, like, [[j for u in us for j in u[4]] for us in members])
+            vs = group_noise(noise_key, like, [[j for u in us for j in u[4]] for us in members],
+                             _MAX_GATHER_ROWS)
             return [map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
                                                                   q_lr[-1]),
                                h, v, *q, mesh=mesh, shared=(precond_lr,))
@@ -493,11 +476,18 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
             for idx, ui, qi in parts:
                 ub = scatter_blocks(ub, idx, ui)
                 q = [scatter_blocks(a, idx, b) for a, b in zip(q, qi)]
-            ui = from_blocks(ub, lay.shape, lay.grid).reshape(gs[i].shape)
-            if update_clip_rms is not None:  # the whole leaf's RMS
-                ui = ui / jnp.maximum(1, jnp.sqrt(jnp.mean(abs_sq(ui))) / update_clip_rms)
+            if lay.view is None:
+                ui = from_blocks(ub, lay.shape, lay.grid).reshape(gs[i].shape)
+                if update_clip_rms is not None:  # the whole leaf's RMS
+                    ui = ui / jnp.maximum(1, jnp.sqrt(jnp.mean(abs_sq(ui))) / update_clip_rms)
+            else:
+                ui = from_layer_blocks(ub, lay.shape, lay.grid)
+                if update_clip_rms is not None:  # each layer's RMS
+                    ui = ui / jnp.maximum(1, jnp.sqrt(jnp.mean(abs_sq(ui), axis=tuple(
+                        range(1, ui.ndim)), keepdims=True)) / update_clip_rms)
+                ui = from_layers(ui, lay.view)
             out[i] = ui.astype(gs[i].dtype)
-            new_qs[i] = tuple(a.astype(x.dtype) for a, x in zip(q, qs[i]))
+            new_qs[i] = tuple(a.reshape(x.shape).astype(x.dtype) for a, x in zip(q, qs[i]))
         return treedef.unflatten(out), KronState(count=count, key=key,
                                                  mu=treedef.unflatten(new_mus),
                                                  qs=treedef.unflatten(new_qs))
@@ -524,8 +514,8 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          precond_init_scale: float = 1.0, update_clip_rms: Optional[float] = 1.1,
          mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
          seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None, *,
-         block_size: Optional[int] = None, merge_dims: bool = False
-         ) -> GradientTransformation:
+         block_size: Optional[int] = None, merge_dims: bool = False,
+         weight_dimension_numbers: Any = None) -> GradientTransformation:
     """PSGD Kron (Li, 2018): momentum preconditioned by learned Kronecker factors.
 
     Update rule: ``u = `` :func:`scale_by_kron` 's clipped ``Q^H Q m`` (``m``
@@ -567,6 +557,8 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
       mesh: see :func:`scale_by_kron`.
       block_size: see :func:`scale_by_kron`.
       merge_dims: see :func:`scale_by_kron`.
+      weight_dimension_numbers: stacked layers, each a leaf of its own (see
+        :func:`scale_by_kron`).
 
     Returns:
       A ``GradientTransformation`` whose state is ``(KronState, <weight decay
@@ -592,13 +584,14 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
                       max_size_triangular, max_skew_triangular, min_ndim_triangular,
                       memory_save_mode, momentum_into_precond_update, precond_lr,
                       precond_init_scale, update_clip_rms, mu_dtype, precond_dtype, seed, mesh,
-                      block_size=block_size, merge_dims=merge_dims),
+                      block_size=block_size, merge_dims=merge_dims,
+                      weight_dimension_numbers=weight_dimension_numbers),
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_learning_rate(learning_rate))
 
 
 # Arguments that decide the state's shapes (or its key): inject_hyperparams keeps them static.
 _STATIC = ("max_size_triangular", "max_skew_triangular", "min_ndim_triangular", "seed", "mesh",
-           "block_size")
+           "block_size", "weight_dimension_numbers")
 scale_by_kron.static_hyperparams = _STATIC  # type: ignore[attr-defined]
 kron.static_hyperparams = _STATIC  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ True
 """
 
 # Re-exports only.
-from functrain.matrix.kron_factors import precondition, whitening_step
+from functrain.matrix.kron_factors import (diagonal_axes, group_noise, precondition,
+                                           whitening_step)
 
-__all__ = ["whitening_step", "precondition"]
+__all__ = ["diagonal_axes", "group_noise", "whitening_step", "precondition"]

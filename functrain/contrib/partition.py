@@ -10,8 +10,10 @@ True
 
 # Re-exports only.
 from functrain.matrix.blocks import (block_grid, block_groups, check_block_size, from_blocks,
-                                     gather_blocks, map_by_shape, merged_shape, scatter_blocks,
-                                     to_blocks)
+                                     from_layer_blocks, gather_blocks, layer_block_groups,
+                                     map_by_shape, merged_shape, scatter_blocks, to_blocks,
+                                     to_layer_blocks)
 
 __all__ = ["check_block_size", "merged_shape", "block_grid", "to_blocks", "from_blocks",
-           "block_groups", "gather_blocks", "scatter_blocks", "map_by_shape"]
+           "block_groups", "gather_blocks", "scatter_blocks", "to_layer_blocks",
+           "from_layer_blocks", "layer_block_groups", "map_by_shape"]

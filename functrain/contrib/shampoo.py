@@ -16,6 +16,7 @@ of the papers' pseudo-code (tests/contrib/test_contrib_shampoo.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple, Optional
 
@@ -23,7 +24,11 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.matrix.blocks import block_grid, check_block_size, from_blocks, to_blocks
+from functrain.matrix.blocks import (block_grid, check_block_size, from_blocks,
+                                     from_layer_blocks, to_blocks, to_layer_blocks)
+from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
+                                                from_layers, layer_views, stacked_shape,
+                                                to_layers)
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.declarations import declare_optimizer
@@ -110,12 +115,14 @@ def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
     return _Layout(rows, cols, left, right, kr, br, kc, bc)
 
 
-def _stat_shapes(lay: Optional[_Layout]) -> tuple[tuple, tuple]:
+def _stat_shapes(lay: Optional[_Layout], view: Optional[LayerView] = None
+                 ) -> tuple[tuple, tuple]:
+    """Per side, the statistics' shape (stacked over a stacked leaf's layer axes)."""
     if lay is None:
         return (1,), (1,)
     k = lay.kr * lay.kc
-    return ((k, lay.br, lay.br) if lay.left else (1,)), ((k, lay.bc, lay.bc) if lay.right
-                                                         else (1,))
+    return ((stacked_shape(view, (k, lay.br, lay.br)) if lay.left else (1,)),
+            (stacked_shape(view, (k, lay.bc, lay.bc)) if lay.right else (1,)))
 
 
 def _grid(lay: _Layout) -> tuple:
@@ -144,16 +151,17 @@ def _inverse_root(stat: Array, exponent: int, matrix_eps: Any, mesh: Any = None)
     return jnp.where(top[..., None] > 0, root, eye)
 
 
-def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout]) -> None:
-    want_l, want_r = _stat_shapes(lay)
+def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout],
+                        view: Optional[LayerView]) -> None:
+    want_l, want_r = _stat_shapes(lay, view)
     for name, want in (("stats_l", want_l), ("stats_r", want_r), ("precond_l", want_l),
                        ("precond_r", want_r)):
         got = tuple(getattr(s, name).shape)
         if got != want:
             raise ValueError(
                 f"scale_by_shampoo state .{name} has shape {got} for a leaf of shape {shape}, "
-                f"expected {want}: was the state made with another block_size or "
-                f"max_precond_dim?")
+                f"expected {want}: was the state made with another block_size, "
+                f"max_precond_dim or weight_dimension_numbers?")
 
 
 @hyperparameters(
@@ -165,7 +173,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                      max_precond_dim: int = 4096, precondition_frequency: int = 1,
                      start_preconditioning_step: int = 5, graft_type: Optional[str] = "adam",
                      nesterov: bool = True, mu_dtype: Optional[Any] = None,
-                     mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+                     mesh: Optional[jax.sharding.Mesh] = None,
+                     weight_dimension_numbers: Any = None) -> GradientTransformation:
     """Shampoo's preconditioned, grafted, momentum direction (Gupta et al., 2018; Anil et al., 2020).
 
     Per leaf viewed as a matrix ``G`` (``prod(shape[:-1]) x shape[-1]``), and
@@ -230,6 +239,16 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         blocks, then the roots are gathered), as distributed Shampoo does;
         the same numbers as one device. ``None``: every device computes every
         block.
+      weight_dimension_numbers: stacked layers (a scanned model's ``(layers, m, n)``
+        weights): ``MuonDimensionNumbers(reduction_axis, output_axis)``
+        (:class:`functrain.contrib.MuonDimensionNumbers`), one for every leaf, a tree of
+        them (``None`` entries) or a function of the params. A leaf given them is a stack
+        of separate ``rows x cols`` matrices (the reduction and the output axes
+        multiplied together), one per entry of its other (layer) axes, each with its
+        own blocks, statistics and grafted norm: the same numbers as those layers passed
+        as leaves of their own, the statistics stacked over the layer axes (``(layers,
+        blocks, b, b)``), all layers' blocks batched with the tree's
+        (:mod:`functrain.matrix.dimension_numbers`). ``None``: every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ShampooState`.
@@ -246,6 +265,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     check_range("b2", b2, 0.0, 1.0, high_inclusive=True, owner=owner)
     check_nonnegative(owner, eps=eps, matrix_eps=matrix_eps)
     block_size = check_block_size(owner, block_size)
+    check_dimension_numbers(weight_dimension_numbers, owner)
     _check_int(owner, "max_precond_dim", max_precond_dim, 1)
     check_range("precondition_frequency", precondition_frequency, 1.0, owner=owner)
     check_range("start_preconditioning_step", start_preconditioning_step, 1.0, owner=owner)
@@ -266,9 +286,18 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                                      precondition_frequency) == 0)
         return _Context(bc.mu, bc.next_mu, bc.nu, refresh, started), counted
 
-    def init_leaf(p: Any) -> tuple:
-        lay = _layout(tuple(p.shape), block_size, max_precond_dim)
-        sl, sr = _stat_shapes(lay)
+    def layout(x: Any, view: Optional[LayerView]) -> Optional[_Layout]:
+        return _layout(tuple(x.shape) if view is None else view.layer_shape, block_size,
+                       max_precond_dim)
+
+    def views_of(tree: Any, n: int) -> list:
+        if weight_dimension_numbers is None:
+            return [None] * n
+        return layer_views(weight_dimension_numbers, tree, owner)
+
+    def init_leaf(p: Any, view: Optional[LayerView] = None) -> tuple:
+        lay = layout(p, view)
+        sl, sr = _stat_shapes(lay, view)
         sdt = jnp.promote_types(p.dtype, jnp.float32)
         nu = ft.zeros_like(p) if uses_nu else jnp.zeros((1,), p.dtype)
 
@@ -324,6 +353,12 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             g.append(d)
         return groups
 
+    def graft(d: Array, direction: Array, axes: Optional[tuple]) -> Array:
+        """``||direction|| / ||d||`` (over ``axes``; ``None``: all), in ``d``'s dtype."""
+        d_norm = jnp.sqrt(jnp.sum(abs_sq(d), axis=axes, keepdims=axes is not None))
+        graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction), axis=axes, keepdims=axes is not None))
+        return (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
+
     shaped = ("mu", "nu") if uses_nu else ("mu",)
     fields = ("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r")
     # The engine's stage for init and for its input checks (structure, shapes, dtypes,
@@ -335,53 +370,75 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         init_global=lambda: {"count": jnp.zeros([], jnp.int32)}, prepare=prepare,
         shaped_fields=shaped)
 
+    def init_fn(params: Any) -> Any:
+        if weight_dimension_numbers is None:
+            return checks.init_state(params)
+        # the engine calls init_leaf once per leaf, in order: each with its leaf's view
+        views = iter(views_of(params, 0))
+        return dataclasses.replace(checks, init_leaf=lambda p: init_leaf(p, next(views))
+                                   ).init_state(params)
+
     def update_fn(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple:
         run_block((checks,), updates, (state,), params, extra_args)
         ctx, counted = prepare({"count": state.count}, updates)
         _, gs, treedef = ft.flatten_with_paths(updates)
         gs = [as_array(g) for g in gs]
+        views = views_of(updates, len(gs))
         ps = [None] * len(gs) if params is None else treedef.flatten_up_to(params)
         olds = [treedef.flatten_up_to(getattr(state, f)) for f in fields]
-        # per leaf: (x, layout, direction, [mu, nu, sl, sr, pl, pr], group key, (start, count))
+        # per leaf: (x, layout, direction, [mu, nu, sl, sr, pl, pr], group key, (start, count),
+        # layer view)
         leaves = []
         groups: dict = {}  # key -> [blocks, L, R, P_L, P_R]: lists over the group's leaves
         filled: dict = {}  # key -> blocks stacked so far
-        for g, p, *old in zip(gs, ps, *olds):
+        for g, p, view, *old in zip(gs, ps, views, *olds):
             cd = leaf_compute_dtype(g, None if p is None else as_array(p))
             s = [o.astype(state_compute_dtype(o, cd)) for o in old]
-            lay = _layout(tuple(g.shape), block_size, max_precond_dim)
-            _check_state_shapes(checks.leaf_state(s), tuple(g.shape), lay)
+            lay = layout(g, view)
+            _check_state_shapes(checks.leaf_state(s), tuple(g.shape), lay, view)
             x = g.astype(cd)
             direction, s[1] = diagonal(x, s[1], ctx)
             key = slot = None
             if lay is not None:
                 # one dtype per group: a complex leaf never stacks with a real one
                 key = (lay.br, lay.bc, lay.left, lay.right, jnp.result_type(x, s[2]))
-                blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay)).astype(s[2].dtype)
+                stats = s[2:]
+                if view is None:
+                    blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay))
+                else:  # every layer's blocks, layer after layer
+                    blocks = to_layer_blocks(to_layers(x, view), _grid(lay))
+                    stats = [v.reshape((-1,) + v.shape[-2:]) if v.ndim > 1 else v
+                             for v in stats]
+                blocks = blocks.astype(s[2].dtype)
                 for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
-                                      [blocks] + s[2:]):
+                                      [blocks] + stats):
                     lst.append(value)
                 slot = (filled.get(key, 0), blocks.shape[0])
                 filled[key] = slot[0] + slot[1]
-            leaves.append((x, lay, direction, s, key, slot))
+            leaves.append((x, lay, direction, s, key, slot, view))
         stacked = {key: [jnp.concatenate(lst) if len(lst) > 1 else lst[0] for lst in members]
                    for key, members in groups.items()}
         done = precondition_groups(stacked, ctx)
 
         out, new = [], [[] for _ in fields]
-        for (x, lay, direction, s, key, slot), g, old in zip(leaves, gs, zip(*olds)):
+        for (x, lay, direction, s, key, slot, view), g, old in zip(leaves, gs, zip(*olds)):
             u = direction
             if lay is not None:
                 start, count = slot
                 part = [a[start:start + count] for a in done[key]]
-                s[2:] = [part[k] if on else s[k + 1] for k, on in
+                s[2:] = [part[k].reshape(s[k + 1].shape) if on else s[k + 1] for k, on in
                          ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
-                d = from_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
-                d = d.reshape(x.shape).astype(x.dtype)
-                if graft_type is not None:
-                    d_norm = jnp.sqrt(jnp.sum(abs_sq(d)))
-                    graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction)))
-                    d = d * (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
+                if view is None:
+                    d = from_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                    d = d.reshape(x.shape).astype(x.dtype)
+                    if graft_type is not None:
+                        d = d * graft(d, direction, None)
+                else:  # each layer grafted to its own norm
+                    d = from_layer_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                    d = d.astype(x.dtype)
+                    if graft_type is not None:
+                        d = d * graft(d, to_layers(direction, view), tuple(range(1, d.ndim)))
+                    d = from_layers(d, view)
                 u = jnp.where(ctx.precondition, d, direction)
             s[0] = ema_update(u, s[0], b1)
             o = nesterov_mu_hat(u, s[0], b1, ctx.mu, ctx.next_mu) if nesterov else s[0] / ctx.mu
@@ -391,7 +448,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         new_state = ShampooState(counted["count"], *(treedef.unflatten(v) for v in new))
         return treedef.unflatten(out), new_state
 
-    return GradientTransformation(checks.init_state, update_fn)
+    return GradientTransformation(init_fn, update_fn)
 
 
 def _check_int(owner: str, name: str, value: Any, low: int) -> None:
@@ -417,7 +474,8 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             precondition_frequency: int = 1, start_preconditioning_step: int = 5,
             graft_type: Optional[str] = "adam", nesterov: bool = True,
             mu_dtype: Optional[Any] = None,
-            mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+            mesh: Optional[jax.sharding.Mesh] = None,
+            weight_dimension_numbers: Any = None) -> GradientTransformation:
     """Shampoo (Gupta et al., 2018), as scaled by Anil et al. (2020): Kronecker-factored preconditioning.
 
     Update rule: ``p <- p - learning_rate * (s + weight_decay * p)`` with ``s``
@@ -452,6 +510,9 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
       mu_dtype: storage dtype of the momentum.
       mesh: divide each refresh's decompositions over this mesh's devices
         (see :func:`scale_by_shampoo`).
+      weight_dimension_numbers: stacked layers: each layer of a leaf given
+        ``MuonDimensionNumbers`` is preconditioned as a leaf of its own (see
+        :func:`scale_by_shampoo`); ``None``: every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(ShampooState, EmptyState,
@@ -472,12 +533,14 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                          precondition_frequency=precondition_frequency,
                          start_preconditioning_step=start_preconditioning_step,
                          graft_type=graft_type, nesterov=nesterov, mu_dtype=mu_dtype,
-                         mesh=mesh),
+                         mesh=mesh, weight_dimension_numbers=weight_dimension_numbers),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate))
 
 
 # Shapes of the state depend on these: inject_hyperparams keeps them as Python values.
-shampoo.static_hyperparams = ("block_size", "max_precond_dim", "mesh")  # type: ignore[attr-defined]
+_STATIC = ("block_size", "max_precond_dim", "mesh", "weight_dimension_numbers")
+scale_by_shampoo.static_hyperparams = _STATIC  # type: ignore[attr-defined]
+shampoo.static_hyperparams = _STATIC  # type: ignore[attr-defined]
 
 __all__ = ["ShampooState", "scale_by_shampoo", "shampoo"]

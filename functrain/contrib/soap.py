@@ -10,15 +10,17 @@ set from ``eigh`` of the first statistics, then refreshed every
 ``precondition_frequency`` steps by one step of power iteration and a QR
 decomposition. Axes longer than ``max_precond_dim`` are not rotated (the
 identity), and vectors and scalars get plain Adam unless ``precondition_1d``.
-With ``block_size``, each block of a split leaf is a leaf of its own here.
+With ``block_size``, each block of a split leaf is a leaf of its own here; with
+``weight_dimension_numbers``, each layer of a stacked leaf.
 
-A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one
-statistic and one basis per axis, which the engine's one-array-per-field leaf
-state cannot carry. The per-leaf math is a pure function of one leaf
-(:func:`_soap_leaf`); with ``mesh`` (and for split leaves) one conditional
-refreshes the tree, its same-size decompositions stacked (and divided over the
-mesh's devices). The update checks structures, shapes and dtypes first, naming
-the leaf, and follows functrain's dtype policy (16-bit leaves in float32).
+A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one statistic and
+one basis per axis, which the engine's one-array-per-field leaf state cannot carry. The
+per-leaf math is a pure function of one leaf (:func:`_soap_leaf`, batched over a leaf's
+blocks or layers; the rotations and the refresh in :mod:`functrain.matrix.eigenbases`);
+with ``mesh`` (and for split or stacked leaves) one conditional refreshes the tree, its
+same-size decompositions stacked (and divided over the mesh's devices). The update
+checks structures, shapes and dtypes first, naming the leaf, and follows functrain's
+dtype policy (16-bit leaves in float32).
 
 This optimizer has no optax counterpart: arguments and defaults are those of
 the authors' reference implementation (github.com/nikhilvyas/SOAP), tested
@@ -27,18 +29,23 @@ against a numpy transcription of the paper's Algorithm 3.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from functrain import tree as ft
 from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
-                                     from_blocks, gather_blocks, map_by_shape,
-                                     merged_shape, scatter_blocks, to_blocks)
+                                     from_blocks, from_layer_blocks, gather_blocks,
+                                     layer_block_groups, map_by_shape, merged_shape,
+                                     scatter_blocks, to_blocks, to_layer_blocks)
+from functrain.matrix.eigenbases import gram, refresh_bases, rotate
+from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
+                                                from_layers, layer_views, stacked_shape,
+                                                to_layers)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer
@@ -90,6 +97,7 @@ class _Layout(NamedTuple):
     shape: tuple    # the shape the matrix math sees (axes merged or not)
     rotated: tuple  # per axis of ``shape``: whether it has a statistic and a basis
     grid: Optional[tuple] = None  # per axis of ``shape``, (blocks, length): a split leaf
+    view: Optional[LayerView] = None  # a stacked leaf's layers (``shape``: one layer's)
 
 
 def _layout(shape: tuple, max_dim: int, merge_dims: bool, precondition_1d: bool,
@@ -108,67 +116,15 @@ def _matrix_shapes(lay: _Layout) -> list:
     if lay.grid is None:
         return [(d, d) if r else (1, 1) for d, r in zip(lay.shape, lay.rotated)]
     k = math.prod(k for k, _ in lay.grid)
+    if lay.view is not None:  # stacked over the layer axes; (blocks, b, b) per layer if split
+        lead = (k,) if k > 1 else ()
+        return [stacked_shape(lay.view, lead + (b, b)) if r else (1, 1)
+                for (_, b), r in zip(lay.grid, lay.rotated)]
     return [(k, b, b) if r else (1, 1) for (_, b), r in zip(lay.grid, lay.rotated)]
 
 
-def _rotate(x: Array, bases: tuple, lay: _Layout, back: bool) -> Array:
-    """``x x_i Q_i^T`` over the rotated axes (into the eigenbasis), or ``x x_i Q_i`` back."""
-    for k, (q, on) in enumerate(zip(bases, lay.rotated)):
-        if on:
-            x = jnp.moveaxis(jnp.tensordot(x, q, axes=([k], [1 if back else 0])), -1, k)
-    return x
-
-
-def _gram(x: Array, k: int) -> Array:
-    """``X_(k) X_(k)^T``: ``x`` contracted with itself over every axis but ``k``."""
-    others = [a for a in range(x.ndim) if a != k]
-    return jnp.tensordot(x, x, axes=(others, others))
-
-
-def _top_eigenvectors(s: Array) -> Array:
-    """The eigenvectors of one statistic, largest eigenvalue first."""
-    return jnp.linalg.eigh(s)[1][:, ::-1]
-
-
-def _power_step(s: Array, q: Array) -> tuple:
-    """One power-iteration step and QR on one axis: ``(qr(S Q[:, order]).Q, order)``, with
-    ``Q``'s columns ordered by their estimated eigenvalues ``diag(Q^T S Q)``, descending."""
-    sq = s @ q
-    order = jnp.argsort(-jnp.sum(q * sq, axis=0))
-    return jnp.linalg.qr(sq[:, order])[0], order
-
-
-def _split_refresh(leaves: list, count: Array, hp: _Hyper, mesh: Any) -> list:
-    """The bases and ``nu`` of every unit after one conditional for the whole tree, each
-    refresh's decompositions divided over ``mesh``'s devices (:func:`map_by_shape`).
-
-    ``leaves``: per unit (a leaf, or a leaf's same-shape blocks) ``(stats, bases, nu,
-    layout)``, each rotated axis' matrices stacked ``(n, d, d)`` and ``nu`` ``(n,) +
-    layout.shape``. The first call takes each statistic's eigenvectors (largest first), a
-    refresh one power-iteration step and QR (:func:`_power_step`).
-    """
-    axes = [(i, k) for i, (_, _, _, lay) in enumerate(leaves) for k, on in enumerate(lay.rotated)
-            if on]
-
-    def run(ops: list, initial: bool) -> list:
-        new = [[list(q), v] for _, q, v in ops]
-        done = map_by_shape(_top_eigenvectors if initial else _power_step,
-                            [(ops[i][0][k],) + (() if initial else (ops[i][1][k],))
-                             for i, k in axes], mesh)
-        for (i, k), q in zip(axes, done):
-            if not initial:  # nu's entries follow the sorted columns
-                (q, order), v = q, new[i][1]
-                new[i][1] = jnp.take_along_axis(v, order.reshape(
-                    order.shape[:1] + (1,) * k + order.shape[1:] + (1,) * (v.ndim - k - 2)),
-                    axis=k + 1)
-            new[i][0][k] = q
-        return [(tuple(q), v) for q, v in new]
-
-    refresh = (count > 0) & (count % hp.precondition_frequency == 0)
-    branch = jnp.where(count == 0, 1, jnp.where(refresh, 2, 0))
-    return lax.switch(branch, [lambda ops: [(q, v) for _, q, v in ops],
-                               lambda ops: run(ops, True), lambda ops: run(ops, False)],
-                      [(stats, bases, nu) for stats, bases, nu, _ in leaves])
+def _layers(lay: _Layout) -> int:
+    return math.prod(lay.view.layers)
 
 
 class _Hyper(NamedTuple):
@@ -189,10 +145,14 @@ def _adam_b2(count: Array, hp: _Hyper, dtype: Any) -> tuple:
     return t, hp.b2, 1 - hp.b2 ** t.astype(dtype)
 
 
-def _finish(n: Array, count: Array, hp: _Hyper) -> Array:
-    """A leaf's rotated-back direction ``n`` normalized, bias-corrected, zero on call 0."""
+def _finish(n: Array, count: Array, hp: _Hyper, layers: bool = False) -> Array:
+    """A leaf's rotated-back direction ``n`` normalized, bias-corrected, zero on call 0
+    (``layers``: ``n`` is a stack of layers, each normalized by its own RMS)."""
     t, _, c2 = _adam_b2(count, hp, n.dtype)
-    if hp.normalize_grads:
+    if hp.normalize_grads and layers:
+        n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n), axis=tuple(
+            range(1, n.ndim)), keepdims=True)))
+    elif hp.normalize_grads:
         n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n))))
     if hp.correct_bias:
         n = n * (jnp.sqrt(c2) / (1 - hp.b1 ** t.astype(n.dtype)))
@@ -202,7 +162,7 @@ def _finish(n: Array, count: Array, hp: _Hyper) -> Array:
 def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
                hp: _Hyper, lay: _Layout) -> tuple:
     """One SOAP step on one leaf (arrays in its compute dtype): ``(u, mu, nu, stats, bases)``
-    before the refresh of the bases (and ``nu``'s order: :func:`_split_refresh`).
+    before the refresh of the bases (and ``nu``'s order: :func:`refresh_bases`).
 
     ``count`` is the number of earlier calls: the first call (0) only sets the
     statistics and bases (zero update, moments untouched); afterwards Adam's
@@ -212,14 +172,14 @@ def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count
     g, mu, nu = (x.reshape(lay.shape) for x in (g, mu, nu))
     first = count == 0
     if any(lay.rotated):
-        g_rot = _rotate(g, bases, lay, back=False)
+        g_rot = rotate(g, bases, lay.rotated, back=False)
     else:
         g_rot = g
     b2 = _adam_b2(count, hp, g.dtype)[1]
     new_mu = hp.b1 * mu + (1 - hp.b1) * g
     new_nu = b2 * nu + (1 - b2) * jnp.square(g_rot)
-    direction = _rotate(new_mu, bases, lay, back=False) / (jnp.sqrt(new_nu) + hp.eps)
-    u = _finish(_rotate(direction, bases, lay, back=True), count, hp)
+    direction = rotate(new_mu, bases, lay.rotated, back=False) / (jnp.sqrt(new_nu) + hp.eps)
+    u = _finish(rotate(direction, bases, lay.rotated, back=True), count, hp)
     mu = jnp.where(first, mu, new_mu)
     nu = jnp.where(first, nu, new_nu)
 
@@ -227,19 +187,29 @@ def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count
         # from zero statistics: (1 - beta) G G^T on the first call; a schedule (b2's when
         # shampoo_beta is None) at the statistics' own step, count + 1
         beta = hp.shampoo_beta(count + 1) if callable(hp.shampoo_beta) else hp.shampoo_beta
-        stats = tuple(beta * s + (1 - beta) * _gram(g, k) if on else s
+        stats = tuple(beta * s + (1 - beta) * gram(g, k) if on else s
                       for k, (s, on) in enumerate(zip(stats, lay.rotated)))
     return u.reshape(shape), mu.reshape(shape), nu.reshape(shape), stats, bases
 
 
 def _soap_blocks(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
                  hp: _Hyper, lay: _Layout) -> list:
-    """A split leaf's blocks through :func:`_soap_leaf` (batched per block shape; no
-    refresh, normalization or bias correction: :func:`_assemble`): per group ``[idx,
-    layout, u, mu, nu, stats, bases]``, rotated axes' matrices stacked ``(n, b, b)``."""
+    """A split (or stacked) leaf's blocks through :func:`_soap_leaf` (batched per block
+    shape; no refresh, normalization or bias correction: :func:`_assemble`): per group
+    ``[idx, layout, u, mu, nu, stats, bases]``, rotated axes' matrices stacked ``(n, b, b)``.
+    A stacked leaf's blocks are its layers' (all of layer 0, then layer 1, ...)."""
     inner = hp._replace(normalize_grads=False, correct_bias=False)
-    padded = [to_blocks(x.reshape(lay.shape), lay.grid) for x in (g, mu, nu)]
     on = [k for k, r in enumerate(lay.rotated) if r]
+    if lay.view is None:
+        padded = [to_blocks(x.reshape(lay.shape), lay.grid) for x in (g, mu, nu)]
+        groups = block_groups(lay.shape, lay.grid)
+    else:
+        n = _layers(lay)
+        padded = [to_layer_blocks(to_layers(x, lay.view).reshape((n,) + lay.shape), lay.grid)
+                  for x in (g, mu, nu)]
+        stats, bases = (tuple(m.reshape((-1,) + m.shape[-2:]) if r else m
+                              for m, r in zip(x, lay.rotated)) for x in (stats, bases))
+        groups = layer_block_groups(n, lay.shape, lay.grid)
     out = []
 
     def with_(matrices: tuple, rotated: list) -> tuple:  # placeholders, blocks' matrices
@@ -248,7 +218,7 @@ def _soap_blocks(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, cou
             new[k] = m
         return tuple(new)
 
-    for shape, idx in block_groups(lay.shape, lay.grid):
+    for shape, idx in groups:
         blay = _Layout(shape, lay.rotated)
 
         def step(g: Array, mu: Array, nu: Array, st: list, qs: list, blay: _Layout = blay
@@ -274,8 +244,14 @@ def _assemble(parts: list, shape: tuple, count: Array, hp: _Hyper, lay: _Layout)
             if on:
                 stats[k] = scatter_blocks(stats[k], idx, gst[k])
                 bases[k] = scatter_blocks(bases[k], idx, gq[k])
-    u, mu, nu = (from_blocks(x, lay.shape, lay.grid).reshape(shape) for x in (u, mu, nu))
-    return _finish(u, count, hp), mu, nu, tuple(stats), tuple(bases)
+    if lay.view is None:
+        u, mu, nu = (from_blocks(x, lay.shape, lay.grid).reshape(shape) for x in (u, mu, nu))
+        return _finish(u, count, hp), mu, nu, tuple(stats), tuple(bases)
+    u, mu, nu = (from_layer_blocks(x, lay.shape, lay.grid) for x in (u, mu, nu))
+    u = _finish(u, count, hp, layers=True)
+    stats, bases = (tuple(m.reshape(want) for m, want in zip(x, _matrix_shapes(lay)))
+                    for x in (stats, bases))
+    return (*(from_layers(x, lay.view) for x in (u, mu, nu)), stats, bases)
 
 
 # The transformations
@@ -324,7 +300,8 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                   max_precond_dim: int = 10000, merge_dims: bool = False,
                   precondition_1d: bool = False, normalize_grads: bool = False,
                   correct_bias: bool = True, *, block_size: Optional[int] = None,
-                  mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+                  mesh: Optional[jax.sharding.Mesh] = None,
+                  weight_dimension_numbers: Any = None) -> GradientTransformation:
     """Rescale updates by SOAP: Adam in the eigenbasis of Shampoo's preconditioner.
 
     Update rule, per leaf ``G`` (a ``m x n`` matrix here; tensors rotate every
@@ -390,6 +367,15 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         refreshes its share, then the bases are gathered), as distributed
         Shampoo does; the same numbers as one device. ``None``: each leaf
         refreshes its own bases, on every device.
+      weight_dimension_numbers: stacked layers (a scanned model's ``(layers, m, n)``
+        weights): ``MuonDimensionNumbers(reduction_axis, output_axis)``
+        (:class:`functrain.contrib.MuonDimensionNumbers`), one for every leaf, a tree of
+        them (``None`` entries) or a function of the params. A leaf given them is a stack
+        of separate leaves ``(rows, cols)``, the reduction and the output axes
+        multiplied together, one per entry of its other (layer) axes: the same numbers
+        as those layers passed as leaves of their own, with ``stats`` and ``bases``
+        stacked over the layer axes (``(layers, m, m)``), all layers in one batched
+        step (:mod:`functrain.matrix.dimension_numbers`). ``None``: every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`SoapState`. Complex
@@ -412,21 +398,31 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
     _check_options(_OWNER, b1, b2, shampoo_beta, eps, precondition_frequency,
                    max_precond_dim, flags)
     block_size = check_block_size(_OWNER, block_size)
+    check_dimension_numbers(weight_dimension_numbers, _OWNER)
     hp = _Hyper(b1, b2, b2 if shampoo_beta is None else shampoo_beta, eps,
                 precondition_frequency, bool(normalize_grads), bool(correct_bias))
 
-    def layout(x: Any) -> _Layout:
-        return _layout(tuple(np.shape(x)), int(max_precond_dim), bool(merge_dims),
-                       bool(precondition_1d), block_size)
+    def layout(x: Any, view: Optional[LayerView] = None) -> _Layout:
+        lay = _layout(tuple(np.shape(x)) if view is None else view.layer_shape,
+                      int(max_precond_dim), bool(merge_dims), bool(precondition_1d), block_size)
+        if view is None:
+            return lay
+        return lay._replace(grid=lay.grid or tuple((1, d) for d in lay.shape), view=view)
+
+    def layouts(tree: Any, leaves: list) -> list:
+        if weight_dimension_numbers is None:
+            return [layout(x) for x in leaves]
+        return [layout(x, v) for x, v in
+                zip(leaves, layer_views(weight_dimension_numbers, tree, _OWNER))]
 
     def init_fn(params: Params) -> SoapState:
         paths, leaves, treedef = ft.flatten_with_paths(params)
         ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), _OWNER, "params",
                              real_only=True)
         stats = []
-        for x in leaves:
+        for x, lay in zip(leaves, layouts(params, leaves)):
             dtype = ft.compute_dtype(jnp.result_type(x))
-            stats.append(tuple(jnp.zeros(s, dtype) for s in _matrix_shapes(layout(x))))
+            stats.append(tuple(jnp.zeros(s, dtype) for s in _matrix_shapes(lay)))
         zeros = treedef.unflatten([ft.zeros_like(jnp.asarray(x) if not hasattr(x, "dtype")
                                                  else x) for x in leaves])
         return ft.distinct_buffers(SoapState(jnp.zeros([], jnp.int32), zeros, zeros,
@@ -451,7 +447,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                   for name in ("mu", "nu", "stats", "bases")}
         for name in ("mu", "nu"):
             ft.check_shapes(paths, fields[name], gs, "updates", f"{_OWNER} state .{name}")
-        lays = [layout(g) for g in gs]
+        lays = layouts(updates, gs)
         for where, lay, s, q in zip(paths, lays, fields["stats"], fields["bases"]):
             _check_leaf_state(where or "<root>", lay, s, q)
 
@@ -470,20 +466,24 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
             args = (g.astype(cd), mu, nu, stats, bases, state.count, hp, lay)
             if lay.grid is not None:  # split: its blocks join the tree's refresh
                 done.append(_soap_blocks(*args))
-                units += [(gr[5], gr[6], gr[4], gr[1]) for gr in done[-1][1:]]
+                units += [(gr[5], gr[6], gr[4], gr[1].rotated) for gr in done[-1][1:]]
                 owners += done[-1][1:]
                 continue
             done.append(list(_soap_leaf(*args)))
             if any(lay.rotated):
                 unit = (*(tuple(m[None] if on else m for m, on in zip(x, lay.rotated))
-                          for x in done[i][3:5]), done[i][2].reshape(lay.shape)[None], lay)
+                          for x in done[i][3:5]), done[i][2].reshape(lay.shape)[None],
+                        lay.rotated)
                 if mesh is None:  # the leaf's own conditional
-                    put(i, *_split_refresh([unit], state.count, hp, None)[0])
+                    put(i, *refresh_bases([unit], state.count, hp.precondition_frequency,
+                                          map_by_shape)[0])
                 else:
                     units.append(unit)
                     owners.append(i)
         if units:  # one conditional for the tree, its decompositions over the mesh's devices
-            for owner, (bases, nu) in zip(owners, _split_refresh(units, state.count, hp, mesh)):
+            for owner, (bases, nu) in zip(owners, refresh_bases(
+                    units, state.count, hp.precondition_frequency,
+                    functools.partial(map_by_shape, mesh=mesh))):
                 if isinstance(owner, list):
                     owner[6], owner[4] = bases, nu
                 else:
@@ -505,7 +505,8 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
 
 
 scale_by_soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches
-    "precondition_frequency", "max_precond_dim", "block_size", "mesh")
+    "precondition_frequency", "max_precond_dim", "block_size", "mesh",
+    "weight_dimension_numbers")
 
 
 @declare_optimizer("beyond optax", "Vyas et al., 2024", optax=None, stressed=True, summary=(
@@ -521,8 +522,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
          max_precond_dim: int = 10000, merge_dims: bool = False,
          precondition_1d: bool = False, normalize_grads: bool = False,
          correct_bias: bool = True, weight_decay_mask: Optional[MaskOrFn] = None, *,
-         block_size: Optional[int] = None, mesh: Optional[jax.sharding.Mesh] = None
-         ) -> GradientTransformation:
+         block_size: Optional[int] = None, mesh: Optional[jax.sharding.Mesh] = None,
+         weight_dimension_numbers: Any = None) -> GradientTransformation:
     """SOAP (Vyas et al., 2024): Adam in Shampoo's eigenbasis, with decoupled weight decay.
 
     Update rule: ``N`` = :func:`scale_by_soap`'s direction (Adam's step taken
@@ -569,6 +570,9 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
         apart (see :func:`scale_by_soap`); ``None``: no blocks.
       mesh: divide each refresh's decompositions over this mesh's devices
         (see :func:`scale_by_soap`).
+      weight_dimension_numbers: stacked layers: each layer of a leaf given
+        ``MuonDimensionNumbers`` is preconditioned as a leaf of its own (see
+        :func:`scale_by_soap`); ``None``: every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(SoapState, EmptyState,
@@ -593,10 +597,11 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
     return chain(scale_by_soap(b1, b2, shampoo_beta, eps, precondition_frequency,
                                max_precond_dim, merge_dims, precondition_1d,
                                normalize_grads, correct_bias, block_size=block_size,
-                               mesh=mesh),
+                               mesh=mesh, weight_dimension_numbers=weight_dimension_numbers),
                  add_decayed_weights(weight_decay, weight_decay_mask),
                  scale_by_learning_rate(learning_rate))
 
 
 soap.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches
-    "precondition_frequency", "max_precond_dim", "block_size", "mesh")
+    "precondition_frequency", "max_precond_dim", "block_size", "mesh",
+    "weight_dimension_numbers")

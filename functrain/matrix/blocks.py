@@ -17,6 +17,10 @@ under its former name ``functrain.contrib.partition``):
   the blocks without padding, grouped by shape (an axis split unevenly gives a
   shorter last block): SOAP and Kron precondition each block as a separate
   leaf of its own shape.
+* :func:`to_layer_blocks`, :func:`from_layer_blocks` and :func:`layer_block_groups` do
+  the same for a stack of layers ``(layers,) + shape`` (a scanned model's stacked
+  weight, :mod:`functrain.matrix.dimension_numbers`): every layer cut alike, its
+  blocks layer after layer on one leading axis.
 * :func:`map_by_shape` runs a decomposition over many stacks of blocks (or leaves),
   one :func:`functrain.linalg.map_matrices` call per matrix shape.
 """
@@ -37,7 +41,8 @@ from functrain.linalg import map_matrices
 Array = jax.Array
 
 __all__ = ["check_block_size", "merged_shape", "block_grid", "to_blocks", "from_blocks",
-           "block_groups", "gather_blocks", "scatter_blocks", "map_by_shape"]
+           "block_groups", "gather_blocks", "scatter_blocks", "to_layer_blocks",
+           "from_layer_blocks", "layer_block_groups", "map_by_shape"]
 
 
 def check_block_size(owner: str, block_size: Any) -> Optional[int]:
@@ -283,6 +288,75 @@ def scatter_blocks(stack: Array, idx: np.ndarray, values: Array) -> Array:
         return values.astype(stack.dtype)
     where = (jnp.asarray(idx),) + tuple(slice(0, s) for s in sub)
     return stack.at[where].set(values.astype(stack.dtype))
+
+
+def _with_layers(layers: int, grid: Sequence[tuple[int, int]]) -> tuple:
+    """``grid`` with a leading layer axis cut into ``layers`` blocks of one."""
+    return ((layers, 1),) + tuple(grid)
+
+
+def to_layer_blocks(x: Array, grid: Sequence[tuple[int, int]]) -> Array:
+    """:func:`to_blocks` of each layer of ``x``, the blocks of layer 0 first, then layer 1's.
+
+    Args:
+      x: a stack of layers ``(layers,) + shape``.
+      grid: :func:`block_grid` of one layer's ``shape``.
+
+    Returns:
+      An array ``(layers * k_1 * ... * k_n, b_1, ..., b_n)``.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.arange(8.).reshape(2, 1, 4)
+    >>> print(to_layer_blocks(x, block_grid((1, 4), 2))[:, 0])
+    [[0. 1.]
+     [2. 3.]
+     [4. 5.]
+     [6. 7.]]
+    """
+    blocks = to_blocks(x, _with_layers(x.shape[0], grid))
+    return blocks.reshape(blocks.shape[:1] + blocks.shape[2:])
+
+
+def from_layer_blocks(blocks: Array, shape: Sequence[int], grid: Sequence[tuple[int, int]]
+                      ) -> Array:
+    """The inverse of :func:`to_layer_blocks`: each layer put back, the padding cut off.
+
+    Args:
+      blocks: an array ``(layers * k_1 * ... * k_n, b_1, ..., b_n)``.
+      shape: one layer's shape.
+      grid: :func:`block_grid` of ``shape``.
+
+    Returns:
+      An array ``(layers,) + shape``.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.arange(30.).reshape(2, 3, 5)
+    >>> grid = block_grid((3, 5), 2)
+    >>> bool((from_layer_blocks(to_layer_blocks(x, grid), (3, 5), grid) == x).all())
+    True
+    """
+    layers = blocks.shape[0] // math.prod(k for k, _ in grid)
+    return from_blocks(blocks[:, None], (layers,) + tuple(shape), _with_layers(layers, grid))
+
+
+def layer_block_groups(layers: int, shape: Sequence[int], grid: Sequence[tuple[int, int]]
+                       ) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """:func:`block_groups` of every layer: indices into :func:`to_layer_blocks`' leading axis.
+
+    Args:
+      layers: the number of layers.
+      shape: one layer's (merged) shape.
+      grid: :func:`block_grid` of ``shape``.
+
+    Returns:
+      ``(block_shape, indices)`` pairs: each block shape of a layer, with the indices of
+      those blocks of every layer (ascending).
+
+    >>> [(s, i.tolist()) for s, i in layer_block_groups(2, (5, 4), block_grid((5, 4), 3))]
+    [((3, 2), [0, 1, 4, 5]), ((2, 2), [2, 3, 6, 7])]
+    """
+    return [(sub[1:], idx) for sub, idx in block_groups((layers,) + tuple(shape),
+                                                        _with_layers(layers, grid))]
 
 
 def map_by_shape(fn: Any, items: list, mesh: Optional[jax.sharding.Mesh] = None) -> list:

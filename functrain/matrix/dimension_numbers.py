@@ -1,35 +1,55 @@
-"""Which axes of a leaf form the matrix of a Muon-style optimizer, checked per leaf.
+"""Dimension numbers: which axes of a leaf are a matrix optimizer's matrix, which are
+stacked layers; the one copy for Muon and its family, SOAP, Shampoo and Kron.
 
-Dimension numbers (``functrain.contrib.MuonDimensionNumbers``, or optax's: any
-NamedTuple with the fields ``reduction_axis`` and ``output_axis``) name a leaf's
-reduction axes (contracted with the input) and output axes; every other axis is a
-batch axis. Given as one value, a tree of them (``None`` for leaves left out) or a
-function of the tree, they are resolved per leaf (:func:`dims_of_slots`,
-:func:`dims_of_leaves`), checked against each leaf's shape with its key path in the
-error (:func:`leaf_axes`), and turn a leaf into a ``(batch, rows, cols)`` stack
-(:func:`matrix_view`). The one copy that :mod:`functrain.contrib.muon` and the Muon
-family use.
+Dimension numbers (``functrain.contrib.MuonDimensionNumbers``, or optax's: any NamedTuple
+with the fields ``reduction_axis`` and ``output_axis``) name a leaf's reduction axes
+(contracted with the input: one layer's rows) and output axes (its columns); every other
+axis is a batch axis, e.g. the layer axis of a model run with ``jax.lax.scan`` over its
+layers, whose stacked ``(layers, m, n)`` leaf is then ``layers`` separate ``(m, n)``
+weights. Given as one value, a tree of them (``None`` for leaves left out) or a function of
+the tree, they are:
+
+* checked when the builder is called (:func:`check_dims_type`, :func:`check_dimension_numbers`);
+* resolved per leaf (:func:`dims_of_slots`, :func:`dims_of_leaves`, :func:`layer_views`) and
+  checked against each leaf's shape, the error naming its key path (:func:`leaf_axes`,
+  :func:`layer_view`);
+* turned into a ``(batch, rows, cols)`` stack: Muon's :func:`matrix_view` (rows <= cols
+  after an optional transpose), or SOAP's, Shampoo's and Kron's :func:`to_layers` /
+  :func:`from_layers` with per-layer state stacked over the layer axes
+  (:func:`stacked_shape`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
 
-__all__ = ["DIMS_FIELDS", "is_dims", "dims_key", "check_dims_type", "leaf_axes",
-           "dims_of_slots", "dims_of_leaves", "MatrixView", "matrix_view"]
+Array = jax.Array
+
+__all__ = ["DIMS_FIELDS", "is_dims", "dims_key", "check_dims_type", "check_dimension_numbers",
+           "leaf_axes", "dims_of_slots", "dims_of_leaves", "MatrixView", "matrix_view",
+           "LayerView", "layer_view", "layer_views", "to_layers", "from_layers",
+           "stacked_shape"]
 
 #: The fields of dimension numbers (``MuonDimensionNumbers``, optax's alike).
 DIMS_FIELDS = ("reduction_axis", "output_axis")
 
 
-def _axes_tuple(axes: Any) -> tuple:
-    return (axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)
+def _axes(axes: Any) -> Optional[tuple]:
+    """``axes`` as a tuple of ints, or ``None`` if it is neither an int nor a sequence of them."""
+    def is_int(a: Any) -> bool:
+        return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+    if is_int(axes):
+        return (int(axes),)
+    if isinstance(axes, (tuple, list)) and all(is_int(a) for a in axes):
+        return tuple(int(a) for a in axes)
+    return None
 
 
 def is_dims(x: Any) -> bool:
@@ -52,7 +72,7 @@ def dims_key(dims: Any) -> tuple:
     """Dimension numbers as a hashable ``(reduction axes, output axes)`` pair of tuples.
 
     Args:
-      dims: dimension numbers (see :func:`is_dims`).
+      dims: dimension numbers (see :func:`is_dims`), checked (:func:`check_dims_type`).
 
     Returns:
       ``(tuple of reduction axes, tuple of output axes)``, as given (negative axes kept).
@@ -61,11 +81,12 @@ def dims_key(dims: Any) -> tuple:
     >>> dims_key(MuonDimensionNumbers((0, 1), -1))
     ((0, 1), (-1,))
     """
-    return (_axes_tuple(dims.reduction_axis), _axes_tuple(dims.output_axis))
+    return (_axes(dims.reduction_axis), _axes(dims.output_axis))
 
 
 def check_dims_type(dims: Any, owner: str, name: str) -> None:
-    """Raise ``TypeError`` unless each field of ``dims`` is an int or a sequence of ints.
+    """Raise ``TypeError`` unless ``dims`` is dimension numbers whose fields are each an int
+    or a sequence of ints.
 
     Args:
       dims: dimension numbers.
@@ -79,24 +100,73 @@ def check_dims_type(dims: Any, owner: str, name: str) -> None:
     >>> check_dims_type(MuonDimensionNumbers(0, 1.5), "muon", "dims")
     Traceback (most recent call last):
     ...
-    TypeError: muon: dims must hold MuonDimensionNumbers of ints or sequences of ints, got MuonDimensionNumbers(reduction_axis=0, output_axis=1.5).
+    TypeError: muon: dims must hold MuonDimensionNumbers(reduction_axis, output_axis) of ints or sequences of ints (or None), got MuonDimensionNumbers MuonDimensionNumbers(reduction_axis=0, output_axis=1.5).
     """
-    for axes in (dims.reduction_axis, dims.output_axis):
-        ok = isinstance(axes, (int, np.integer)) or (
-            isinstance(axes, (tuple, list)) and all(isinstance(a, (int, np.integer)) for a in axes))
-        if not ok or isinstance(axes, bool):
-            raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers of ints or sequences "
-                            f"of ints, got {dims!r}.")
+    if not is_dims(dims) or any(_axes(a) is None for a in dims):
+        raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers(reduction_axis, "
+                        f"output_axis) of ints or sequences of ints (or None), got "
+                        f"{type(dims).__name__} {dims!r:.80}.")
 
 
-def leaf_axes(dims: Any, shape: tuple, where: str, owner: str) -> tuple[tuple, tuple]:
-    """A leaf's reduction and output axes, non-negative, checked against its shape.
+def _is_spec_leaf(x: Any) -> bool:
+    return x is None or isinstance(x, ft.MaskedNode) or is_dims(x)
+
+
+def check_dimension_numbers(spec: Any, owner: str, name: str = "weight_dimension_numbers"
+                            ) -> None:
+    """Raise a ``TypeError`` naming ``name`` unless ``spec`` is valid dimension numbers.
+
+    Args:
+      spec: ``None``, one dimension-numbers value, a pytree of them (``None`` entries
+        allowed) or a function of the params (checked when called, per leaf).
+      owner: the transformation's name, for the message.
+      name: the argument's name, for the message.
+
+    Returns:
+      ``None``.
+
+    >>> check_dimension_numbers((1, 2), "scale_by_soap")
+    Traceback (most recent call last):
+    ...
+    TypeError: scale_by_soap: weight_dimension_numbers must hold MuonDimensionNumbers(reduction_axis, output_axis) of ints or sequences of ints (or None), got int 1.
+    """
+    if spec is None or callable(spec):
+        return
+    for leaf in jax.tree_util.tree_leaves(spec, is_leaf=_is_spec_leaf):
+        if leaf is not None and not isinstance(leaf, ft.MaskedNode):
+            check_dims_type(leaf, owner, name)
+
+
+def _checked_axes(dims: Any, shape: tuple, where: str, owner: str, name: str
+                  ) -> tuple[tuple, tuple]:
+    """``dims``' reduction and output axes for a leaf of ``shape``, non-negative, or a
+    ``ValueError`` naming the leaf ``where`` (an axis out of range, or named twice)."""
+    check_dims_type(dims, owner, name)
+    ndim = len(shape)
+    red, out = dims_key(dims)
+    shown = (f"MuonDimensionNumbers(reduction_axis={dims.reduction_axis!r}, "
+             f"output_axis={dims.output_axis!r})")
+    for ax in red + out:
+        if not -ndim <= ax < ndim:
+            raise ValueError(f"{owner}: {name} {shown} names axis {ax}, but leaf {where} has "
+                             f"shape {shape} ({ndim} axes).")
+    red, out = tuple(a % ndim for a in red), tuple(a % ndim for a in out)
+    if len(set(red + out)) != len(red + out):
+        raise ValueError(f"{owner}: {name} {shown} repeats an axis for leaf {where} of shape "
+                         f"{shape}: the reduction and output axes must be distinct.")
+    return red, out
+
+
+def leaf_axes(dims: Any, shape: tuple, where: str, owner: str,
+              name: str = "weight_dimension_numbers") -> tuple[tuple, tuple]:
+    """A Muon leaf's reduction and output axes, non-negative, checked against its shape.
 
     Args:
       dims: dimension numbers.
       shape: the leaf's shape.
       where: the leaf, as named in an error (its key path).
       owner: the function named in an error.
+      name: the argument named in an error.
 
     Returns:
       ``(reduction axes, output axes)``; ``ValueError`` naming ``where`` for a leaf of rank
@@ -106,25 +176,12 @@ def leaf_axes(dims: Any, shape: tuple, where: str, owner: str) -> tuple[tuple, t
     >>> leaf_axes(MuonDimensionNumbers(-2, -1), (4, 3, 5), "['w']", "muon")
     ((1,), (2,))
     """
-    ndim = len(shape)
-    if ndim < 2:
+    shape = tuple(int(d) for d in shape)
+    if len(shape) < 2:
         raise ValueError(f"{owner}: leaf {where} has shape {shape}, but Muon orthogonalizes "
                          f"matrices (rank >= 2). muon() sends such leaves to AdamW; with "
                          f"scale_by_muon leave them out with functrain.masked.")
-    red, out = dims_key(dims)
-    for ax in red + out:
-        if not -ndim <= ax < ndim:
-            raise ValueError(f"{owner}: {dims} names axis {ax}, but leaf {where} has shape "
-                             f"{shape} ({ndim} axes).")
-    red, out = tuple(a % ndim for a in red), tuple(a % ndim for a in out)
-    if len(set(red + out)) != len(red + out):
-        raise ValueError(f"{owner}: {dims} repeats an axis (the reduction and output axes "
-                         f"must be distinct) for leaf {where} of shape {shape}.")
-    return red, out
-
-
-def _is_spec_leaf(x: Any) -> bool:
-    return x is None or isinstance(x, ft.MaskedNode) or is_dims(x)
+    return _checked_axes(dims, shape, where, owner, name)
 
 
 def dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
@@ -153,22 +210,18 @@ def dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
         if resolved is not None:
             check_dims_type(resolved, owner, name)
         return [resolved] * len(slots)
+    check_dimension_numbers(resolved, owner, name)
     spec_leaves, spec_def = jax.tree_util.tree_flatten(resolved, is_leaf=_is_spec_leaf)
     try:
         subtrees = spec_def.flatten_up_to(tree)
     except (ValueError, TypeError):
-        ft.check_structure(resolved, tree, "params", f"the {name} of {owner}", prefix=True)
+        shape_only = jax.tree_util.tree_map(lambda _: 0, resolved, is_leaf=_is_spec_leaf)
+        ft.check_structure(shape_only, tree, "params", f"the {name} of {owner}", prefix=True)
         raise ValueError(f"{owner}: {name} does not fit the params tree ({name}: {spec_def}; "
                          f"params: {jax.tree_util.tree_structure(tree)}).") from None
     out = []
     for dims, sub in zip(spec_leaves, subtrees):
-        if not _is_spec_leaf(dims):
-            raise TypeError(f"{owner}: {name} must hold MuonDimensionNumbers or None, got "
-                            f"{type(dims).__name__} {dims!r:.40}.")
-        if is_dims(dims):
-            check_dims_type(dims, owner, name)
-        else:
-            dims = None
+        dims = dims if is_dims(dims) else None
         out.extend([dims] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
     return out
 
@@ -244,3 +297,151 @@ def matrix_view(shape: tuple, red: tuple, out: tuple) -> MatrixView:
     perm = batch + red + out
     sizes = tuple(math.prod(shape[a] for a in axes) for axes in (batch, red, out))
     return MatrixView(perm, sizes, sizes[1] > sizes[2])
+
+
+class LayerView(NamedTuple):
+    """How one leaf is seen as a stack of layers (all static).
+
+    Attributes:
+      shape: the leaf's shape.
+      perm: its axes in the order layer axes, reduction axes, output axes.
+      layers: the sizes of the layer axes (``()``: a single layer).
+      layer_shape: one layer as the optimizer sees it: ``(rows, cols)``, the products of
+        the reduction axes' and of the output axes' sizes; a group with no axes is left
+        out (``(cols,)``: stacked vectors such as a scanned model's biases).
+
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> layer_view(MuonDimensionNumbers(-2, -1), (4, 3, 5), "['w']", "scale_by_soap")
+    LayerView(shape=(4, 3, 5), perm=(0, 1, 2), layers=(4,), layer_shape=(3, 5))
+    """
+
+    shape: tuple
+    perm: tuple
+    layers: tuple
+    layer_shape: tuple
+
+
+def layer_view(dims: Any, shape: tuple, where: str, owner: str,
+               name: str = "weight_dimension_numbers") -> LayerView:
+    """The :class:`LayerView` of a leaf of ``shape`` under ``dims``, or a ``ValueError``.
+
+    Args:
+      dims: dimension numbers ``(reduction_axis, output_axis)``; each an axis or a
+        sequence of axes, negative ones counted from the end.
+      shape: the leaf's shape.
+      where: the leaf's key path, for the message.
+      owner: the transformation's name, for the message.
+      name: the argument's name, for the message.
+
+    Returns:
+      The leaf's layer view.
+
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> layer_view(MuonDimensionNumbers((1, 2), 3), (2, 3, 3, 8), "['conv']", "kron").layer_shape
+    (9, 8)
+    >>> layer_view(MuonDimensionNumbers(0, 3), (2, 3), "['w']", "kron")
+    Traceback (most recent call last):
+    ...
+    ValueError: kron: weight_dimension_numbers MuonDimensionNumbers(reduction_axis=0, output_axis=3) names axis 3, but leaf ['w'] has shape (2, 3) (2 axes).
+    """
+    shape = tuple(int(d) for d in shape)
+    ndim = len(shape)
+    red, out = _checked_axes(dims, shape, where, owner, name)
+    layers = tuple(a for a in range(ndim) if a not in red + out)
+    layer_shape = tuple(math.prod(shape[a] for a in group) for group in (red, out) if group)
+    return LayerView(shape, layers + red + out, tuple(shape[a] for a in layers), layer_shape)
+
+
+def layer_views(spec: Any, tree: Any, owner: str, name: str = "weight_dimension_numbers"
+                ) -> list:
+    """Per array leaf of ``tree`` (placeholders skipped): its :class:`LayerView` or ``None``.
+
+    Args:
+      spec: ``None`` (every leaf ``None``), one dimension-numbers value for every leaf, a
+        tree of them (a prefix of ``tree``; ``None`` marks leaves the optimizer treats
+        as it does without dimension numbers), or a function of ``tree`` giving either.
+      tree: the params (or updates) tree; ``None`` and ``MaskedNode`` entries are
+        placeholders.
+      owner: the transformation's name, for the messages.
+      name: the argument's name, for the messages.
+
+    Returns:
+      A list, in ``jax.tree_util.tree_leaves`` order of ``tree``'s arrays.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> dims = {'w': functrain.contrib.MuonDimensionNumbers(-2, -1), 'b': None}
+    >>> params = {'w': jnp.zeros((4, 2, 3)), 'b': jnp.zeros(3)}
+    >>> [v and v.layers for v in layer_views(dims, params, "soap")]
+    [None, (4,)]
+    """
+    slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)
+    out = []
+    for where, x, dims in zip(ft.key_paths(tree), slots,
+                              dims_of_slots(spec, tree, owner, name)):
+        if not ft.is_placeholder(x):
+            out.append(None if dims is None else
+                       layer_view(dims, tuple(np.shape(x)), where or "<root>", owner, name))
+    return out
+
+
+def to_layers(x: Array, view: LayerView) -> Array:
+    """The leaf ``x`` as a stack of its layers: ``(prod(view.layers),) + view.layer_shape``.
+
+    Args:
+      x: an array of shape ``view.shape``.
+      view: its :class:`LayerView`.
+
+    Returns:
+      The layers, in row-major order over the layer axes.
+
+    >>> import jax.numpy as jnp
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> x = jnp.arange(12.).reshape(2, 3, 2)
+    >>> v = layer_view(MuonDimensionNumbers(0, 2), x.shape, "x", "demo")  # axis 1 holds the layers
+    >>> bool((to_layers(x, v)[1] == x[:, 1, :]).all())
+    True
+    """
+    if view.perm != tuple(range(len(view.perm))):
+        x = jnp.transpose(x, view.perm)
+    return x.reshape((math.prod(view.layers),) + view.layer_shape)
+
+
+def from_layers(stack: Array, view: LayerView) -> Array:
+    """The inverse of :func:`to_layers`: a stack of layers back in the leaf's shape.
+
+    Args:
+      stack: an array ``(prod(view.layers),) + view.layer_shape``.
+      view: the leaf's :class:`LayerView`.
+
+    Returns:
+      An array of shape ``view.shape``.
+
+    >>> import jax.numpy as jnp
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> x = jnp.arange(24.).reshape(2, 3, 4)
+    >>> v = layer_view(MuonDimensionNumbers(2, 0), x.shape, "x", "demo")
+    >>> bool((from_layers(to_layers(x, v), v) == x).all())
+    True
+    """
+    x = stack.reshape(tuple(view.shape[a] for a in view.perm))
+    if view.perm != tuple(range(len(view.perm))):
+        x = jnp.transpose(x, np.argsort(view.perm))
+    return x
+
+
+def stacked_shape(view: Optional[LayerView], shape: tuple) -> tuple:
+    """The shape of per-layer state ``shape`` stacked over ``view``'s layer axes.
+
+    Args:
+      view: the leaf's :class:`LayerView`, or ``None`` (no layers: ``shape`` itself).
+      shape: one layer's state's shape.
+
+    Returns:
+      ``view.layers + shape``.
+
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> stacked_shape(layer_view(MuonDimensionNumbers(-2, -1), (4, 3, 5), "w", "demo"), (3, 3))
+    (4, 3, 3)
+    """
+    return tuple(shape) if view is None else tuple(view.layers) + tuple(shape)
+

@@ -1,17 +1,18 @@
 """PSGD Kron's batched factor math for a group of same-shape leaves (Li, 2018).
 
-A group is a stack: every array here has a leading axis ``k`` over the group's leaves,
-and every operation (factor products, Gram matrices, triangular solves, norms) is one
-batched call over it. :func:`whitening_step` updates the factors on PSGD's whitening
-criterion, :func:`precondition` applies ``P = Q^H Q``; :mod:`functrain.contrib.kron`
-groups the leaves, draws the noise and keeps the state. Also importable under its former
-name ``functrain.contrib.kron_factors``.
+A group is a stack: every array here has a leading axis ``k`` over the group's leaves, and
+every operation (factor products, Gram matrices, triangular solves, norms) is one batched
+call over it. :func:`diagonal_axes` says which factors are diagonal, :func:`group_noise`
+draws the whitening noise of every group, :func:`whitening_step` updates the factors on
+PSGD's whitening criterion, :func:`precondition` applies ``P = Q^H Q``;
+:mod:`functrain.contrib.kron` groups the leaves and keeps the state. Also importable under
+its former name ``functrain.contrib.kron_factors``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +23,104 @@ from functrain.numerics import abs_sq
 
 Array = jax.Array
 
-__all__ = ["whitening_step", "precondition"]
+__all__ = ["diagonal_axes", "group_noise", "whitening_step", "precondition"]
 
 # The damping of the preconditioner's input, as the reference: sqrt(float32 eps) * mean|h|.
 _DAMPING = float(np.sqrt(np.finfo(np.float32).eps))
+
+
+def diagonal_axes(shape: tuple, max_size: int, max_skew: Optional[float], min_ndim: int,
+                  memory_save_mode: Optional[str]) -> tuple:
+    """Per axis of a leaf (or block) of ``shape``: whether its Kron factor is diagonal.
+
+    An axis gets a diagonal factor (a vector) when it has size 1, is longer than
+    ``max_size``, is too skewed (``d**2 > max_skew * size``), the leaf has fewer than
+    ``min_ndim`` axes, or ``memory_save_mode`` says so (``'all_diag'``; ``'one_diag'``:
+    the largest axis, the last of equals; ``'smart_one_diag'``: it, only if strictly the
+    largest); otherwise a triangular matrix. A scalar has one (scalar) factor.
+
+    Args:
+      shape: the leaf's (merged, or one block's) shape.
+      max_size: the longest axis with a triangular factor.
+      max_skew: the skew limit, or ``None`` for none.
+      min_ndim: the fewest axes a leaf needs for triangular factors.
+      memory_save_mode: ``None``, ``'one_diag'``, ``'smart_one_diag'`` or ``'all_diag'``.
+
+    Returns:
+      A tuple of bools, one per axis (``(True,)`` for a scalar).
+
+    >>> diagonal_axes((4, 8), 8192, None, 2, None), diagonal_axes((4, 8), 8192, None, 2, "one_diag")
+    ((False, False), (False, True))
+    """
+    if not shape:
+        return (True,)
+    numel = math.prod(shape)
+    forced = [False] * len(shape)
+    largest = max(range(len(shape)), key=lambda i: (shape[i], i))  # the last of equals
+    if memory_save_mode == "all_diag":
+        forced = [True] * len(shape)
+    elif memory_save_mode == "one_diag":
+        forced[largest] = True
+    elif memory_save_mode == "smart_one_diag":
+        rest = sorted(shape)
+        if len(rest) > 1 and rest[-1] > rest[-2]:
+            forced[largest] = True
+    return tuple(f or d <= 1 or d > max_size or len(shape) < min_ndim
+                 or (max_skew is not None and d * d > max_skew * numel)
+                 for d, f in zip(shape, forced))
+
+
+def group_noise(key: Array, like: list, groups: list, max_gather_rows: int = 1 << 16
+                ) -> list:
+    """Standard normal draws shaped like each group's stack, from ONE flat draw.
+
+    The draw is in the widest real dtype of ``like``, cut in ``like``'s order (a complex
+    entry takes two pieces, ``(re + i im) / sqrt(2)``): each leaf's (or block's, or
+    layer's) noise depends only on its place in ``like``, not on how the leaves are
+    grouped. One gather of rows (the sizes' gcd) puts it in group order, so the draw's
+    last kernel has one reader, not one per leaf; above ``max_gather_rows`` rows, slices.
+
+    Args:
+      key: the PRNG key of this step's noise.
+      like: per leaf (or block, or layer), a ``jax.ShapeDtypeStruct``.
+      groups: per group, the indices into ``like`` of its members, in stack order.
+      max_gather_rows: the most rows of the gather (``0``: always slices).
+
+    Returns:
+      Per group, an array ``(len(members),) + shape`` in the members' dtype.
+
+    >>> import jax, jax.numpy as jnp
+    >>> like = [jax.ShapeDtypeStruct((2,), jnp.float32)] * 3
+    >>> a, b = group_noise(jax.random.PRNGKey(0), like, [[0, 2], [1]])
+    >>> flat = jax.random.normal(jax.random.PRNGKey(0), (6,))
+    >>> bool((a[1] == flat[4:]).all()), bool((b[0] == flat[2:4]).all())
+    (True, True)
+    """
+    if not like:
+        return []
+    real = jnp.result_type(*[jnp.finfo(x.dtype).dtype for x in like])
+    cplx = [jnp.issubdtype(x.dtype, jnp.complexfloating) for x in like]
+    sizes = [x.size * (2 if c else 1) for x, c in zip(like, cplx)]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    flat = jax.random.normal(key, (int(starts[-1]),), real)
+    order = [i for members in groups for i in members]
+    width = math.gcd(*sizes) or 1
+    if order != sorted(order):
+        if flat.size // width <= max_gather_rows:
+            rows = np.concatenate([np.arange(starts[i], starts[i + 1], width) // width
+                                   for i in order]).astype(np.int32)
+            flat = flat.reshape(-1, width)[rows].reshape(-1)
+        else:
+            flat = jnp.concatenate([flat[starts[i]:starts[i + 1]] for i in order])
+    out, at = [], 0
+    for members in groups:
+        x, n = like[members[0]], sizes[members[0]]
+        w = flat[at:at + n * len(members)].reshape(len(members), n)
+        at += n * len(members)
+        if cplx[members[0]]:
+            w = (w[:, :x.size] + 1j * w[:, x.size:]) / np.sqrt(2)
+        out.append(w.reshape((len(members),) + x.shape).astype(x.dtype))
+    return out
 
 
 def _bcast(d: Array, x: Array, axis: int = -1) -> Array:
