@@ -142,8 +142,19 @@ def _convert_floats(value: Any, dtype: Any) -> Any:
 
 def _hyperparam_dtype(params: PyTree, hyperparam_dtype: Optional[Any]) -> Any:
     """``hyperparam_dtype``, or the highest dtype of the params (optax's rule; JAX's default
-    float for ``None`` params)."""
-    return hyperparam_dtype if hyperparam_dtype is not None else ft.dtype(params, "highest")
+    float for ``None`` params). Where optax's rule gives no real float dtype, a real float:
+    for complex params their real dtype (optax would store complex hyperparameters), for
+    bfloat16 beside float16 (no order: optax raises) float32, for integer-only params JAX's
+    default float (optax would round every float hyperparameter to an integer)."""
+    if hyperparam_dtype is not None:
+        return hyperparam_dtype
+    try:
+        dtype = ft.dtype(params, "highest")
+    except ValueError:
+        dtype = ft.dtype(params, "promote")
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return jnp.finfo(dtype).dtype
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.asarray(0.0).dtype
 
 
 def _bind(signature: inspect.Signature, args: tuple, kwargs: dict, owner: str) -> dict:
@@ -347,8 +358,9 @@ def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
     ``static_hyperparams`` attribute (e.g. adafactor's
     ``min_dim_size_to_factor``). Floats are stored in ``hyperparam_dtype``, by
     default the highest dtype of the params (as optax: bfloat16 params round
-    the learning rate to bfloat16); integers and arrays of a fixed dtype keep
-    theirs.
+    the learning rate to bfloat16; the real dtype for complex params, float32
+    for bfloat16 beside float16, which optax refuses); integers and arrays of
+    a fixed dtype keep theirs.
 
     Args:
       inner_factory: a function building a ``GradientTransformation`` from
@@ -358,7 +370,7 @@ def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
         never injected (e.g. an int that decides state shapes); each must be
         a parameter of ``inner_factory`` (else ``ValueError``).
       hyperparam_dtype: the dtype floating hyperparameters are stored in;
-        ``None`` (the default): the highest dtype of the params.
+        ``None`` (the default): the highest (real) float dtype of the params.
 
     Returns:
       A function with ``inner_factory``'s arguments (and docstring) that

@@ -271,3 +271,15 @@ def test_hyperparam_dtype_gives_that_dtype_as_optax(inject, hyperparam_dtype, pa
     assert dtypes[ft] == dtypes[optax]
     assert dtypes[ft][1] == {k: jnp.dtype(hyperparam_dtype) for k in
                              ("b1", "b2", "eps", "eps_root")}
+
+
+@pytest.mark.parametrize("params, expected", [
+    ([jnp.ones(2, jnp.complex64)], jnp.float32),  # optax: complex64 hyperparameters
+    ([jnp.ones(2, jnp.bfloat16), jnp.ones(2, jnp.float16)], jnp.float32),  # optax raises
+    ([jnp.ones(2, jnp.int32)], jnp.float32),  # optax: learning rate rounded to int 0
+], ids=["complex", "bfloat16_and_float16", "integers"])
+def test_default_hyperparam_dtype_is_a_real_float(params, expected):
+    """Where optax's rule gives no real float dtype, a real float (never a rounded rate)."""
+    state = ft.inject_hyperparams(ft.sgd)(learning_rate=0.1).init(params)
+    assert state.hyperparams["learning_rate"].dtype == expected
+    np.testing.assert_allclose(state.hyperparams["learning_rate"], 0.1, rtol=1e-7)
