@@ -280,6 +280,8 @@ def test_hyperparam_dtype_gives_that_dtype_as_optax(inject, hyperparam_dtype, pa
 ], ids=["complex", "bfloat16_and_float16", "integers"])
 def test_default_hyperparam_dtype_is_a_real_float(params, expected):
     """Where optax's rule gives no real float dtype, a real float (never a rounded rate)."""
-    state = ft.inject_hyperparams(ft.sgd)(learning_rate=0.1).init(params)
+    def factory(learning_rate):  # any params: a transformation that checks none
+        return ft.identity()
+    state = ft.inject_hyperparams(factory)(learning_rate=0.1).init(params)
     assert state.hyperparams["learning_rate"].dtype == expected
     np.testing.assert_allclose(state.hyperparams["learning_rate"], 0.1, rtol=1e-7)
