@@ -105,7 +105,7 @@ class MaskedState(NamedTuple):
     :func:`functrain.masked` returns it for every inner transformation, as optax's does;
     ``add_decayed_weights(..., mask=...)``, ``freeze`` and ``lars`` 's trust ratio keep
     their stage's state in it too. A stage inside still fuses into an enclosing ``chain``
-    (:func:`~functrain.transforms.engine.in_masked_state`).
+    (the engine's ``in_masked_state``).
 
     Attributes:
       inner_state: the wrapped transformation's state; masked-out leaves hold
