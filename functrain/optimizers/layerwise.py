@@ -14,10 +14,10 @@ from typing import Any
 
 from functrain.arg_checks import check_momentum, hyperparameters
 from functrain.declarations import declare_optimizer
-from functrain.transforms.base import GradientTransformation, MaskOrFn, ScalarOrSchedule
-from functrain.transforms.engine import chain, in_masked_state
-from functrain.transforms.layerwise import scale_by_novograd, scale_by_trust_ratio
-from functrain.transforms.momentum import trace
+from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
+from functrain.engine.program import chain, in_masked_state
+from functrain.families.layerwise.stages import scale_by_novograd, scale_by_trust_ratio
+from functrain.families.momentum.stages import trace
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
                                           weight_decay_stage)
 

@@ -3,7 +3,7 @@
 Every functrain building block (``scale_by_adam``, ``trace``, ...) is a
 :class:`LeafStage`: the per-array math of one transformation plus the small
 amount of scalar bookkeeping (a step count, a schedule value) it needs. The
-engine (:mod:`functrain.transforms.engine`) lifts stages over pytrees and
+engine (:mod:`functrain.engine.program`) lifts stages over pytrees and
 exposes them as ordinary optax-style ``GradientTransformation`` s.
 
 This module holds only the types and small helpers every layer above shares;
@@ -158,7 +158,7 @@ class LeafStage:
         then also uses the input itself, like a trust ratio. It accepts a
         keyword ``x_for_norm``: an equal value of its input, computed
         separately, to take the reductions from (see
-        ``functrain.transforms.recompute``).
+        ``functrain.engine.recompute``).
       real_only: the math has no complex version (sign flips, clipping by
         value): complex leaves raise a ``TypeError`` naming the leaf.
       any_dtype: the stage does no arithmetic (``set_to_zero``, ``freeze``,
@@ -166,7 +166,7 @@ class LeafStage:
         rejects them with a ``TypeError`` naming the leaf.
 
     >>> import jax.numpy as jnp
-    >>> from functrain.transforms.engine import stage_transform
+    >>> from functrain.engine.program import stage_transform
     >>> double = stage_transform(LeafStage(name='double',
     ...                                    update_leaf=lambda g, s, p, c: (2 * g, ())))
     >>> double.update({'w': jnp.ones(1)}, double.init({'w': jnp.ones(1)}))[0]

@@ -1,6 +1,6 @@
 """The engine: one walk over the tree for a block of stages, and ``chain``.
 
-:func:`run_block` lifts :class:`~functrain.transforms.base.LeafStage` s over
+:func:`run_block` lifts :class:`~functrain.engine.protocol.LeafStage` s over
 pytrees. Before any array math it checks tree structures, shapes, required
 params and masks, naming the offending key path. Then, leaf by leaf, it runs
 every stage of the block in turn: 16-bit leaves are computed in float32 and
@@ -26,8 +26,8 @@ import jax.numpy as jnp
 from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
                                   sorted_labels, state_mismatch_error)
 from functrain import tree as ft
-from functrain.transforms import recompute
-from functrain.transforms.base import (PLAIN_STATE, GradientTransformation,
+from functrain.engine import recompute
+from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskedState,
                                        OptState, Params, StateIO, Updates, as_array)
 
@@ -43,7 +43,7 @@ class Program:
     Args:
       steps: ``((state path, LeafStage or transformation), ...)``: the state path says
         where each step's state lives inside the program's state.
-      io: how per-leaf state is read and written (:class:`~functrain.transforms.base.StateIO`;
+      io: how per-leaf state is read and written (:class:`~functrain.engine.protocol.StateIO`;
         as it is by default). A program with other I/O is opaque to an enclosing ``chain``.
       guards: functions ``guard(run, updates, state, params, extra_args) -> (updates,
         state)`` around the run, innermost first (a state check, ``None`` updates, a state
@@ -136,7 +136,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
       before any array math.
 
     >>> import jax.numpy as jnp
-    >>> from functrain.transforms.base import LeafStage
+    >>> from functrain.engine.protocol import LeafStage
     >>> neg = LeafStage(name='neg', update_leaf=lambda g, s, p, c: (-g, ()))
     >>> run_block([neg, neg], {'w': jnp.ones(1)}, [(), ()], None)[0]
     {'w': Array([1.], dtype=float32)}
@@ -354,7 +354,7 @@ def stage_transform(stage: LeafStage) -> GradientTransformation:
 
 def in_masked_state(tx: Any, owner: str = "masked",
                     init: Optional[Any] = None) -> GradientTransformationExtraArgs:
-    """``tx`` with its state inside :class:`~functrain.transforms.base.MaskedState`.
+    """``tx`` with its state inside :class:`~functrain.engine.protocol.MaskedState`.
 
     optax's layout for a masked transformation (``masked``, ``freeze``, a masked weight
     decay). The steps are ``tx`` 's, each at ``(0,) + path``, so an enclosing ``chain`` still

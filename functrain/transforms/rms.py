@@ -20,9 +20,9 @@ from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
 from functrain.declarations import state_value_kinds
-from functrain.transforms.base import (GradientTransformation, LeafStage, safe_increment,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, safe_increment,
                                        zero_count)
-from functrain.transforms.engine import stage_transform
+from functrain.engine.program import stage_transform
 
 Array = jax.Array
 

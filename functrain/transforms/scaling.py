@@ -14,10 +14,10 @@ import numpy as np
 
 from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain import tree as ft
-from functrain.transforms.base import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
+from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, Updates,
                                        safe_increment, zero_count)
-from functrain.transforms.engine import identity, in_masked_state, stage_transform, with_guard
+from functrain.engine.program import identity, in_masked_state, stage_transform, with_guard
 
 Array = jax.Array
 

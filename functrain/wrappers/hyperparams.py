@@ -21,7 +21,7 @@ import numpy as np
 
 from functrain.arg_checks import check_state_type, sorted_labels
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, GradientTransformationExtraArgs,
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        Params, Updates, call_update, safe_increment)
 
 Array = jax.Array

@@ -32,9 +32,9 @@ import numpy as np
 from functrain.arg_checks import (check_state_type, check_transformation, sorted_labels,
                                   state_mismatch_error)
 from functrain import tree as ft
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskedState, MaskOrFn,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskedState, MaskOrFn,
                                        OptState, Params, Updates, call_update)
-from functrain.transforms.engine import Program, fusion_plan, in_masked_state, stage_transform
+from functrain.engine.program import Program, fusion_plan, in_masked_state, stage_transform
 
 Array = jax.Array
 PyTree = Any
