@@ -137,16 +137,16 @@ def test_state_shardings_of_quantized_state() -> None:
 
 
 def test_state_shardings_odd_shaped_buffers_are_replicated() -> None:
-    # sm3 keeps, per matrix, one vector of row+column statistics (shape (7,) for a
-    # (4, 3) weight): it has no parameter layout to follow, so it is replicated,
-    # while same-shaped buffers beside it follow their parameter.
+    # sm3 keeps, per matrix, one vector of statistics per axis (shapes (4,) and (3,) for a
+    # (4, 3) weight, optax's layout): they have no parameter layout to follow, so they are
+    # replicated, while same-shaped buffers beside them follow their parameter.
     mesh = jax.make_mesh((1, 1), ("data", "model"))
     specs = {"w": P("data", "model"), "b": P("model"), "s": P()}
     abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, specs[k]))
                 for k, v in PARAMS.items()}
     shardings = fs.state_shardings(functrain.sm3(1e-3), abstract)[0]
-    assert shardings.mu["w"].spec == P() and shardings.mu["s"].spec == P()
-    assert shardings.mu["b"].spec == P("model")
+    assert [a.spec for a in shardings.mu["w"]] == [P(), P()]
+    assert shardings.mu["s"][0].spec == P() and shardings.mu["b"][0].spec == P("model")
     assert shardings.nu["w"].spec == P("data", "model")
 
 

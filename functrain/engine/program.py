@@ -28,8 +28,8 @@ from functrain.arg_checks import (check_state_type, check_transformation, needs_
 from functrain import tree as ft
 from functrain.engine import recompute
 from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
-                                       GradientTransformationExtraArgs, LeafStage, OptState,
-                                       Params, StateIO, Updates, as_array)
+                                       GradientTransformationExtraArgs, LeafStage, MaskedState,
+                                       OptState, Params, StateIO, Updates, as_array)
 
 
 class Program:
@@ -106,6 +106,7 @@ class _StageStep(NamedTuple):
     fields: list  # per leaf field: the leaves, in tree order
     ctx: Any
     new_global: dict
+    folds: list  # per leaf field: None, or how it folds masked-out subtrees (see _unfold)
 
 
 def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[OptState],
@@ -151,8 +152,9 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
             new_states.append(state)
             continue
         values = dict(step.new_global)
-        for name, lst in zip(stage.leaf_fields, fields):
-            values[name] = inputs.treedef.unflatten(lst)
+        for name, lst, fold in zip(stage.leaf_fields, fields, step.folds):
+            values[name] = inputs.treedef.unflatten(lst) if fold is None else fold[0].unflatten(
+                [lst[x] if isinstance(x, int) else x for x in fold[1]])
         new_states.append(stage.state_cls(**values))
     return inputs.treedef.unflatten(out_updates), new_states
 
@@ -189,10 +191,24 @@ def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, upda
         if params is not None:
             ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
                                  real_only=stage.real_only)
-    fields = []
+    fields, folds = [], []
     for name in stage.leaf_fields:
-        leaves = ft.flatten_like(treedef, getattr(state, name),
-                                 f"{stage.name} state .{name}", updates, "updates")
+        where = f"{stage.name} state .{name}"
+        fold = None
+        try:
+            leaves = treedef.flatten_up_to(getattr(state, name))
+        except (ValueError, TypeError):
+            fold = _unfold(treedef, getattr(state, name))
+            if fold is None:
+                leaves = ft.flatten_like(treedef, getattr(state, name), where, updates,
+                                         "updates")  # raises, naming the paths
+            leaves = fold[2]
+            for path, on, leaf in zip(paths, active, leaves):
+                if on and ft.is_placeholder(leaf):
+                    raise ValueError(f"{where} holds no state (MaskedNode) at {path}, where "
+                                     f"the mask of {stage.name} is True: was the state made "
+                                     f"by init with the same mask?")
+        folds.append(fold)
         if stage.shaped_fields is None or name in stage.shaped_fields:
             ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
         fields.append(leaves)
@@ -203,7 +219,40 @@ def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, upda
     ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
                                     updates if stage.needs_updates else None,
                                     **{k: extra_args[k] for k in stage.extra_args})
-    return _StageStep(active, fields, ctx, new_global)
+    return _StageStep(active, fields, ctx, new_global, folds)
+
+
+def _unfold(treedef: Any, field: Any) -> Optional[tuple]:
+    """A per-leaf state field in which one placeholder stands for a whole masked-out subtree
+    (optax's ``masked`` layout), read per leaf of ``treedef``: ``(its structure, per entry
+    the leaf index or the placeholder, the per-leaf entries)``; ``None`` if it is not that."""
+    layout = jax.tree_util.tree_structure(field, is_leaf=ft.is_placeholder)
+    try:
+        covered = layout.flatten_up_to(treedef.unflatten(range(treedef.num_leaves)))
+    except (ValueError, TypeError):
+        return None
+    entries = jax.tree_util.tree_leaves(field, is_leaf=ft.is_placeholder)
+    leaves: list = [None] * treedef.num_leaves
+    plan = []
+    for entry, sub in zip(entries, covered):
+        if ft.is_placeholder(entry):
+            for i in jax.tree_util.tree_leaves(sub):
+                leaves[i] = entry
+            plan.append(entry)
+        elif isinstance(sub, int):
+            leaves[sub] = entry
+            plan.append(sub)
+        else:
+            return None
+    return layout, plan, leaves
+
+
+def _each(fn: Any, *entries: Any) -> Any:
+    """``fn`` on one leaf's state entry, or on each array of a list of them (SM3 keeps one
+    accumulator per axis: a list per leaf, as optax)."""
+    if isinstance(entries[0], list):
+        return [fn(*xs) for xs in zip(*entries)]
+    return fn(*entries)
 
 
 def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs: _BlockInputs,
@@ -230,19 +279,21 @@ def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs:
                 news = stored
                 leaf.skipped()
             else:
-                olds = tuple(io.read(o) for o in stored)
-                olds_c = stage.leaf_state(o.astype(state_compute_dtype(o, cd)) for o in olds)
+                olds = tuple(_each(io.read, o) for o in stored)
+                olds_c = stage.leaf_state(_each(lambda o: o.astype(state_compute_dtype(o, cd)),
+                                                o) for o in olds)
                 x, news = leaf.run(k, stage, x, olds_c, pc, step.ctx)
                 if len(news) != len(stored):
                     raise TypeError(f"{stage.name}: update_leaf returned {len(news)} state "
                                     f"entries for the fields {stage.leaf_fields}; return "
                                     f"state._replace(field=value, ...) (or () if stateless).")
-                news = tuple(io.write(n.astype(o.dtype), st)
+                news = tuple(_each(lambda n, o, st: io.write(n.astype(o.dtype), st), n, o, st)
                              for n, o, st in zip(news, olds, stored))
             for lst, n in zip(new_fields[k], news):
                 lst.append(n)
         out_updates.append(x.astype(g.dtype))
-        io.leaf_done([lst[i] for stage_fields in new_fields for lst in stage_fields])
+        io.leaf_done([x for stage_fields in new_fields for lst in stage_fields
+                      for x in (lst[i] if isinstance(lst[i], list) else [lst[i]])])
     return out_updates, new_fields
 
 
@@ -298,6 +349,52 @@ def stage_transform(stage: LeafStage) -> GradientTransformation:
     [Array([-1., -1.], dtype=float32)]
     """
     return GradientTransformation(stage.init_state, Program((((), stage),)))
+
+
+def in_masked_state(tx: Any, owner: str = "masked",
+                    init: Optional[Any] = None) -> GradientTransformationExtraArgs:
+    """``tx`` with its state inside :class:`~functrain.engine.protocol.MaskedState`.
+
+    optax's layout for a masked transformation (``masked``, ``freeze``, a masked weight
+    decay). The steps are ``tx`` 's, each at ``(0,) + path``, so an enclosing ``chain`` still
+    fuses its stages; ``tx`` 's guards run on the inner state when it is called alone.
+
+    Args:
+      tx: the transformation, already restricted to its mask (a stage's ``mask``).
+      owner: its name in the error for a state of another class.
+      init: ``init(params) -> MaskedState``; default ``MaskedState(tx.init(params))``.
+
+    Returns:
+      A transformation whose state is ``MaskedState(inner_state=tx's state)``.
+
+    >>> import jax.numpy as jnp
+    >>> tx = in_masked_state(identity())
+    >>> tx.update([jnp.ones(1)], tx.init([jnp.ones(1)]))
+    ([Array([1.], dtype=float32)], MaskedState(inner_state=EmptyState()))
+    """
+    update = getattr(tx, "update", None)
+    guards = update.guards if isinstance(update, Program) and update.io is PLAIN_STATE else ()
+
+    def on_inner(guard: Any) -> Any:
+        def outer(run: Any, updates: Updates, state: OptState, params: Optional[Params],
+                  extra_args: dict) -> tuple[Updates, OptState]:
+            def run_inner(u: Updates, inner: OptState, p: Optional[Params],
+                          e: dict) -> tuple[Updates, OptState]:
+                u, new = run(u, state._replace(inner_state=inner), p, e)
+                return u, new.inner_state
+            u, inner = guard(run_inner, updates, state.inner_state, params, extra_args)
+            return u, state._replace(inner_state=inner)
+        return outer
+
+    def check_state(run: Any, updates: Updates, state: OptState, params: Optional[Params],
+                    extra_args: dict) -> tuple[Updates, OptState]:
+        check_state_type(state, MaskedState, owner)
+        return run(updates, state, params, extra_args)
+
+    steps = tuple(((0,) + path, item) for path, item in fusion_plan(tx))
+    return GradientTransformationExtraArgs(
+        init or (lambda params: MaskedState(tx.init(params))),
+        Program(steps, guards=tuple(on_inner(g) for g in guards) + (check_state,)))
 
 
 def fusion_plan(tx: Any) -> tuple:
@@ -474,5 +571,5 @@ def identity() -> GradientTransformation:
                                      any_dtype=True))
 
 
-__all__ = ["run_block", "run_plan", "stage_transform", "chain", "named_chain", "identity",
-           "fusion_plan", "Program", "with_guard", "leaf_compute_dtype", "state_compute_dtype"]
+__all__ = ["run_block", "run_plan", "stage_transform", "in_masked_state", "chain", "named_chain",
+           "identity", "fusion_plan", "Program", "with_guard", "leaf_compute_dtype", "state_compute_dtype"]

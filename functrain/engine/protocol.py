@@ -99,6 +99,26 @@ class EmptyState(NamedTuple):
     """
 
 
+class MaskedState(NamedTuple):
+    """State of a transformation restricted by a mask (optax's ``masked`` layout).
+
+    :func:`functrain.masked` returns it for every inner transformation, as optax's does;
+    ``add_decayed_weights(..., mask=...)``, ``freeze`` and ``lars`` 's trust ratio keep
+    their stage's state in it too. A stage inside still fuses into an enclosing ``chain``
+    (the engine's ``in_masked_state``).
+
+    Attributes:
+      inner_state: the wrapped transformation's state; masked-out leaves hold
+        ``MaskedNode`` placeholders (no buffers) in its params-shaped fields, one for a
+        whole subtree that the mask switches off with one bool, as in optax.
+
+    >>> MaskedState(inner_state=EmptyState())
+    MaskedState(inner_state=EmptyState())
+    """
+
+    inner_state: Any
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LeafStage:
     """The per-array math of one transformation, lifted over pytrees by the engine.

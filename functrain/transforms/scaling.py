@@ -17,7 +17,7 @@ from functrain import tree as ft
 from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, Updates,
                                        safe_increment, zero_count)
-from functrain.engine.program import identity, stage_transform, with_guard
+from functrain.engine.program import identity, in_masked_state, stage_transform, with_guard
 
 Array = jax.Array
 
@@ -192,7 +192,8 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
     Returns:
       A ``GradientTransformation``: with a fixed decay it keeps no state
       (``AddDecayedWeightsState``, i.e. ``EmptyState``); with a schedule its
-      state is :class:`WeightDecayScheduleState`.
+      state is :class:`WeightDecayScheduleState`. With a ``mask`` that state is
+      inside ``MaskedState(inner_state=...)``, as optax's.
 
     >>> import jax.numpy as jnp
     >>> tx = add_decayed_weights(0.1, mask={'w': True, 'b': False})
@@ -221,7 +222,8 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
 
     Returns:
       A ``GradientTransformation``, stateless for a fixed decay, with state
-      :class:`WeightDecayScheduleState` for a schedule.
+      :class:`WeightDecayScheduleState` for a schedule (inside ``MaskedState`` with a
+      ``mask``).
 
     >>> import jax.numpy as jnp
     >>> tx = decayed_weights_stage(lambda count: -0.5 * (count + 1))
@@ -231,18 +233,20 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
     [Array([-2.], dtype=float32)]
     """
     if not callable(weight_decay):
-        return _none_updates_pass(stage_transform(LeafStage(
+        tx = _none_updates_pass(stage_transform(LeafStage(
             name="add_decayed_weights", update_leaf=lambda g, s, p, c: (g + weight_decay * p, ()),
             needs_params=True, mask=mask)), scheduled=False)
+    else:
+        def prepare(glob: dict, _: Any) -> tuple:
+            return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
 
-    def prepare(glob: dict, _: Any) -> tuple:
-        return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
-
-    return _none_updates_pass(stage_transform(LeafStage(
-        name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()),
-        state_cls=WeightDecayScheduleState,
-        leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare,
-        needs_params=True, mask=mask)), scheduled=True)
+        tx = _none_updates_pass(stage_transform(LeafStage(
+            name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()),
+            state_cls=WeightDecayScheduleState,
+            leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare,
+            needs_params=True, mask=mask)), scheduled=True)
+    # optax's layout: a masked decay keeps its state in MaskedState (still one fused stage).
+    return tx if mask is None else in_masked_state(tx, "add_decayed_weights")
 
 
 def _none_updates_pass(tx: GradientTransformation, scheduled: bool) -> GradientTransformation:

@@ -2,10 +2,11 @@
 
 The wrapped optimizer is rebuilt inside ``update`` from hyperparameters held
 in the state, so a learning rate (or any numeric argument) can change between
-steps without recompiling, and schedules are evaluated at the step count.
-``inject_stateful_hyperparams`` also takes optax's stateful schedules
-(:class:`StatefulSchedule`, e.g. :class:`WrappedSchedule`), whose state lives
-in the optimizer's state.
+steps without recompiling, and schedules are evaluated at the step count. The
+state is optax 0.2.8's :class:`InjectStatefulHyperparamsState`: schedules are
+stateful (:class:`StatefulSchedule`; a plain one is wrapped in a
+:class:`WrappedSchedule`) and their states live in ``hyperparams_states``.
+``inject_stateful_hyperparams`` is the same function under its older name.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ import numpy as np
 
 from functrain.arg_checks import check_state_type, sorted_labels
 from functrain import tree as ft
-from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
-                                       safe_increment)
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
+                                       Params, Updates, call_update, safe_increment)
 
 Array = jax.Array
 PyTree = Any
 
 
 class HyperparamsDict(dict):
-    """The ``hyperparams`` of :class:`InjectHyperparamsState`: a dict that stores arrays.
+    """The ``hyperparams`` of :class:`InjectStatefulHyperparamsState`: a dict that stores arrays.
 
     A number assigned to it (a Python float, a NumPy scalar, an array) is
     stored as an array of the same dtype and weak type as the value it
@@ -95,25 +96,20 @@ jax.tree_util.register_pytree_with_keys(
 
 
 class InjectHyperparamsState(NamedTuple):
-    """State of :func:`inject_hyperparams`.
+    """optax's older state of ``inject_hyperparams``, kept for code that names the class.
 
-    ``hyperparams`` maps each numeric argument's name to its current value
-    (an array, in a :class:`HyperparamsDict`); assign to it between steps
-    (``state.hyperparams['learning_rate'] = 0.01``) to change it without
-    recompiling. Schedules are re-evaluated at ``count`` every step.
+    :func:`inject_hyperparams` returns :class:`InjectStatefulHyperparamsState`, as optax
+    0.2.8 does (optax deprecated this class in 0.1.9); this one has no
+    ``hyperparams_states``.
 
     Attributes:
-      count: the number of ``update`` calls so far (int32), at which the
-        schedules are evaluated.
-      hyperparams: a :class:`HyperparamsDict` from each injected argument's
-        name to its current value (for a schedule: the value the last step
-        used, or after ``init`` the value at step 0).
+      count: the number of ``update`` calls so far (int32).
+      hyperparams: each injected argument's name to its current value.
       inner_state: the wrapped optimizer's state.
 
-    >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)
-    >>> opt.init([jnp.ones(1)]).hyperparams
-    {'learning_rate': Array(0.1, dtype=float32, weak_type=True)}
+    >>> import jax.numpy as jnp
+    >>> InjectHyperparamsState(jnp.zeros([], jnp.int32), {}, ()).hyperparams
+    {}
     """
 
     count: Array
@@ -131,33 +127,34 @@ def _is_static(name: str, value: Any, static: set, declared: Iterable[str]) -> b
     return "mask" in name or "dtype" in name
 
 
-def _to_dtype(value: Any, dtype: Any) -> Any:
-    """Floats as arrays of ``dtype``; Python floats stay weakly typed when possible."""
+def _convert_floats(value: Any, dtype: Any) -> Any:
+    """A float (Python, NumPy or weakly typed) as an array of ``dtype``; anything else (an
+    integer, a strongly typed array) as it is. optax's rule."""
     if isinstance(value, jax.Array) and not getattr(value, "weak_type", False):
-        return value
-    if isinstance(value, jax.core.Tracer) and not jax.typeof(value).weak_type:
         return value
     current = getattr(value, "dtype", None)
     if current is None:
         current = np.asarray(value).dtype
-    if not jnp.issubdtype(current, jnp.floating):
-        return jnp.asarray(value)
-    weak = jnp.asarray(value)
-    if weak.dtype == jnp.dtype(dtype) and getattr(weak, "weak_type", False):
-        return weak
-    return jnp.asarray(value, dtype)
+    if jnp.issubdtype(current, jnp.floating):
+        return jnp.asarray(value, dtype)
+    return value
 
 
-def _hyperparam_dtype(tree: PyTree, hyperparam_dtype: Optional[Any]) -> Any:
-    """``hyperparam_dtype``, or the widest floating dtype of ``tree`` (at least float32)."""
+def _hyperparam_dtype(params: PyTree, hyperparam_dtype: Optional[Any]) -> Any:
+    """``hyperparam_dtype``, or the highest dtype of the params (optax's rule; JAX's default
+    float for ``None`` params). Where optax's rule gives no real float dtype, a real float:
+    for complex params their real dtype (optax would store complex hyperparameters), for
+    bfloat16 beside float16 (no order: optax raises) float32, for integer-only params JAX's
+    default float (optax would round every float hyperparameter to an integer)."""
     if hyperparam_dtype is not None:
         return hyperparam_dtype
-    dtype = jnp.dtype(jnp.float32)
-    for x in jax.tree_util.tree_leaves(tree):
-        d = getattr(x, "dtype", None)
-        if d is not None and jnp.issubdtype(d, jnp.floating):
-            dtype = jnp.promote_types(dtype, ft.compute_dtype(d))
-    return dtype
+    try:
+        dtype = ft.dtype(params, "highest")
+    except ValueError:
+        dtype = ft.dtype(params, "promote")
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return jnp.finfo(dtype).dtype
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.asarray(0.0).dtype
 
 
 def _bind(signature: inspect.Signature, args: tuple, kwargs: dict, owner: str) -> dict:
@@ -176,115 +173,6 @@ def _bind(signature: inspect.Signature, args: tuple, kwargs: dict, owner: str) -
         else:
             arguments[name] = value
     return arguments
-
-
-def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
-                       static_args: Union[str, Iterable[str]] = (),
-                       hyperparam_dtype: Optional[Any] = None
-                       ) -> Callable[..., GradientTransformation]:
-    """Make an optimizer's numeric arguments part of its state.
-
-    ``inject_hyperparams(factory)(*args, **kwargs)`` behaves like
-    ``factory(*args, **kwargs)``, but every numeric argument lives in
-    ``state.hyperparams`` (a dict) and may be changed between steps without
-    recompiling a jitted step; arguments given as functions (schedules) are
-    evaluated at the step count, and their current value is shown in
-    ``hyperparams``. ``static_args`` names arguments to keep as Python values;
-    booleans, strings, ``None``, masks and dtypes are always static, as are
-    the names a factory lists in its ``static_hyperparams`` attribute (e.g.
-    adafactor's ``min_dim_size_to_factor``). Floats are stored in
-    ``hyperparam_dtype``, by default the widest floating dtype of the params
-    and at least float32 (optax uses the params' dtype, so bfloat16 params
-    would round the learning rate). An argument given as a
-    :class:`StatefulSchedule` (as optax allows) makes this
-    :func:`inject_stateful_hyperparams`, whose state keeps the schedule's.
-
-    Args:
-      inner_factory: a function building a ``GradientTransformation`` from
-        arguments that can be passed by name, e.g. ``functrain.adam`` or
-        ``optax.adam`` (factories taking ``*args`` are not supported).
-      static_args: the name (or names) of arguments to keep as Python values,
-        never injected (e.g. an int that decides state shapes); each must be
-        a parameter of ``inner_factory`` (else ``ValueError``).
-      hyperparam_dtype: the dtype floating hyperparameters are stored in;
-        ``None`` (the default): the widest floating dtype of the params, at
-        least float32.
-
-    Returns:
-      A function with ``inner_factory``'s arguments (and docstring) that
-      returns a ``GradientTransformation`` whose state is
-      ``InjectHyperparamsState(count, hyperparams, inner_state)``.
-
-    >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)
-    >>> params = [jnp.ones(1)]
-    >>> state = opt.init(params)
-    >>> state.hyperparams['learning_rate'] = 0.01
-    >>> opt.update([jnp.ones(1)], state)[0]
-    [Array([-0.01], dtype=float32)]
-    """
-    static = {static_args} if isinstance(static_args, str) else set(static_args)
-    signature = inspect.signature(inner_factory)
-    if not static.issubset(signature.parameters):
-        raise ValueError(f"inject_hyperparams: static_args {sorted_labels(static)} must name "
-                         f"parameters of {getattr(inner_factory, '__name__', 'the factory')}, "
-                         f"whose parameters are {list(signature.parameters)}.")
-    declared = tuple(getattr(inner_factory, "static_hyperparams", ()))
-
-    def wrapped(*args: Any, **kwargs: Any) -> GradientTransformation:
-        arguments = _bind(signature, args, kwargs, "inject_hyperparams")
-        other, numeric, schedules = {}, {}, {}
-        for name, value in arguments.items():
-            if _is_static(name, value, static, declared):
-                other[name] = value
-            elif isinstance(value, StatefulSchedule):  # its state needs the stateful wrapper
-                return inject_stateful_hyperparams(inner_factory, static, hyperparam_dtype)(
-                    *args, **kwargs)
-            elif callable(value):
-                schedules[name] = value
-            elif isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):
-                numeric[name] = value
-            else:
-                other[name] = value
-
-        def dtype_of(tree: PyTree) -> Any:
-            return _hyperparam_dtype(tree, hyperparam_dtype)
-
-        def current(values: dict, count: Array, dtype: Any) -> dict:
-            out = {k: _to_dtype(v, dtype) for k, v in values.items()}
-            out.update({k: _to_dtype(f(count), dtype) for k, f in schedules.items()})
-            return out
-
-        def init_fn(params: Params) -> InjectHyperparamsState:
-            count = jnp.zeros([], jnp.int32)
-            hparams = current(numeric, count, dtype_of(params))
-            return InjectHyperparamsState(count, HyperparamsDict(hparams),
-                                          inner_factory(**other, **hparams).init(params))
-
-        def update_fn(updates: Updates, state: InjectHyperparamsState,
-                      params: Optional[Params] = None, **extra_args: Any
-                      ) -> tuple[Updates, InjectHyperparamsState]:
-            check_state_type(state, InjectHyperparamsState, "inject_hyperparams")
-            unknown = set(state.hyperparams) - set(numeric) - set(schedules)
-            if unknown:
-                raise ValueError(f"inject_hyperparams: state.hyperparams has unknown keys "
-                                 f"{sorted_labels(unknown)}; the injected hyperparameters are "
-                                 f"{sorted_labels(set(numeric) | set(schedules))}.")
-            values = {k: state.hyperparams.get(k, v) for k, v in numeric.items()}
-            hparams = current(values, state.count,
-                              dtype_of(params if params is not None else updates))
-            new_updates, inner_state = call_update(
-                inner_factory(**other, **hparams), updates, state.inner_state, params,
-                extra_args)
-            return new_updates, InjectHyperparamsState(safe_increment(state.count),
-                                                       HyperparamsDict(hparams),
-                                                       inner_state)
-
-        return GradientTransformation(init_fn, update_fn)
-
-    wrapped.__name__ = getattr(inner_factory, "__name__", "wrapped")
-    wrapped.__doc__ = getattr(inner_factory, "__doc__", None)
-    return wrapped
 
 
 # --------------------------------------------------------------------------
@@ -449,31 +337,80 @@ class InjectStatefulHyperparamsState(NamedTuple):
     inner_state: Any
 
 
+def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
+                       static_args: Union[str, Iterable[str]] = (),
+                       hyperparam_dtype: Optional[Any] = None
+                       ) -> Callable[..., GradientTransformationExtraArgs]:
+    """Make an optimizer's numeric arguments part of its state.
+
+    ``inject_hyperparams(factory)(*args, **kwargs)`` behaves like
+    ``factory(*args, **kwargs)``, but every numeric argument lives in
+    ``state.hyperparams`` (a dict) and may be changed between steps without
+    recompiling a jitted step; arguments given as functions (schedules) are
+    evaluated at the step count, and their current value is shown in
+    ``hyperparams``. A plain schedule is wrapped in a :class:`WrappedSchedule`
+    and an argument given as a :class:`StatefulSchedule` used as it is; their
+    states live in ``state.hyperparams_states``, advanced after each step with the
+    extra keyword arguments of ``update`` (e.g. ``value=loss``). The state is
+    optax 0.2.8's :class:`InjectStatefulHyperparamsState`. ``static_args`` names
+    arguments to keep as Python values; booleans, strings, ``None``, masks and
+    dtypes are always static, as are the names a factory lists in its
+    ``static_hyperparams`` attribute (e.g. adafactor's
+    ``min_dim_size_to_factor``). Floats are stored in ``hyperparam_dtype``, by
+    default the highest dtype of the params (as optax: bfloat16 params round
+    the learning rate to bfloat16; the real dtype for complex params, float32
+    for bfloat16 beside float16, which optax refuses); integers and arrays of
+    a fixed dtype keep theirs.
+
+    Args:
+      inner_factory: a function building a ``GradientTransformation`` from
+        arguments that can be passed by name, e.g. ``functrain.adam`` or
+        ``optax.adam`` (factories taking ``*args`` are not supported).
+      static_args: the name (or names) of arguments to keep as Python values,
+        never injected (e.g. an int that decides state shapes); each must be
+        a parameter of ``inner_factory`` (else ``ValueError``).
+      hyperparam_dtype: the dtype floating hyperparameters are stored in;
+        ``None`` (the default): the highest (real) float dtype of the params.
+
+    Returns:
+      A function with ``inner_factory``'s arguments (and docstring) that
+      returns a ``GradientTransformationExtraArgs`` whose state is
+      ``InjectStatefulHyperparamsState(count, hyperparams, hyperparams_states,
+      inner_state)``.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)
+    >>> params = [jnp.ones(1)]
+    >>> state = opt.init(params)
+    >>> state.hyperparams['learning_rate'] = 0.01
+    >>> opt.update([jnp.ones(1)], state)[0]
+    [Array([-0.01], dtype=float32)]
+    """
+    return _inject(inner_factory, static_args, hyperparam_dtype, "inject_hyperparams")
+
+
 def inject_stateful_hyperparams(inner_factory: Callable[..., GradientTransformation],
                                 static_args: Union[str, Iterable[str]] = (),
                                 hyperparam_dtype: Optional[Any] = None
-                                ) -> Callable[..., GradientTransformation]:
-    """:func:`inject_hyperparams` that also takes stateful schedules.
+                                ) -> Callable[..., GradientTransformationExtraArgs]:
+    """:func:`inject_hyperparams` under its older name (optax 0.2.8 deprecates it).
 
-    An argument given as a :class:`StatefulSchedule` keeps its state in
-    ``state.hyperparams_states``: each step uses its value at the current
-    state, then advances it with ``update``; both receive the extra keyword
-    arguments of the optimizer's ``update`` (e.g. ``value=loss``). A plain
-    schedule (a function of the step count) is wrapped in a
-    :class:`WrappedSchedule`. Numeric arguments live in ``state.hyperparams``
-    and may be changed between steps, as with :func:`inject_hyperparams`
-    (whose rules for static arguments and ``hyperparam_dtype`` apply).
+    The same function: an argument given as a :class:`StatefulSchedule` keeps
+    its state in ``state.hyperparams_states`` (each step uses its value at the
+    current state, then advances it with ``update``; both receive the extra
+    keyword arguments of the optimizer's ``update``, e.g. ``value=loss``); a
+    plain schedule is wrapped in a :class:`WrappedSchedule`.
 
     Args:
       inner_factory: a function building a ``GradientTransformation`` from
         arguments that can be passed by name (e.g. ``functrain.adam``).
       static_args: the name (or names) of arguments to keep as Python values.
       hyperparam_dtype: the dtype floating hyperparameters are stored in;
-        ``None``: the widest floating dtype of the params, at least float32.
+        ``None``: the highest dtype of the params.
 
     Returns:
       A function with ``inner_factory``'s arguments that returns a
-      ``GradientTransformation`` whose state is
+      ``GradientTransformationExtraArgs`` whose state is
       :class:`InjectStatefulHyperparamsState`.
 
     >>> import jax.numpy as jnp, functrain
@@ -486,17 +423,23 @@ def inject_stateful_hyperparams(inner_factory: Callable[..., GradientTransformat
     >>> u, float(state.hyperparams['learning_rate'])
     ([Array([-0.5], dtype=float32)], 0.5)
     """
+    return _inject(inner_factory, static_args, hyperparam_dtype, "inject_stateful_hyperparams")
+
+
+def _inject(inner_factory: Callable[..., GradientTransformation],
+            static_args: Union[str, Iterable[str]], hyperparam_dtype: Optional[Any],
+            owner: str) -> Callable[..., GradientTransformationExtraArgs]:
+    """:func:`inject_hyperparams`, with ``owner`` naming it in errors."""
     static = {static_args} if isinstance(static_args, str) else set(static_args)
     signature = inspect.signature(inner_factory)
     if not static.issubset(signature.parameters):
-        raise ValueError(f"inject_stateful_hyperparams: static_args {sorted_labels(static)} "
-                         f"must name parameters of "
-                         f"{getattr(inner_factory, '__name__', 'the factory')}, whose "
+        raise ValueError(f"{owner}: static_args {sorted_labels(static)} must name parameters "
+                         f"of {getattr(inner_factory, '__name__', 'the factory')}, whose "
                          f"parameters are {list(signature.parameters)}.")
     declared = tuple(getattr(inner_factory, "static_hyperparams", ()))
 
-    def wrapped(*args: Any, **kwargs: Any) -> GradientTransformation:
-        arguments = _bind(signature, args, kwargs, "inject_stateful_hyperparams")
+    def wrapped(*args: Any, **kwargs: Any) -> GradientTransformationExtraArgs:
+        arguments = _bind(signature, args, kwargs, owner)
         other, numeric, schedules = {}, {}, {}
         for name, value in arguments.items():
             if _is_static(name, value, static, declared):
@@ -510,15 +453,15 @@ def inject_stateful_hyperparams(inner_factory: Callable[..., GradientTransformat
             else:
                 other[name] = value
 
-        def current(values: dict, states: dict, dtype: Any, extra_args: dict) -> dict:
-            out = {k: _to_dtype(v, dtype) for k, v in values.items()}
-            out.update({k: _to_dtype(f(states[k], **extra_args), dtype)
-                        for k, f in schedules.items()})
-            return out
+        def scheduled(states: dict, dtype: Any, extra_args: dict) -> dict:
+            return {k: _convert_floats(f(states[k], **extra_args), dtype)
+                    for k, f in schedules.items()}
 
         def init_fn(params: Params) -> InjectStatefulHyperparamsState:
+            dtype = _hyperparam_dtype(params, hyperparam_dtype)
             states = {k: f.init() for k, f in schedules.items()}
-            hparams = current(numeric, states, _hyperparam_dtype(params, hyperparam_dtype), {})
+            hparams = {k: jnp.asarray(_convert_floats(v, dtype)) for k, v in numeric.items()}
+            hparams.update(scheduled(states, dtype, {}))
             return InjectStatefulHyperparamsState(
                 jnp.zeros([], jnp.int32), HyperparamsDict(hparams), states,
                 inner_factory(**other, **hparams).init(params))
@@ -526,21 +469,19 @@ def inject_stateful_hyperparams(inner_factory: Callable[..., GradientTransformat
         def update_fn(updates: Updates, state: InjectStatefulHyperparamsState,
                       params: Optional[Params] = None, **extra_args: Any
                       ) -> tuple[Updates, InjectStatefulHyperparamsState]:
-            check_state_type(state, InjectStatefulHyperparamsState,
-                             "inject_stateful_hyperparams")
+            check_state_type(state, InjectStatefulHyperparamsState, owner)
             injected = set(numeric) | set(schedules)
             unknown = set(state.hyperparams) - injected
             if unknown or set(state.hyperparams_states) != set(schedules):
                 raise ValueError(
-                    f"inject_stateful_hyperparams: the state holds hyperparams "
-                    f"{sorted_labels(state.hyperparams)} and schedule states "
-                    f"{sorted_labels(state.hyperparams_states)}; the injected hyperparameters "
-                    f"are {sorted_labels(injected)}, the scheduled ones "
-                    f"{sorted_labels(schedules)}: was it made by this optimizer's init?")
-            values = {k: state.hyperparams.get(k, v) for k, v in numeric.items()}
-            dtype = _hyperparam_dtype(params if params is not None else updates,
-                                      hyperparam_dtype)
-            hparams = current(values, state.hyperparams_states, dtype, extra_args)
+                    f"{owner}: the state holds hyperparams {sorted_labels(state.hyperparams)} "
+                    f"and schedule states {sorted_labels(state.hyperparams_states)}; the "
+                    f"injected hyperparameters are {sorted_labels(injected)}, the scheduled "
+                    f"ones {sorted_labels(schedules)}: was it made by this optimizer's init?")
+            dtype = _hyperparam_dtype(params, hyperparam_dtype)
+            hparams = {k: _convert_floats(state.hyperparams.get(k, v), dtype)
+                       for k, v in numeric.items()}
+            hparams.update(scheduled(state.hyperparams_states, dtype, extra_args))
             new_states = {k: f.update(state.hyperparams_states[k], **extra_args)
                           for k, f in schedules.items()}
             new_updates, inner_state = call_update(
@@ -549,7 +490,7 @@ def inject_stateful_hyperparams(inner_factory: Callable[..., GradientTransformat
             return new_updates, InjectStatefulHyperparamsState(
                 safe_increment(state.count), HyperparamsDict(hparams), new_states, inner_state)
 
-        return GradientTransformation(init_fn, update_fn)
+        return GradientTransformationExtraArgs(init_fn, update_fn)
 
     wrapped.__name__ = getattr(inner_factory, "__name__", "wrapped")
     wrapped.__doc__ = getattr(inner_factory, "__doc__", None)

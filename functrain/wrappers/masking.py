@@ -32,9 +32,9 @@ import numpy as np
 from functrain.arg_checks import (check_state_type, check_transformation, sorted_labels,
                                   state_mismatch_error)
 from functrain import tree as ft
-from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, OptState,
-                                       Params, Updates, call_update)
-from functrain.engine.program import Program, fusion_plan, stage_transform
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskedState, MaskOrFn,
+                                       OptState, Params, Updates, call_update)
+from functrain.engine.program import Program, fusion_plan, in_masked_state, stage_transform
 
 Array = jax.Array
 PyTree = Any
@@ -132,20 +132,6 @@ def _merge(new_masked: PyTree, old: PyTree, flags: list[bool]) -> PyTree:
 # masked
 # --------------------------------------------------------------------------
 
-class MaskedState(NamedTuple):
-    """State of :func:`masked` around a non-stage transformation.
-
-    Attributes:
-      inner_state: the wrapped transformation's state; masked-out leaves hold
-        ``MaskedNode`` placeholders (no buffers) in its params-shaped fields.
-
-    >>> MaskedState(inner_state=())
-    MaskedState(inner_state=())
-    """
-
-    inner_state: Any
-
-
 def _stage_mask(outer: MaskOrFn, inner: MaskOrFn, wrapper: str) -> Callable[[PyTree], PyTree]:
     """A mask function: ``outer`` and ``inner`` resolved on the same tree, AND-ed."""
     def mask_fn(tree: PyTree) -> PyTree:
@@ -238,6 +224,19 @@ def _masked_part(tx: Any, mask: MaskOrFn, wrapper: str, extra: bool) -> Gradient
     return GradientTransformation(init_fn, Program(steps))
 
 
+def _masked_single_stage(stage: LeafStage, mask: MaskOrFn,
+                         wrapper: str) -> GradientTransformation:
+    """One stage restricted to ``mask`` in optax's layout, ``MaskedState(stage's state)``;
+    the engine reads a whole switched-off subtree's one ``MaskedNode``, so it still fuses."""
+    masked_stage = _masked_stage(stage, mask, wrapper)
+
+    def init_fn(params: Params) -> MaskedState:
+        return MaskedState(_refold(masked_stage.init_state(params),
+                                   _folding(mask, params, wrapper), True))
+
+    return in_masked_state(stage_transform(masked_stage), wrapper, init_fn)
+
+
 def masked(inner: GradientTransformation, mask: MaskOrFn, *,
            mask_compatible_extra_args: bool = False) -> GradientTransformation:
     """Apply ``inner`` only where ``mask`` is True; other leaves pass through unchanged.
@@ -248,10 +247,9 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
     the params raises a ``ValueError`` naming the key paths and the wrapper.
     With ``mask_compatible_extra_args``, extra arguments shaped like the
     updates are masked too (as optax). The state is
-    ``MaskedState(inner_state)``, except when ``inner`` is a single stage
-    (``add_decayed_weights``, ``set_to_zero``, ...): then the result is
-    itself a stage with the stage's own state, and fuses into an outer
-    ``chain``.
+    ``MaskedState(inner_state)``, as optax's; when ``inner`` is a single stage
+    (``add_decayed_weights``, ``set_to_zero``, ``scale_by_adam``, ...) that
+    stage still fuses into an outer ``chain``.
 
     Args:
       inner: the transformation to restrict (functrain's, optax's, or any
@@ -266,8 +264,7 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
         default) passes all of them unchanged.
 
     Returns:
-      A ``GradientTransformation`` whose state is ``MaskedState(inner_state)``,
-      or, for a single-stage ``inner``, that stage's own state.
+      A ``GradientTransformation`` whose state is ``MaskedState(inner_state)``.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.masked(functrain.add_decayed_weights(0.5), {'w': True, 'b': False})
@@ -278,7 +275,7 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
     check_transformation(inner, "masked")
     plan = fusion_plan(inner)
     if len(plan) == 1 and plan[0][0] == () and isinstance(plan[0][1], LeafStage):
-        return stage_transform(_masked_stage(plan[0][1], mask, "masked"))
+        return _masked_single_stage(plan[0][1], mask, "masked")
     part = _masked_part(inner, mask, "masked", mask_compatible_extra_args)
 
     # optax's layout: where the mask switches off a whole subtree with one bool, the inner
@@ -448,8 +445,9 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
         update is replaced by zeros; False: it passes through unchanged.
 
     Returns:
-      A ``GradientTransformation`` (a single stage, so it fuses into an outer
-      ``chain``) whose state is ``EmptyState()``.
+      A ``GradientTransformation`` whose state is
+      ``MaskedState(inner_state=EmptyState())``, as optax's (``masked(set_to_zero(),
+      mask)``); it is a single stage, so it fuses into an outer ``chain``.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.freeze({'emb': True, 'head': False})
@@ -457,9 +455,14 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
     >>> tx.update({'emb': jnp.ones(1), 'head': jnp.ones(1)}, tx.init(params))[0]
     {'emb': Array([0.], dtype=float32), 'head': Array([1.], dtype=float32)}
     """
-    return stage_transform(LeafStage(
-        name="freeze", update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
-        mask=_stage_mask(mask, None, "freeze"), any_dtype=True))
+    return in_masked_state(stage_transform(_zeros(_stage_mask(mask, None, "freeze"))),
+                           "freeze")
+
+
+def _zeros(mask: MaskOrFn) -> LeafStage:
+    """The stage that zeros the updates where ``mask`` is True (``set_to_zero``'s math)."""
+    return LeafStage(name="freeze", update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
+                     mask=mask, any_dtype=True)
 
 
 def selective_transform(optimizer: GradientTransformation, *,
@@ -503,5 +506,5 @@ def selective_transform(optimizer: GradientTransformation, *,
                             f"{type(flag).__name__} {flag!r:.40}.")
         labels.append("freeze" if bool(flag) else "train")
     labels_tree = treedef.unflatten(labels)
-    return _partition({"train": optimizer, "freeze": freeze(True)},
+    return _partition({"train": optimizer, "freeze": stage_transform(_zeros(None))},
                       lambda params: labels_tree, None, False)

@@ -187,7 +187,9 @@ def test_numeric_hyperparams_can_be_changed_and_unknown_keys_are_refused():
 
 
 def test_inject_stateful_hyperparams_compiles_once():
-    opt = ft.inject_stateful_hyperparams(ft.adam)(learning_rate=HalveOnPlateau(0.1))
+    # bfloat16 params would round b2=0.999 to 1.0 (optax's default dtype): float32 asked for.
+    opt = ft.inject_stateful_hyperparams(ft.adam, hyperparam_dtype=jnp.float32)(
+        learning_rate=HalveOnPlateau(0.1))
     params = {"w": jnp.ones(3, jnp.bfloat16)}
     state = opt.init(params)
     step = jax.jit(lambda p, s, g: opt.update(g, s, p, value=jnp.sum(g["w"])))
@@ -195,6 +197,23 @@ def test_inject_stateful_hyperparams_compiles_once():
         _, state = step(params, state, {"w": jnp.ones(3, jnp.bfloat16)})
     assert step._cache_size() == 1
     assert state.hyperparams["learning_rate"].dtype == jnp.float32
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_default_hyperparam_dtype_and_weak_types_are_optax(dtype):
+    """The params' highest dtype, strongly typed; integers and fixed-dtype arrays as given."""
+    params = [jnp.ones((1, 2), dtype), jnp.ones(2, dtype)]
+    kwargs = dict(learning_rate=lambda count: 0.1 / (count + 1), b1=0.9,
+                  b2=jnp.asarray(0.95, jnp.bfloat16), eps=jnp.asarray(1e-3), eps_root=0)
+    states = []
+    for m in (optax, ft):
+        opt = m.inject_hyperparams(m.adam)(**kwargs)
+        state = opt.init(params)
+        _, state = jax.jit(opt.update)(params, state, params)  # one step: schedules' values
+        states.append({k: (v.dtype, v.weak_type) for k, v in state.hyperparams.items()})
+    assert states[0] == states[1]
+    assert states[1]["b1"] == (jnp.dtype(dtype), False)
+    assert states[1]["eps_root"] == (jnp.dtype(jnp.int32), True)
 
 
 class RunningTotal:
@@ -252,3 +271,17 @@ def test_hyperparam_dtype_gives_that_dtype_as_optax(inject, hyperparam_dtype, pa
     assert dtypes[ft] == dtypes[optax]
     assert dtypes[ft][1] == {k: jnp.dtype(hyperparam_dtype) for k in
                              ("b1", "b2", "eps", "eps_root")}
+
+
+@pytest.mark.parametrize("params, expected", [
+    ([jnp.ones(2, jnp.complex64)], jnp.float32),  # optax: complex64 hyperparameters
+    ([jnp.ones(2, jnp.bfloat16), jnp.ones(2, jnp.float16)], jnp.float32),  # optax raises
+    ([jnp.ones(2, jnp.int32)], jnp.float32),  # optax: learning rate rounded to int 0
+], ids=["complex", "bfloat16_and_float16", "integers"])
+def test_default_hyperparam_dtype_is_a_real_float(params, expected):
+    """Where optax's rule gives no real float dtype, a real float (never a rounded rate)."""
+    def factory(learning_rate):  # any params: a transformation that checks none
+        return ft.identity()
+    state = ft.inject_hyperparams(factory)(learning_rate=0.1).init(params)
+    assert state.hyperparams["learning_rate"].dtype == expected
+    np.testing.assert_allclose(state.hyperparams["learning_rate"], 0.1, rtol=1e-7)

@@ -15,10 +15,11 @@ from typing import Any
 from functrain.arg_checks import check_momentum, hyperparameters
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
-from functrain.engine.program import chain
+from functrain.engine.program import chain, in_masked_state
 from functrain.families.layerwise.stages import scale_by_novograd, scale_by_trust_ratio
 from functrain.families.momentum.stages import trace
-from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate, weight_decay_stage)
+from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
+                                          weight_decay_stage)
 
 
 @declare_optimizer("optimizers", "You et al., 2017", optax="core",
@@ -61,9 +62,10 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
-      transforms' states, as optax's: ``(EmptyState(), EmptyState(),
-      EmptyState(), TraceState(trace))`` (``ScaleByScheduleState(count)``
-      third for a scheduled learning rate).
+      transforms' states, as optax's: ``(MaskedState(EmptyState()),
+      MaskedState(EmptyState()), EmptyState(), TraceState(trace))`` (the
+      decay and the trust ratio are masked, by default everywhere;
+      ``ScaleByScheduleState(count)`` third for a scheduled learning rate).
 
     >>> import jax.numpy as jnp, functrain
     >>> opt = functrain.lars(1.0)
@@ -75,8 +77,8 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
     check_momentum("lars", momentum)
     return chain(
         add_decayed_weights(weight_decay, mask=weight_decay_mask),
-        scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps,
-                             mask=trust_ratio_mask),
+        in_masked_state(scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps,
+                                             mask=trust_ratio_mask), "lars"),
         scale_by_learning_rate(learning_rate),
         trace(decay=momentum, nesterov=nesterov))
 

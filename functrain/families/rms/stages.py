@@ -2,20 +2,19 @@
 
 Each ``scale_by_*`` divides the update by the root of a running statistic of
 squared gradients, per array. SM3 keeps, per leaf of rank ``r``, one
-accumulator vector per dimension; the engine keeps one array per leaf and
-field, so the vectors are stored concatenated in one vector of length
-``sum(shape)`` (``shaped_fields`` exempts it from the params-shape check)
-and the leaf function splits it at static offsets. It is still one leaf's
-math.
+accumulator vector per dimension, as a list per leaf (optax's layout: ``mu['w']``
+is ``[rows, columns]`` for a matrix); the engine reads and writes each array of
+such a list (``shaped_fields`` exempts it from the params-shape check). It is
+still one leaf's math.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
@@ -132,19 +131,19 @@ class ScaleByAdaDeltaState(NamedTuple):
 class ScaleBySM3State(NamedTuple):
     """State of :func:`scale_by_sm3`.
 
-    ``mu``: per leaf, the per-dimension accumulators concatenated into one
-    vector of length ``sum(shape)`` (length 1 for a scalar leaf); ``nu``: the
-    momentum, params-shaped.
+    ``mu``: per leaf, a list of accumulators, one per dimension (as optax's);
+    ``nu``: the momentum, params-shaped.
 
     Attributes:
-      mu: per leaf of rank >= 2, the per-dimension accumulators concatenated
-        into one vector of length ``sum(shape)``; for a vector (or scalar) leaf
-        the full accumulator, flattened (length ``max(size, 1)``).
+      mu: per leaf of rank ``r >= 2``, the list of its ``r`` per-dimension
+        accumulators (shape ``(shape[d],)`` for dimension ``d``); for a vector
+        (or, beyond optax, a scalar) leaf a list of one full accumulator shaped
+        like the leaf.
       nu: the momentum of the scaled updates, a tree like the params.
 
     >>> import jax.numpy as jnp, functrain
-    >>> functrain.scale_by_sm3().init({'w': jnp.ones((2, 3))}).mu['w'].shape
-    (5,)
+    >>> [a.shape for a in functrain.scale_by_sm3().init({'w': jnp.ones((2, 3))}).mu['w']]
+    [(2,), (3,)]
     """
 
     mu: Any
@@ -394,30 +393,25 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
         new_weight = jnp.where(b2 == 1.0, 1.0, 1.0 - b2)
 
     def init_leaf(p: Array) -> tuple:
-        size = sum(p.shape) if p.ndim >= 2 else p.size
-        return (jnp.zeros((size,), p.dtype), ft.zeros_like(p))
+        shapes = [(d,) for d in p.shape] if p.ndim >= 2 else [p.shape]
+        return ([jnp.zeros(shape, p.dtype) for shape in shapes], ft.zeros_like(p))
 
     def leaf(g: Array, s: tuple, p: Any, ctx: Any) -> tuple:
-        packed, momentum = s.mu, s.nu
         if g.size == 0:  # nothing to accumulate (and a max over no entries is undefined)
             return g, s
         if g.ndim < 2:
-            accum = new_weight * g * g + b2 * packed.reshape(g.shape)
-            new_packed = accum.reshape(-1)
+            accum = new_weight * g * g + b2 * s.mu[0]
+            new_mu = [accum]
         else:
-            offsets = np.cumsum((0,) + g.shape)
-            parts = [packed[offsets[i]:offsets[i + 1]].reshape(
-                [1] * i + [g.shape[i]] + [1] * (g.ndim - i - 1)) for i in range(g.ndim)]
-            smallest = parts[0]
-            for part in parts[1:]:
-                smallest = jnp.minimum(smallest, part)
+            smallest = functools.reduce(jnp.minimum, [
+                acc.reshape([1] * i + [g.shape[i]] + [1] * (g.ndim - i - 1))
+                for i, acc in enumerate(s.mu)])
             accum = new_weight * g * g + b2 * smallest
-            new_packed = jnp.concatenate([
-                jnp.max(accum, axis=tuple(a for a in range(g.ndim) if a != i))
-                for i in range(g.ndim)])
+            new_mu = [jnp.max(accum, axis=tuple(a for a in range(g.ndim) if a != i))
+                      for i in range(g.ndim)]
         scaled = g * jnp.where(accum > 0, jax.lax.rsqrt(accum + eps), 0.0)
-        nu = (1 - b1) * scaled + b1 * momentum
-        return nu, s._replace(mu=new_packed, nu=nu)
+        nu = (1 - b1) * scaled + b1 * s.nu
+        return nu, s._replace(mu=new_mu, nu=nu)
 
     return stage_transform(LeafStage(
         name="scale_by_sm3", update_leaf=leaf, state_cls=ScaleBySM3State, leaf_fields=("mu",
