@@ -26,7 +26,7 @@ from functrain import tree as ft
 from functrain.matrix.blocks import block_grid, check_block_size, from_blocks, to_blocks
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.transforms.adam import corrections
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range, hyperparameters)
 from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
@@ -42,6 +42,8 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 _TINY_NORM = 1e-16  # floor of the Shampoo direction's norm when grafting (as the reference)
 
 
+@state_value_kinds(mu="signed", nu="unsigned", stats_l="matrix", stats_r="matrix",
+                   precond_l="matrix", precond_r="matrix")
 class ShampooState(NamedTuple):
     """State of :func:`scale_by_shampoo`.
 

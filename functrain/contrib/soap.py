@@ -41,7 +41,7 @@ from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
                                      merged_shape, scatter_blocks, to_blocks)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment)
 from functrain.transforms.engine import (chain, leaf_compute_dtype, state_compute_dtype)
@@ -55,6 +55,7 @@ _OWNER = "scale_by_soap"
 _NORMALIZE_FLOOR = 1e-30  # the reference's floor under the update's RMS (normalize_grads)
 
 
+@state_value_kinds(mu="signed", nu="unsigned", stats="matrix", bases="matrix")
 class SoapState(NamedTuple):
     """State of :func:`scale_by_soap`.
 
