@@ -229,3 +229,60 @@ def test_small_matrix_state_is_not_refused():
         {"w": jnp.zeros((16, 16))})
     assert not any(isinstance(x, QuantizedArray) for x in jax.tree.leaves(
         state, is_leaf=lambda x: isinstance(x, QuantizedArray)))
+
+
+# --------------------------------------------------------------------------
+# End to end: the second moment's code in training
+# --------------------------------------------------------------------------
+
+def zipf_softmax_regression(seed: int = 0, d: int = 32, classes: int = 256, n: int = 4096):
+    """A language model's output head in miniature: softmax regression whose labels follow
+    a Zipf law (class ``k`` about ``k**-3.6`` as likely), so the gradient's columns (one
+    per class) differ in size by orders of magnitude, the outlier pattern of Li et al.
+    Labels are drawn by the Gumbel-max trick from a random linear teacher plus the prior."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    logits = (x @ (2 * rng.standard_normal((d, classes))) - 3.6 * np.log(np.arange(1, classes + 1))
+              + rng.gumbel(size=(n, classes)))
+    return jnp.asarray(x), jnp.asarray(np.argmax(logits, axis=1))
+
+
+def loss_curve(opt, x, y, steps: int = 200, batch: int = 64) -> np.ndarray:
+    def loss(p, xb, yb):
+        logits = xb @ p["w"]
+        return jnp.mean(jax.nn.logsumexp(logits, -1)
+                        - jnp.take_along_axis(logits, yb[:, None], 1)[:, 0])
+
+    @jax.jit
+    def step(p, s, i):
+        rows = (jnp.arange(batch) + i * batch) % x.shape[0]
+        updates, s = opt.update(jax.grad(loss)(p, x[rows], y[rows]), s, p)
+        p = functrain.apply_updates(p, updates)
+        return p, s, loss(p, x, y)
+
+    params = {"w": jnp.zeros((x.shape[1], 256))}
+    state, out = opt.init(params), []
+    for i in range(steps):
+        params, state, value = step(params, state, i)
+        out.append(float(value))
+    return np.array(out)
+
+
+def test_4bit_second_moment_tracks_float32_with_rank1_scales():
+    """AdamW with ``b1 = 0`` (its update is ``g / sqrt(nu)``: only the second moment's code
+    matters) on the Zipf softmax regression, 200 minibatch steps of lr 1e-2: the mean over
+    the steps of ``|loss / float32's loss - 1|``. Measured: 0.15% with rank-1 scales (seeds
+    1, 2: 0.15%, 0.22%), 6.9% with per-block scales (6.7%, 6.5%), 0.74% with the 8-bit
+    dynamic code; final loss +0.13% against +11.2%. Bars: 3x and 1/2x the rank-1 and the
+    block measurements, and 10x closer. (With ``b1 = 0.9`` the 4-bit first moment adds
+    its own error: 1.1%, 0.5%, 3.1% with rank-1 scales against 3.9%, 5.9%, 1.1% per block
+    on seeds 0, 1, 2.)"""
+    x, y = zipf_softmax_regression()
+    make = lambda: functrain.adamw(1e-2, b1=0.0, weight_decay=0.0)  # noqa: E731
+    f32 = loss_curve(make(), x, y)
+    rank1 = loss_curve(functrain.quantized_state(make(), bits=4), x, y)
+    block = loss_curve(functrain.quantized_state(make(), bits=4, rank1=False), x, y)
+    gap_rank1, gap_block = (np.mean(np.abs(c / f32 - 1)) for c in (rank1, block))
+    assert gap_rank1 < 0.005, gap_rank1
+    assert gap_block > 0.03, gap_block
+    assert gap_rank1 < gap_block / 10, (gap_rank1, gap_block)

@@ -4,7 +4,10 @@
   into ``jax.eval_shape(opt.init)`` comes back bit-identical (codes, float8 values,
   absmax, the small float32 leaves, the count; the static shape/dtype/code of each
   :class:`~functrain.QuantizedArray`), and a run continued from the restored state is
-  bit-identical to the run that never stopped.
+  bit-identical to the run that never stopped. A checkpoint restored into a state of
+  another code (8-bit into fp8 or 4-bit, 4-bit with rank-1 scales into per-block ones,
+  ...) raises an error naming both codes: each QuantizedArray names its code in its
+  pytree keys, and Orbax restores by key.
 * ZeRO-1: with :func:`functrain.sharding.zero_shardings` on 8 CPU devices, each device
   holds the scale (``absmax``) of every block whose codes it holds; where the block count
   divides by 8 both are split along the blocks, block ``i``'s codes and scale on the same
@@ -41,7 +44,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import functrain
 from functrain import jax_compat, sharding as fs
-from functrain.quantization import QuantizedArray
+from functrain.quantization import CODES, QuantizedArray
 from helpers import AXIS_TYPES, SkipCheck, run_on_eight_devices
 
 OPTIMIZERS: dict[str, Callable[[], Any]] = {
@@ -49,6 +52,10 @@ OPTIMIZERS: dict[str, Callable[[], Any]] = {
     "4bit": lambda: functrain.adamw_4bit(1e-2, weight_decay=1e-2, min_size=64),
     "fp8": lambda: functrain.adamw_fp8(1e-2, weight_decay=1e-2, min_size=64),
 }
+# The 4-bit state with per-block second-moment scales (not a preset): restores only.
+OTHER_CODES: dict[str, Callable[[], Any]] = {
+    **OPTIMIZERS, "4bit_block": lambda: functrain.quantized_state(
+        functrain.adamw(1e-2, weight_decay=1e-2), bits=4, min_size=64, rank1=False)}
 # "w": 8192 values, 32 blocks of 256 (8-bit, fp8) or 64 of 128 (4-bit): divisible by 8.
 # "odd": 4800 values, 19 or 38 blocks (not divisible by 8; the last block padded).
 # "b": below min_size, stays float32.
@@ -139,6 +146,29 @@ def test_orbax_round_trip_is_bit_identical_and_the_run_continues_exactly(name, t
     assert not np.array_equal(np.asarray(s1[0].mu["w"].codes).view(np.uint8), before)
 
 
+@pytest.mark.parametrize("saved,into,codes", [
+    ("8bit", "fp8", ("dynamic8_signed", "fp8")),
+    ("8bit", "4bit", ("dynamic8_signed", "dynamic4_signed")),
+    ("fp8", "8bit", ("fp8", "dynamic8_signed")),
+    ("4bit", "4bit_block", ("linear4_unsigned_rank1", "linear4_unsigned")),
+    ("4bit_block", "4bit", ("linear4_unsigned", "linear4_unsigned_rank1")),
+])
+def test_a_restore_into_another_code_raises_naming_both(saved, into, codes, tmp_path):
+    # Before the codes were in the keys, 8-bit into fp8 restored silently (uint8 codes
+    # cast to float8 values: a mu off by 0.98 of its maximum) and 4-bit block scales
+    # were read as rank-1 ones.
+    params = make_params()
+    state = OTHER_CODES[saved]().init(params)
+    save(tmp_path / "ckpt", {"params": params, "opt_state": state})
+    target = jax.eval_shape(lambda: {"params": params,
+                                     "opt_state": OTHER_CODES[into]().init(params)})
+    with pytest.raises(ValueError) as error:
+        restore(tmp_path / "ckpt", target)
+    message = str(error.value)
+    for code in codes:  # each as a whole key (one name is a prefix of another)
+        assert f"'codes_{code}'" in message, (code, message[:2000])
+
+
 # --------------------------------------------------------------------------
 # ZeRO-1 on 8 devices (run by the subprocess below)
 # --------------------------------------------------------------------------
@@ -163,6 +193,9 @@ def expect_consistent_split(state: Any, shardings: Any, name: str) -> None:
         blocks = q.codes.shape[0]
         assert q.codes.sharding.is_equivalent_to(s.codes, 2), name
         assert q.absmax.sharding.is_equivalent_to(s.absmax, 1), name
+        if CODES[q.code].scaling == "rank1":  # scales per row and column, not per block
+            assert blocks % 8 or s.codes.spec == P("data", None), (name, s)
+            continue
         codes_rows = held_rows(q.codes.sharding, q.codes.shape)
         scale_rows = held_rows(q.absmax.sharding, q.absmax.shape)
         for device, rows in codes_rows.items():
@@ -236,7 +269,10 @@ def split_params_run(name: str, axis_type: AxisType) -> None:
     if axis_type == AxisType.Explicit:
         for q in (s8[0].mu["w"], s8[0].nu["w"]):
             assert q.codes.sharding.spec == P("data", None), q.codes.sharding
-            assert q.absmax.sharding.spec == P("data"), q.absmax.sharding
+            if CODES[q.code].scaling == "rank1":  # the rows' and columns' maxima: all
+                assert q.absmax.sharding.is_fully_replicated, q.absmax.sharding
+            else:
+                assert q.absmax.sharding.spec == P("data"), q.absmax.sharding
         for q in (s8[0].mu["odd"], s8[0].nu["odd"]):
             assert q.codes.sharding.is_fully_replicated, q.codes.sharding
 
