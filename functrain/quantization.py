@@ -523,6 +523,29 @@ def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
                                 out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
 
 
+def written_mark(q: QuantizedArray) -> Array:
+    """A boolean scalar computed from ``q``'s scales: ``absmax[0] >= -1`` (True unless it is
+    NaN; a maximum of absolute values is never negative), for ``dequantize_blockwise``'s
+    ``after``. On a mesh with explicit axes it is read with the axes made automatic (a
+    one-element slice of scales split over devices is refused), replicated.
+
+    Args:
+      q: a quantized array with at least one scale.
+
+    Returns:
+      A boolean scalar.
+
+    >>> import jax.numpy as jnp
+    >>> written_mark(quantize_blockwise(jnp.ones(4), 'fp8', 4))
+    Array(True, dtype=bool)
+    """
+    sharding = _explicit(q.absmax)
+    if sharding is None:
+        return q.absmax[0] >= -1.0
+    return jax_compat.auto_axes(lambda a: a[0] >= -1.0, out_sharding=NamedSharding(
+        sharding.mesh, PartitionSpec()))(q.absmax)
+
+
 def block_size_of(q: QuantizedArray) -> int:
     """Values per block of ``q`` (two codes per byte for 4-bit codes).
 

@@ -27,7 +27,8 @@ from functrain.arg_checks import (check_range, check_transformation, hyperparame
                                   state_mismatch_error)
 from functrain.optimizers.adam_family import adam, adamw
 from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_size_of,
-                                    code_for, dequantize_like, quantize_like, scales_shape)
+                                    code_for, dequantize_like, quantize_like, scales_shape,
+                                    written_mark)
 from functrain.transforms.base import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, StateIO, Updates, call_update)
 from functrain.transforms.engine import Program, fusion_plan
@@ -270,8 +271,7 @@ class QuantizedStateIO(StateIO):
             return stored
         # True unless a block maximum is NaN (it is never negative), which XLA cannot know;
         # either way the decode gives the same values (dequantize_blockwise's ``after``).
-        marks = [w.absmax[0] >= -1.0 for w in self._written
-                 if _is_quantized(w) and w.absmax.size]
+        marks = [written_mark(w) for w in self._written if _is_quantized(w) and w.absmax.size]
         return dequantize_like(stored, functools.reduce(jnp.logical_and, marks)
                                if marks else None)
 
