@@ -152,9 +152,9 @@ def state_value_kinds(**kinds: str) -> Callable[[type], type]:
     values, and keeps a ``"keep"`` field (or an undeclared field of a declared class) as it
     is; a ``"matrix"`` field (eigenbases, preconditioners, Kronecker factors: matrices the
     optimizer decomposes or multiplies by, which element-wise rounding breaks) it refuses
-    unless told to keep it. The declaration is keyed by the class's name, so a class of the same name from
-    another library (optax's ``ScaleByAdamState``) gets the same codes: see
-    :func:`value_kinds_of`.
+    unless told to keep it (``keep_matrices=True``). The declaration is keyed by the
+    class's name, so a class of the same name from another library (optax's
+    ``ScaleByAdamState``) gets the same codes: see :func:`value_kinds_of`.
 
     Args:
       **kinds: field name -> ``"signed"``, ``"unsigned"``, ``"keep"`` or ``"matrix"``.
