@@ -25,13 +25,13 @@ import numpy as np
 from functrain import tree as ft
 from functrain.arg_checks import (check_range, check_transformation, hyperparameters,
                                   state_mismatch_error)
-from functrain.optimizers.adam_family import adam, adamw
+from functrain.families.adam.optimizers import adam, adamw
 from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_size_of,
                                     code_for, dequantize_like, quantize_like, scales_shape,
                                     written_mark)
-from functrain.transforms.base import (GradientTransformationExtraArgs, MaskOrFn, OptState,
+from functrain.engine.protocol import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, StateIO, Updates, call_update)
-from functrain.transforms.engine import Program, fusion_plan
+from functrain.engine.program import Program, fusion_plan
 
 Array = jax.Array
 PyTree = Any

@@ -51,9 +51,9 @@ from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
+from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment, value_at)
-from functrain.transforms.engine import chain
+from functrain.engine.program import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array

@@ -27,11 +27,11 @@ from functrain.matrix.blocks import block_grid, check_block_size, from_blocks, t
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.transforms.adam import corrections
+from functrain.families.adam.stages import corrections
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range, hyperparameters)
-from functrain.transforms.base import (GradientTransformation, LeafStage, MaskOrFn,
+from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, as_array)
-from functrain.transforms.engine import (chain, leaf_compute_dtype, run_block,
+from functrain.engine.program import (chain, leaf_compute_dtype, run_block,
                                          state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 

@@ -42,9 +42,9 @@ from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.transforms.base import (GradientTransformation, MaskOrFn, Params,
+from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment)
-from functrain.transforms.engine import (chain, leaf_compute_dtype, state_compute_dtype)
+from functrain.engine.program import (chain, leaf_compute_dtype, state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
