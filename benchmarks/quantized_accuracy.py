@@ -40,7 +40,10 @@ import functrain  # noqa: E402
 import speedrun  # noqa: E402
 
 VARIANTS = ("float32", "8-bit", "4-bit", "fp8")
-BITS = {"8-bit": 8, "4-bit": 4, "fp8": "fp8"}
+# quantized_state's arguments per variant; "4-bit block" (per-block second-moment scales,
+# the 4-bit default before rank-1 normalization) only when asked for with --variants.
+OPTIONS = {"8-bit": dict(bits=8), "4-bit": dict(bits=4), "fp8": dict(bits="fp8"),
+           "4-bit block": dict(bits=4, rank1=False)}
 
 
 def demo_maker(variant: str):
@@ -51,7 +54,7 @@ def demo_maker(variant: str):
             decay_steps=total_steps, end_value=1e-5)
         opt = functrain.adamw(schedule)
         if variant != "float32":
-            opt = functrain.quantized_state(opt, bits=BITS[variant])
+            opt = functrain.quantized_state(opt, **OPTIONS[variant])
         return functrain.chain(functrain.clip_by_global_norm(1.0), opt)
     return make
 
@@ -61,7 +64,7 @@ def speedrun_maker(variant: str):
     def make(name, lr, steps, adamw_lr, params):
         opt = functrain.adamw(lr)
         if variant != "float32":
-            opt = functrain.quantized_state(opt, bits=BITS[variant])
+            opt = functrain.quantized_state(opt, **OPTIONS[variant])
         return functrain.chain(opt, functrain.scale_by_schedule(speedrun.lr_multiplier(steps)))
     return make
 

@@ -181,7 +181,8 @@ def breakdown(n: int = 2 ** 22, reps: int = 15) -> list:
     """Where a quantized moment's time goes: one leaf of ``n`` values, each piece jitted alone.
 
     Per code: dequantize, quantize, and quantize's two passes separately (the per-block
-    absmax and scaling; the nearest-code lookup on scaled values), against one
+    absmax and scaling; the nearest-code lookup on scaled values; for the rank-1 scaled
+    code, on the leaf as a square matrix, dequantize and quantize only), against one
     elementwise EMA pass ``0.9 m + 0.1 g`` (what the unquantized moment update costs);
     medians of ``reps`` interleaved calls, in ms.
     """
@@ -202,6 +203,12 @@ def breakdown(n: int = 2 ** 22, reps: int = 15) -> list:
         if code != "fp8":
             fns[f"{code} quantize: code lookup"] = (
                 jax.jit(lambda s, c=code: nearest_code_index(s, c)), (scale(x),))
+    # Li et al.'s rank-1 scales (4-bit second moments of matrices): the leaf as a square
+    side = int(np.sqrt(n))
+    x = jnp.abs(g[:side * side]).reshape(side, side)
+    q = jax.jit(lambda v: quantize_blockwise(v, "linear4_unsigned_rank1", 128))
+    fns["linear4_unsigned_rank1 dequantize"] = (jax.jit(dequantize_blockwise), (q(x),))
+    fns["linear4_unsigned_rank1 quantize"] = (q, (x,))
     times = {k: [] for k in fns}
     for f, a in fns.values():
         jax.block_until_ready(f(*a))

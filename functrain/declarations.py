@@ -37,8 +37,9 @@ GROUPS: dict[str, tuple[str, str]] = {
 #: Where optax has the optimizer: ``"core"`` (``optax.<name>``), ``"contrib"``
 #: (``optax.contrib.<name>``), or ``None`` (optax lacks it).
 OPTAX = ("core", "contrib", None)
-#: The low-bit value kinds of a state field: either sign, never negative, not quantized.
-KINDS = ("signed", "unsigned", "keep")
+#: The low-bit value kinds of a state field: either sign, never negative, not quantized,
+#: or a matrix that an element-wise code would break (an eigenbasis, a preconditioner).
+KINDS = ("signed", "unsigned", "keep", "matrix")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,12 +150,14 @@ def state_value_kinds(**kinds: str) -> Callable[[type], type]:
     ``quantized_state`` stores a ``"signed"`` field with a code for values of either sign,
     an ``"unsigned"`` one (second moments: never negative) with a code for non-negative
     values, and keeps a ``"keep"`` field (or an undeclared field of a declared class) as it
-    is. The declaration is keyed by the class's name, so a class of the same name from
-    another library (optax's ``ScaleByAdamState``) gets the same codes: see
-    :func:`value_kinds_of`.
+    is; a ``"matrix"`` field (eigenbases, preconditioners, Kronecker factors: matrices the
+    optimizer decomposes or multiplies by, which element-wise rounding breaks) it refuses
+    unless told to keep it (``keep_matrices=True``). The declaration is keyed by the
+    class's name, so a class of the same name from another library (optax's
+    ``ScaleByAdamState``) gets the same codes: see :func:`value_kinds_of`.
 
     Args:
-      **kinds: field name -> ``"signed"``, ``"unsigned"`` or ``"keep"``.
+      **kinds: field name -> ``"signed"``, ``"unsigned"``, ``"keep"`` or ``"matrix"``.
 
     Returns:
       A decorator recording the kinds in ``STATE_VALUE_KINDS`` and returning the same

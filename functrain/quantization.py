@@ -14,16 +14,24 @@ The codes, from the papers' descriptions:
   so a block's largest value is exact. Blocks of 256. The unsigned code (for non-negative
   fields) spends the sign bit on the fraction.
 * ``bits=4`` (Li, Chen & Zhu, 2023, "Memory Efficient Optimizers with 4-bit States"):
-  blocks of 128; the signed dynamic code with 4 bits for signed fields, and for
-  non-negative fields the linear code without zero, ``(i + 1) / 16`` (the paper's
-  zero-point finding: a second moment rounded to zero makes ``1 / sqrt(nu)`` explode).
-  Two codes per byte.
+  the signed dynamic code with 4 bits for signed fields, blocks of 128; for non-negative
+  fields the linear code without zero, ``(i + 1) / 16`` (the paper's zero-point finding:
+  a second moment rounded to zero makes ``1 / sqrt(nu)`` explode), scaled by the
+  paper's *rank-1 normalization* on arrays of 2 or more dimensions (code
+  ``"linear4_unsigned_rank1"``: each value divided by the smallest of the maxima of
+  ``|x|`` over its row, its column, ... one maximum per index of each axis) and per
+  block of 128 on vectors. Two codes per byte.
 * ``bits="fp8"``: ``float8_e4m3fn`` values of ``448 x / absmax``, blocks of 256.
+
+A :class:`QuantizedArray` names its code in its pytree keys (its codes are the child
+``codes_<code>``), so a checkpoint restored into a state of another code (Orbax restores
+by key) fails with both names in the error instead of reading one code's bytes as another's.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import functools
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -87,18 +95,56 @@ def linear_code(bits: int = 4) -> np.ndarray:
     return (np.arange(1, 2 ** bits + 1) / 2 ** bits).astype(np.float32)
 
 
-#: Each code by name: its sorted values and how many bits a value takes. ``"fp8"`` has no
-#: table (the values are float8_e4m3fn numbers).
-CODES: dict[str, tuple[Optional[np.ndarray], int]] = {
-    "dynamic8_signed": (dynamic_code(True, 8), 8),
-    "dynamic8_unsigned": (dynamic_code(False, 8), 8),
-    "dynamic4_signed": (dynamic_code(True, 4), 4),
-    "linear4_unsigned": (linear_code(4), 4),
-    "fp8": (None, 8),
+class Code(NamedTuple):
+    """One code of :data:`CODES`.
+
+    Attributes:
+      values: its sorted values in ``[-1, 1]`` (float32), or ``None`` for ``"fp8"`` (the
+        values are float8_e4m3fn numbers).
+      bits: bits per value (4 or 8).
+      scaling: ``"block"`` (one ``absmax`` per block of values) or ``"rank1"`` (Li et
+        al.'s rank-1 normalization: the maxima of ``|x|`` along each axis).
+    """
+
+    values: Optional[np.ndarray]
+    bits: int
+    scaling: str
+
+
+#: Each code by name.
+CODES: dict[str, Code] = {
+    "dynamic8_signed": Code(dynamic_code(True, 8), 8, "block"),
+    "dynamic8_unsigned": Code(dynamic_code(False, 8), 8, "block"),
+    "dynamic4_signed": Code(dynamic_code(True, 4), 4, "block"),
+    "linear4_unsigned": Code(linear_code(4), 4, "block"),
+    "linear4_unsigned_rank1": Code(linear_code(4), 4, "rank1"),
+    "fp8": Code(None, 8, "block"),
 }
-CODE_FOR = {(8, "signed"): "dynamic8_signed", (8, "unsigned"): "dynamic8_unsigned",
-            (4, "signed"): "dynamic4_signed", (4, "unsigned"): "linear4_unsigned",
-            ("fp8", "signed"): "fp8", ("fp8", "unsigned"): "fp8"}
+
+
+def code_for(bits: Any, kind: str, ndim: int, rank1: bool = True) -> str:
+    """The code ``quantized_state`` stores a field of value ``kind`` in.
+
+    Args:
+      bits: ``8``, ``4`` or ``"fp8"``.
+      kind: ``"signed"`` or ``"unsigned"`` (never negative: second moments).
+      ndim: the array's number of dimensions.
+      rank1: for ``bits=4``, scale unsigned arrays of 2 or more dimensions by the rank-1
+        normalization of Li et al. (2023) rather than per block.
+
+    Returns:
+      A key of :data:`CODES`.
+
+    >>> code_for(4, "unsigned", 2), code_for(4, "unsigned", 1), code_for(8, "signed", 2)
+    ('linear4_unsigned_rank1', 'linear4_unsigned', 'dynamic8_signed')
+    """
+    if bits == "fp8":
+        return "fp8"
+    if bits == 8:
+        return f"dynamic8_{kind}"
+    if kind == "signed":
+        return "dynamic4_signed"
+    return "linear4_unsigned_rank1" if rank1 and ndim >= 2 else "linear4_unsigned"
 
 # Nearest code value = searchsorted on the midpoints between code values, done with one
 # table lookup. A float32's bits, made monotone (``_order_key``) and shifted right by
@@ -148,7 +194,8 @@ def _bucket_table(table: np.ndarray) -> np.ndarray:
     return ((first << 16) + 0xFFFF - low).astype(np.int32)
 
 
-_BUCKETS = {name: _bucket_table(t) for name, (t, _) in CODES.items() if t is not None}
+_BUCKETS = {name: _bucket_table(c.values) for name, c in CODES.items()
+            if c.values is not None}
 
 
 def nearest_code_index(scaled: Array, code: str) -> Array:
@@ -176,21 +223,30 @@ def nearest_code_index(scaled: Array, code: str) -> Array:
 
 
 class QuantizedArray(NamedTuple):
-    """One array stored block-wise quantized (a pytree whose leaves are ``codes``, ``absmax``).
+    """One array stored quantized (a pytree whose leaves are ``codes`` and ``absmax``).
+
+    Its pytree keys name the code: the codes are the child ``.codes_<code>`` (e.g.
+    ``.codes_dynamic8_signed``), the scales ``.absmax``. A checkpoint restored by key
+    (Orbax) into a state of another code therefore fails, naming both, rather than
+    reading one code's bytes as another's.
 
     Attributes:
-      codes: ``(blocks, block_size)`` uint8 code indices; ``(blocks, block_size // 2)``
-        for 4-bit codes (two per byte, the first in the high nibble); float8_e4m3fn values
-        for ``"fp8"``.
-      absmax: ``(blocks,)`` float32, each block's largest absolute value.
+      codes: ``(blocks, block_size)`` uint8 code indices of the flattened, zero-padded
+        array; ``(blocks, block_size // 2)`` for 4-bit codes (two per byte, the first in
+        the high nibble); float8_e4m3fn values for ``"fp8"``.
+      absmax: float32 scales: ``(blocks,)``, each block's largest absolute value; for a
+        ``"rank1"`` code, ``(sum(shape),)``: the maxima of ``|x|`` over every index of the
+        first axis (each over the other axes), then of the second axis, ...
       shape: the array's shape (static: not a leaf).
       dtype: the array's dtype (static).
       code: the code's name, a key of ``CODES`` (static).
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> q = quantize_blockwise(jnp.arange(300.0), 'dynamic8_unsigned', 256)
     >>> q.codes.shape, q.absmax.shape, q.shape
     ((2, 256), (2,), (300,))
+    >>> [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(q)[0]]
+    ['.codes_dynamic8_unsigned', '.absmax']
     """
 
     codes: Array
@@ -202,7 +258,7 @@ class QuantizedArray(NamedTuple):
 
 jax.tree_util.register_pytree_with_keys(
     QuantizedArray,
-    lambda q: (((jax.tree_util.GetAttrKey("codes"), q.codes),
+    lambda q: (((jax.tree_util.GetAttrKey(f"codes_{q.code}"), q.codes),
                 (jax.tree_util.GetAttrKey("absmax"), q.absmax)), (q.shape, q.dtype, q.code)),
     lambda aux, children: QuantizedArray(*children, *aux),
     flatten_func=lambda q: ((q.codes, q.absmax), (q.shape, q.dtype, q.code)))
@@ -257,14 +313,46 @@ def _unpack_nibbles(codes: Array) -> Array:
     return jax.lax.bitcast_convert_type(pairs, jnp.uint8).reshape(codes.shape[0], -1)
 
 
-def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
-    """``x`` quantized in blocks: each value to the nearest code value of ``x / absmax``.
+def rank1_scale(maxima: Sequence[Array], shape: tuple) -> Array:
+    """Li et al.'s rank-1 scale: at each index, the smallest of its axes' maxima.
 
-    ``x`` is flattened and zero-padded to whole blocks; the original shape and dtype are
-    kept in the result. Nearest is by a search of the midpoints of the sorted code
-    (``nearest_code_index``; a tie goes to the lower value); ``"fp8"`` casts
-    ``448 x / absmax`` to float8_e4m3fn (``to_e4m3fn``)
-    (round to nearest even). A block of zeros gets ``absmax = 0``.
+    ``scale[i, j, ...] = min(maxima[0][i], maxima[1][j], ...)``: for a matrix, the smaller
+    of its row's and its column's largest ``|x|``, so that ``|x| <= scale`` everywhere.
+
+    Args:
+      maxima: one vector per axis of ``shape``, ``maxima[a]`` of length ``shape[a]``.
+      shape: the array's shape (2 or more dimensions).
+
+    Returns:
+      A float32 array of ``shape``.
+
+    >>> import jax.numpy as jnp
+    >>> rank1_scale([jnp.array([1.0, 4.0]), jnp.array([2.0, 3.0, 4.0])], (2, 3))
+    Array([[1., 1., 1.],
+           [2., 3., 4.]], dtype=float32)
+    """
+    ndim = len(shape)
+    views = [jnp.reshape(m, [-1 if a == d else 1 for a in range(ndim)])
+             for d, m in enumerate(maxima)]
+    return functools.reduce(jnp.minimum, views)
+
+
+def _split_maxima(absmax: Array, shape: tuple) -> list:
+    """A rank-1 code's ``absmax`` (the axes' maxima, concatenated) as one vector per axis."""
+    return jnp.split(absmax, np.cumsum(shape)[:-1].tolist())
+
+
+def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
+    """``x`` quantized: each value to the nearest code value of ``x / scale``.
+
+    The scale is the largest ``|x|`` of the value's block (``x`` flattened and zero-padded
+    to whole blocks), or for a ``"rank1"`` code (Li et al., 2023) the smallest of the
+    maxima of ``|x|`` along its row, its column, ... (:func:`rank1_scale`; ``x`` must
+    have 2 or more dimensions); the codes are stored in blocks either way. The original
+    shape and dtype are kept in the result. Nearest is by a search of the midpoints of
+    the sorted code (``nearest_code_index``; a tie goes to the lower value); ``"fp8"``
+    casts ``448 x / absmax`` to float8_e4m3fn (``to_e4m3fn``) (round to nearest even).
+    A block of zeros gets ``absmax = 0``.
 
     Args:
       x: a floating array.
@@ -278,11 +366,30 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
     >>> q = quantize_blockwise(jnp.array([0.5, -1.0, 0.0]), 'dynamic8_signed', 4)
     >>> dequantize_blockwise(q)
     Array([ 0.50078124, -0.99296874,  0.        ], dtype=float32)
+    >>> q = quantize_blockwise(jnp.array([[1.0, 0.01], [0.02, 8.0]]),
+    ...                        'linear4_unsigned_rank1', 4)
+    >>> q.absmax                      # the rows' maxima, then the columns'
+    Array([1., 8., 1., 8.], dtype=float32)
+    >>> dequantize_blockwise(q)       # 0.01 and 0.02 to 1/16 of 1, not of 8
+    Array([[1.    , 0.0625],
+           [0.0625, 8.    ]], dtype=float32)
     """
-    table, bits = CODES[code]
-    blocks = _blocks(x, block_size)
-    absmax = jnp.max(jnp.abs(blocks), axis=1)
-    scaled = blocks / jnp.where(absmax > 0, absmax, 1.0)[:, None]
+    table, bits, scaling = CODES[code]
+    if scaling == "rank1":
+        if np.ndim(x) < 2:
+            raise ValueError(f"quantize_blockwise: code {code!r} scales by the maxima along "
+                             f"each axis and needs 2 or more dimensions, got shape "
+                             f"{np.shape(x)}.")
+        magnitude = jnp.abs(x.astype(jnp.float32))
+        maxima = [jnp.max(magnitude, axis=tuple(a for a in range(x.ndim) if a != d))
+                  for d in range(x.ndim)]
+        absmax = jnp.concatenate(maxima)
+        scale = rank1_scale(maxima, np.shape(x))
+        scaled = _blocks(magnitude / jnp.where(scale > 0, scale, 1.0), block_size)
+    else:
+        blocks = _blocks(x, block_size)
+        absmax = jnp.max(jnp.abs(blocks), axis=1)
+        scaled = blocks / jnp.where(absmax > 0, absmax, 1.0)[:, None]
     if table is None:
         codes = to_e4m3fn(scaled * FP8_MAX)
     else:
@@ -292,7 +399,7 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
 
 
 def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Array:
-    """The array a :class:`QuantizedArray` stands for: ``code[index] * absmax``.
+    """The array a :class:`QuantizedArray` stands for: ``code[index] * scale``.
 
     Args:
       q: the quantized array.
@@ -310,22 +417,43 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
     Array([[0.25, 0.25, 0.25],
            [0.25, 0.25, 0.25]], dtype=float32)
     """
-    table, bits = CODES[q.code]
+    table, bits, scaling = CODES[q.code]
+    size = int(np.prod(q.shape, dtype=np.int64))
     if table is None:
         # the scale, or its absolute value (the same: a maximum of absolute values)
         absmax = q.absmax if after is None else jnp.where(after, q.absmax, jnp.abs(q.absmax))
         blocks = q.codes.astype(jnp.float32) * (absmax / FP8_MAX)[:, None]
-    else:
-        index = q.codes
-        if bits == 4:
-            index = _unpack_nibbles(index)
-        if after is not None:  # the table twice; ``after`` picks the copy
-            table = np.concatenate([table, table])
-            index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
-        # an index into the table: always in bounds (see nearest_code_index)
-        blocks = jnp.asarray(table).at[index].get(mode="promise_in_bounds") * q.absmax[:, None]
-    size = int(np.prod(q.shape, dtype=np.int64))
+        return blocks.reshape(-1)[:size].reshape(q.shape).astype(q.dtype)
+    index = q.codes
+    if bits == 4:
+        index = _unpack_nibbles(index)
+    if after is not None:  # the table twice; ``after`` picks the copy
+        table = np.concatenate([table, table])
+        index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
+    # an index into the table: always in bounds (see nearest_code_index)
+    values = jnp.asarray(table).at[index].get(mode="promise_in_bounds")
+    if scaling == "rank1":
+        values = values.reshape(-1)[:size].reshape(q.shape)
+        return (values * rank1_scale(_split_maxima(q.absmax, q.shape), q.shape)).astype(q.dtype)
+    blocks = values * q.absmax[:, None]
     return blocks.reshape(-1)[:size].reshape(q.shape).astype(q.dtype)
+
+
+def scales_shape(code: str, shape: tuple, blocks: int) -> tuple:
+    """The shape of the ``absmax`` of a :class:`QuantizedArray` of ``code`` and ``shape``.
+
+    Args:
+      code: a key of ``CODES``.
+      shape: the array's shape.
+      blocks: its number of blocks.
+
+    Returns:
+      ``(blocks,)``, or ``(sum(shape),)`` for a ``"rank1"`` code.
+
+    >>> scales_shape('linear4_unsigned_rank1', (64, 32), 16), scales_shape('fp8', (9,), 1)
+    ((96,), (1,))
+    """
+    return (int(sum(shape)),) if CODES[code].scaling == "rank1" else (blocks,)
 
 
 # On a mesh with explicit axes (jax.make_mesh's default) a split leaf's reshapes to and
@@ -368,7 +496,8 @@ def quantize_like(x: Array, code: str, block_size: int, like: Optional[Quantized
     if like is None:
         spec = _aligned(sharding, np.shape(x), -(-np.size(x) // block_size), block_size)
         codes, absmax = (NamedSharding(sharding.mesh, PartitionSpec(*spec, None)),
-                         NamedSharding(sharding.mesh, spec))
+                         NamedSharding(sharding.mesh, spec if CODES[code].scaling == "block"
+                                       else PartitionSpec()))  # rank-1 maxima: replicated
     else:
         codes, absmax = sharding, jax.typeof(like.absmax).sharding
     out = QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
@@ -394,6 +523,29 @@ def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
                                 out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
 
 
+def written_mark(q: QuantizedArray) -> Array:
+    """A boolean scalar computed from ``q``'s scales: ``absmax[0] >= -1`` (True unless it is
+    NaN; a maximum of absolute values is never negative), for ``dequantize_blockwise``'s
+    ``after``. On a mesh with explicit axes it is read with the axes made automatic (a
+    one-element slice of scales split over devices is refused), replicated.
+
+    Args:
+      q: a quantized array with at least one scale.
+
+    Returns:
+      A boolean scalar.
+
+    >>> import jax.numpy as jnp
+    >>> written_mark(quantize_blockwise(jnp.ones(4), 'fp8', 4))
+    Array(True, dtype=bool)
+    """
+    sharding = _explicit(q.absmax)
+    if sharding is None:
+        return q.absmax[0] >= -1.0
+    return jax_compat.auto_axes(lambda a: a[0] >= -1.0, out_sharding=NamedSharding(
+        sharding.mesh, PartitionSpec()))(q.absmax)
+
+
 def block_size_of(q: QuantizedArray) -> int:
     """Values per block of ``q`` (two codes per byte for 4-bit codes).
 
@@ -403,4 +555,4 @@ def block_size_of(q: QuantizedArray) -> int:
     Returns:
       The block size.
     """
-    return q.codes.shape[1] * (2 if CODES[q.code][1] == 4 else 1)
+    return q.codes.shape[1] * (2 if CODES[q.code].bits == 4 else 1)

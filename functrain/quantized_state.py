@@ -8,7 +8,9 @@ unchanged, and the new state is quantized again: for an optimizer made of stages
 (adam's, lion's, ...) inside the engine's pass over the leaves, one leaf at a time.
 
 Which fields are non-negative (the unsigned codes) is declared where each state class is
-defined (``@state_value_kinds`` of :mod:`functrain.declarations`), never guessed from values.
+defined (``@state_value_kinds`` of :mod:`functrain.declarations`), never guessed from values;
+so are the fields holding matrices that an element-wise code would break (eigenbases,
+preconditioners, Kronecker factors: kind ``"matrix"``), which are refused.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_range, check_transformation, hyperparameters,
                                   state_mismatch_error)
 from functrain.families.adam.optimizers import adam, adamw
-from functrain.quantization import (CODE_FOR, CODES, DEFAULT_BLOCK, QuantizedArray,
-                                    block_size_of, dequantize_like, quantize_like)
+from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_size_of,
+                                    code_for, dequantize_like, quantize_like, scales_shape,
+                                    written_mark)
 from functrain.engine.protocol import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, StateIO, Updates, call_update)
 from functrain.engine.program import Program, fusion_plan
@@ -101,16 +104,61 @@ def _check_bits(bits: Any, block_size: Optional[int]) -> int:
     return int(block_size)
 
 
+def _check_flags(rank1: Any, keep_matrices: Any, bits: Any) -> bool:
+    """``rank1`` resolved (``None``: as Li et al., for ``bits=4``), after checking both flags."""
+    if not isinstance(keep_matrices, (bool, np.bool_)):
+        raise TypeError(f"quantized_state: keep_matrices must be True or False, got "
+                        f"{type(keep_matrices).__name__} {keep_matrices!r:.40}.")
+    if rank1 is None:
+        return bits == 4
+    if not isinstance(rank1, (bool, np.bool_)):
+        raise TypeError(f"quantized_state: rank1 must be None, True or False, got "
+                        f"{type(rank1).__name__} {rank1!r:.40}.")
+    if rank1 and bits != 4:
+        raise ValueError(f"quantized_state: rank1=True is the rank-1 normalization of the "
+                         f"4-bit second-moment code (Li et al., 2023); bits={bits!r} has "
+                         f"none. Pass bits=4, or leave rank1 out.")
+    return bool(rank1)
+
+
+def _matrix_error(state: PyTree, path: tuple, leaf: Any) -> ValueError:
+    """The refusal of a ``"matrix"`` field (eigenbases, preconditioners, Kronecker factors)."""
+    node, field = state, "?"
+    for key in path:  # the innermost state class and field on the way to the leaf
+        if isinstance(key, jax.tree_util.GetAttrKey):
+            if _is_named_tuple(node):
+                field = f"{type(node).__name__}.{key.name}"
+            node = getattr(node, key.name)
+        elif isinstance(key, (jax.tree_util.DictKey, jax.tree_util.SequenceKey)):
+            node = node[key.key if isinstance(key, jax.tree_util.DictKey) else key.idx]
+        else:
+            break
+    return ValueError(
+        f"quantized_state: state leaf {jax.tree_util.keystr(path)} ({field}, shape "
+        f"{np.shape(leaf)}) is a matrix the optimizer decomposes or multiplies by (an "
+        f"eigenbasis, a preconditioner or a Kronecker factor), not an element-wise moment: "
+        f"a block-wise code rounds each entry alone, which breaks its orthogonality or "
+        f"definiteness, and training can diverge. Pass keep_matrices=True to keep such "
+        f"fields in their own dtype and quantize only the element-wise moments (mu, nu).")
+
+
 @hyperparameters(min_size="int")
 def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
-                    block_size: Optional[int] = None, min_size: int = 4096
+                    block_size: Optional[int] = None, min_size: int = 4096,
+                    rank1: Optional[bool] = None, keep_matrices: bool = False
                     ) -> GradientTransformationExtraArgs:
     """``optimizer`` with its params-shaped floating state stored in 8, 4 or fp8 bits.
 
     Every floating state leaf with the shape of a parameter and at least ``min_size``
     elements is kept as a :class:`QuantizedArray` (signed or unsigned code per
     ``field_codes``); counts, scalars, other shapes, complex and small leaves stay as
-    they are.
+    they are. With ``bits=4`` the unsigned fields (second moments) of leaves with 2 or
+    more dimensions use Li et al.'s rank-1 normalization: each value is scaled by the
+    smaller of its row's and its column's largest value (the smallest over all axes for
+    more dimensions) rather than by its block's, with the linear code without zero.
+    Fields declared ``"matrix"`` (SOAP's eigenbases, Shampoo's statistics and
+    preconditioners, Kron's factors) are refused, or kept as they are with
+    ``keep_matrices=True``.
     ``update`` dequantizes to each leaf's dtype, calls ``optimizer.update``, and quantizes
     the new state with the same codes. References: Dettmers et al., 2021, "8-bit
     Optimizers via Block-wise Quantization"; Li et al., 2023, "Memory Efficient
@@ -121,8 +169,15 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
       bits: ``8`` (dynamic code, blocks of 256), ``4`` (blocks of 128, two codes per
         byte) or ``"fp8"`` (float8_e4m3fn, blocks of 256); an int (``8.0`` is refused
         with a ``TypeError``) or that string.
-      block_size: values per block; ``None`` for the defaults above.
+      block_size: values per block; ``None`` for the defaults above. (Rank-1 scaled
+        second moments store their codes in blocks too; only the scales differ.)
       min_size: an int ``>= 0``; leaves with fewer elements are not quantized.
+      rank1: ``None`` (the default: as Li et al., rank-1 scaled second moments with
+        ``bits=4``, none otherwise), or ``False`` for per-block scales with ``bits=4``
+        (``True`` with other ``bits`` is a ``ValueError``).
+      keep_matrices: keep the fields declared ``"matrix"`` in their own dtype and
+        quantize the rest; ``False`` (the default) raises a ``ValueError`` naming such a
+        field when it has a leaf of ``min_size`` or more floating values.
 
     Returns:
       A ``GradientTransformationExtraArgs`` with ``optimizer``'s state structure, the
@@ -137,24 +192,36 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     >>> updates, state = opt.update({'w': jnp.ones((8, 8))}, state, params)
     >>> updates['w'][0, :2]
     Array([-0.001, -0.001], dtype=float32)
+    >>> four = functrain.quantized_state(functrain.adamw(1e-3), bits=4, min_size=16)
+    >>> four.init(params)[0].nu['w'].code
+    'linear4_unsigned_rank1'
     """
     check_transformation(optimizer, "quantized_state", "optimizer")
     size = _check_bits(bits, block_size)
     bits = bits if isinstance(bits, str) else int(bits)  # a numpy integer as the int
     check_range("min_size", min_size, 0, owner="quantized_state")
+    rank1 = _check_flags(rank1, keep_matrices, bits)
+
+    def large(x: Any) -> bool:
+        return (hasattr(x, "dtype") and np.ndim(x) > 0 and np.size(x) >= min_size
+                and jnp.issubdtype(x.dtype, jnp.floating))
 
     def quantize(x: Any, kind: str, shapes: set) -> Any:
-        if (kind == "keep" or not hasattr(x, "dtype") or np.ndim(x) == 0
-                or not jnp.issubdtype(x.dtype, jnp.floating) or np.size(x) < min_size
-                or tuple(np.shape(x)) not in shapes):
+        if kind in ("keep", "matrix") or not large(x) or tuple(np.shape(x)) not in shapes:
             return x
-        return quantize_like(x, CODE_FOR[bits, kind], size, None)
+        return quantize_like(x, code_for(bits, kind, np.ndim(x), rank1), size, None)
 
     def init_fn(params: Params) -> OptState:
         state = optimizer.init(params)
+        kinds = field_codes(state)
+        if not keep_matrices:  # refused before anything is quantized
+            def refuse(path: tuple, kind: str, x: Any) -> None:
+                if kind == "matrix" and large(x):
+                    raise _matrix_error(state, path, x)
+            jax.tree_util.tree_map_with_path(refuse, kinds, state)
         shapes = {tuple(np.shape(p)) for p in jax.tree_util.tree_leaves(params)}
         return ft.distinct_buffers(jax.tree_util.tree_map(
-            lambda kind, x: quantize(x, kind, shapes), field_codes(state), state))
+            lambda kind, x: quantize(x, kind, shapes), kinds, state))
 
     return GradientTransformationExtraArgs(init_fn, Program(
         fusion_plan(optimizer), io=QuantizedStateIO(), guards=(_check_quantized_leaves,)))
@@ -203,8 +270,7 @@ class QuantizedStateIO(StateIO):
             return stored
         # True unless a block maximum is NaN (it is never negative), which XLA cannot know;
         # either way the decode gives the same values (dequantize_blockwise's ``after``).
-        marks = [w.absmax[0] >= -1.0 for w in self._written
-                 if _is_quantized(w) and w.absmax.size]
+        marks = [written_mark(w) for w in self._written if _is_quantized(w) and w.absmax.size]
         return dequantize_like(stored, functools.reduce(jnp.logical_and, marks)
                                if marks else None)
 
@@ -237,7 +303,7 @@ class QuantizedStateIO(StateIO):
 
 def _check_quantized(q: QuantizedArray, path: tuple) -> None:
     where = jax.tree_util.keystr(path)
-    if q.code not in CODES or np.ndim(q.codes) != 2 or np.shape(q.absmax) != q.codes.shape[:1]:
+    if q.code not in CODES or np.ndim(q.codes) != 2 or np.ndim(q.absmax) != 1:
         raise state_mismatch_error("quantized_state", f"state leaf {where} is not a "
                                    f"quantized array (code {q.code!r}, codes "
                                    f"{np.shape(q.codes)}, absmax {np.shape(q.absmax)})")
@@ -247,6 +313,11 @@ def _check_quantized(q: QuantizedArray, path: tuple) -> None:
         raise state_mismatch_error("quantized_state", f"state leaf {where} has codes "
                                    f"{q.codes.dtype}{list(q.codes.shape)}, expected {want.__name__}"
                                    f" with {blocks} blocks for shape {q.shape}")
+    scales = scales_shape(q.code, q.shape, blocks)
+    if np.shape(q.absmax) != scales:
+        raise state_mismatch_error("quantized_state", f"state leaf {where} has absmax of "
+                                   f"shape {np.shape(q.absmax)}, expected {scales} for code "
+                                   f"{q.code!r} and shape {q.shape}")
 
 
 # --------------------------------------------------------------------------
@@ -332,8 +403,10 @@ adamw_8bit = _adamw_preset(
 adamw_4bit = _adamw_preset(
     4, "adamw_4bit", "4-bit block-wise state (Li et al., 2023)",
     "blocks of 128, the signed 4-bit dynamic code\n    for the first moment and the linear "
-    "code without zero for the second, two codes per\n    byte; about 1.06 bytes of state "
-    "per parameter instead of 8.", "128; even",
+    "code without zero for the second, two codes per\n    byte, the second moment of "
+    "matrices scaled by the paper's rank-1 normalization\n    (the smaller of its row's "
+    "and its column's maximum) instead of per block; about\n    1.0 byte of state per "
+    "parameter instead of 8.", "128; even",
     "    >>> opt = functrain.adamw_4bit(1e-3, min_size=4)\n"
     "    >>> opt.init({'w': jnp.ones(256)})[0].mu['w'].codes.shape\n    (2, 64)")
 adamw_fp8 = _adamw_preset(

@@ -2,8 +2,9 @@
 
 The memory part of the benchmark runs on a tiny tree (no compilation, no timing); the
 state bytes it reports must equal what the block layout says: per quantized moment one
-byte per value (half a byte for 4 bits) over whole blocks plus a float32 absmax per block,
-small leaves float32, and the int32 step count.
+byte per value (half a byte for 4 bits) over whole blocks plus a float32 absmax per block
+(4-bit second moments of matrices: one per row and one per column instead), small leaves
+float32, and the int32 step count.
 """
 
 from __future__ import annotations
@@ -27,17 +28,25 @@ def blocks(n, size):
     return -(-n // size)
 
 
-def quantized_bytes(n, bits):
+def quantized_bytes(n, bits, rank1_shape=None):
+    """Codes over whole blocks, and a float32 absmax per block, or with ``rank1_shape``
+    one per row and one per column (4-bit second moments of matrices)."""
     size = {8: 256, 4: 128, "fp8": 256}[bits]
     per_value = 0.5 if bits == 4 else 1
-    return int(blocks(n, size) * size * per_value) + 4 * blocks(n, size)
+    scales = sum(rank1_shape) if rank1_shape else blocks(n, size)
+    return int(blocks(n, size) * size * per_value) + 4 * scales
 
 
 @pytest.mark.parametrize("variant,bits", [("8-bit", 8), ("4-bit", 4), ("fp8", "fp8")])
 def test_adamw_bytes_per_param(variant, bits):
     row = bench.memory_row("adamw", variant, TREE, compile_it=False, min_size=MIN_SIZE)
     moment = quantized_bytes(4100, bits) + quantized_bytes(300, bits) + 4 * 7
-    want = 2 * moment + 4  # mu and nu, and the count
+    if bits == 4:  # nu of the two matrices: rank-1 scales (41 + 100, 3 + 100 maxima)
+        nu = (quantized_bytes(4100, bits, (41, 100)) + quantized_bytes(300, bits, (3, 100))
+              + 4 * 7)
+    else:
+        nu = moment
+    want = moment + nu + 4  # mu and nu, and the count
     assert row["n_params"] == N
     assert row["state_bytes"] == want
     assert row["state_bytes_per_param"] == pytest.approx(want / N)

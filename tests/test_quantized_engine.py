@@ -77,7 +77,7 @@ def test_a_chain_with_a_transformation_that_is_not_a_stage():
 
 
 @pytest.mark.parametrize("code", ["dynamic8_signed", "dynamic8_unsigned", "dynamic4_signed",
-                                  "linear4_unsigned", "fp8"])
+                                  "linear4_unsigned", "linear4_unsigned_rank1", "fp8"])
 def test_the_ordering_argument_never_changes_the_values(code):
     x = jax.random.normal(jax.random.PRNGKey(3), (3, 300))
     q = quantize_blockwise(jnp.abs(x) if "unsigned" in code else x, code, 128)

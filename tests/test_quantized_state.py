@@ -222,7 +222,9 @@ def test_fp8_encoding_is_the_cast_bit_for_bit():
 def test_quantized_array_is_a_pytree_with_static_shape():
     q = quantize_blockwise(jnp.ones((3, 5)), "dynamic8_signed", 4)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(q)
-    assert [jax.tree_util.keystr(p) for p, _ in leaves] == [".codes", ".absmax"]
+    # the code is in the keys: a restore by key into another code cannot match
+    assert [jax.tree_util.keystr(p) for p, _ in leaves] == [".codes_dynamic8_signed",
+                                                            ".absmax"]
     back = jax.jit(lambda q: q)(q)
     assert isinstance(back, QuantizedArray) and back.shape == (3, 5) and back.code == q.code
     np.testing.assert_array_equal(dequantize_blockwise(back), np.ones((3, 5)))
@@ -241,7 +243,9 @@ def test_which_fields_are_quantized_and_with_which_code():
     assert adam_state.nu["w"].code == "dynamic8_unsigned"
     assert adam_state.mu["b"].dtype == jnp.float32          # 64 < min_size: kept
     four = functrain.quantized_state(functrain.adamw(1e-3), bits=4).init(params)[0]
-    assert (four.mu["w"].code, four.nu["w"].code) == ("dynamic4_signed", "linear4_unsigned")
+    assert (four.mu["w"].code, four.nu["w"].code) == ("dynamic4_signed",
+                                                      "linear4_unsigned_rank1")
+    assert four.nu["w"].absmax.shape == (128,)              # 64 row and 64 column maxima
     assert four.mu["w"].codes.shape == (32, 64)             # 4096 / 128 blocks, 2 per byte
     lion = functrain.quantized_state(functrain.lion(1e-4), bits=8).init(params)[0]
     assert lion.mu["w"].code == "dynamic8_signed"
@@ -475,11 +479,13 @@ def test_8bit_adamw_meets_bitsandbytes_bars(shape):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_4bit_adamw_against_float32(shape):
-    """4-bit (Li et al. 2023's codes, blocks of 128), bars just above the measurements.
+    """4-bit (Li et al. 2023's codes: blocks of 128 for the first moment, rank-1 scales
+    for the second), bars just above the measurements.
 
-    Measured: mean error 5.72e-4, 5.77e-4, 5.76e-4 (14x the 8-bit error: the 4-bit
-    first-moment code has 7 magnitudes per sign); state values outside atol 3e-3,
-    rtol 1e-3: 4.6e-4, 2.2e-4, 2.2e-4 of them (all in the first moment).
+    Measured: mean error 5.59e-4, 5.98e-4, 6.04e-4 (per-block second-moment scales:
+    5.72e-4, 5.77e-4, 5.76e-4; 14x the 8-bit error: the 4-bit first-moment code has 7
+    magnitudes per sign); state values outside atol 3e-3, rtol 1e-3: 4.6e-4, 2.2e-4,
+    2.2e-4 of them (all in the first moment).
     """
     err, not_close = run_against_float32(4, shape)
     assert err < 6.5e-4, err
@@ -508,14 +514,18 @@ def state_bytes(state):
 def test_state_bytes_per_parameter(bits, per_value, block, target):
     """float32 AdamW keeps 8 bytes per parameter; quantized, 2 fields x (code + a float32
     absmax per block), with the small bias leaf still float32 (the project's targets: at
-    most 0.27x float32 for 8-bit, 0.15x for 4-bit, small leaves included)."""
+    most 0.27x float32 for 8-bit, 0.15x for 4-bit, small leaves included). The 4-bit
+    second moment of the matrix has rank-1 scales instead: 1024 row and 1024 column
+    maxima."""
     n, bias = 1024 * 1024, 1024
     params = {"w": jnp.zeros((1024, 1024)), "b": jnp.zeros(bias)}
     full = state_bytes(functrain.adamw(1e-3).init(params))
     assert full == 8 * (n + bias) + 4                         # mu, nu and the int32 count
     low = state_bytes(functrain.quantized_state(functrain.adamw(1e-3), bits=bits)
                       .init(params))
-    assert low == 2 * (per_value * n + 4 * n // block) + 8 * bias + 4
+    mu = per_value * n + 4 * n // block
+    nu = per_value * n + 4 * 2048 if bits == 4 else mu
+    assert low == mu + nu + 8 * bias + 4
     assert low / full <= target, low / full
     print(f"bits={bits}: {low / (n + bias):.3f} bytes/param, {low / full:.3f}x float32")
 

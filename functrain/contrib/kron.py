@@ -56,7 +56,7 @@ from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment, value_at)
 from functrain.engine.program import chain
@@ -69,6 +69,7 @@ __all__ = ["KronState", "precond_update_prob_schedule", "scale_by_kron", "kron"]
 _MEMORY_SAVE_MODES = (None, "one_diag", "smart_one_diag", "all_diag")
 
 
+@state_value_kinds(mu="signed", qs="matrix")
 class KronState(NamedTuple):
     """State of :func:`scale_by_kron`.
 

@@ -31,7 +31,7 @@ from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbe
                                                 to_layers)
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.families.adam.stages import corrections
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range, hyperparameters)
 from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
@@ -47,6 +47,8 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 _TINY_NORM = 1e-16  # floor of the Shampoo direction's norm when grafting (as the reference)
 
 
+@state_value_kinds(mu="signed", nu="unsigned", stats_l="matrix", stats_r="matrix",
+                   precond_l="matrix", precond_r="matrix")
 class ShampooState(NamedTuple):
     """State of :func:`scale_by_shampoo`.
 

@@ -48,7 +48,7 @@ from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbe
                                                 to_layers)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates, safe_increment)
 from functrain.engine.program import (chain, leaf_compute_dtype, state_compute_dtype)
@@ -62,6 +62,7 @@ _OWNER = "scale_by_soap"
 _NORMALIZE_FLOOR = 1e-30  # the reference's floor under the update's RMS (normalize_grads)
 
 
+@state_value_kinds(mu="signed", nu="unsigned", stats="matrix", bases="matrix")
 class SoapState(NamedTuple):
     """State of :func:`scale_by_soap`.
 

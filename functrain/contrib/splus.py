@@ -51,8 +51,8 @@ _HIGHEST = lax.Precision.HIGHEST
 _FIELDS = ("mu", "ema", "stats_l", "stats_r", "bases_l", "bases_r")
 
 
-@state_value_kinds(mu="signed", ema="keep", stats_l="keep", stats_r="keep", bases_l="keep",
-                   bases_r="keep")
+@state_value_kinds(mu="signed", ema="keep", stats_l="matrix", stats_r="matrix",
+                   bases_l="matrix", bases_r="matrix")
 class SplusState(NamedTuple):
     """State of :func:`scale_by_splus`: the official code's ``SPlusState``, its ``ema_rate``
     replaced by the EMA's running weight.
