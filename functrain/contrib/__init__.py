@@ -51,6 +51,8 @@ from functrain.contrib.sophia import (HutchinsonState, SophiaState,
                                       hutchinson_estimator_diag_hessian, sophia)
 
 # Beyond optax (one optimizer per module):
+from functrain.contrib.adam_mini import (ScaleByAdamMiniState, adam_mini, adam_mini_blocks,
+                                         adam_mini_decay_mask, scale_by_adam_mini)
 from functrain.contrib.adamuon import AdaMuonState, adamuon, scale_by_adamuon
 from functrain.contrib.came import CameState, came, scale_by_came
 from functrain.contrib.dion import ScaleByDionState, dion, scale_by_dion
