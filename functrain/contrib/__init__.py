@@ -54,6 +54,7 @@ from functrain.contrib.sophia import (HutchinsonState, SophiaState,
 from functrain.contrib.adam_mini import (ScaleByAdamMiniState, adam_mini, adam_mini_blocks,
                                          adam_mini_decay_mask, scale_by_adam_mini)
 from functrain.contrib.adamuon import AdaMuonState, adamuon, scale_by_adamuon
+from functrain.contrib.apollo import ApolloState, apollo, apollo_mini, scale_by_apollo
 from functrain.contrib.came import CameState, came, scale_by_came
 from functrain.contrib.dion import ScaleByDionState, dion, scale_by_dion
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
