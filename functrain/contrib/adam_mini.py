@@ -20,6 +20,8 @@ any other.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -31,7 +33,7 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_positive,
                                   hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.engine.program import Program, chain
+from functrain.engine.program import chain, stage_transform
 from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, zero_count)
 from functrain.families.adam.stages import BiasCorrections, corrections
@@ -65,7 +67,7 @@ class ScaleByAdamMiniState(NamedTuple):
       count: the number of steps taken (int32).
       mu: the momentum, a tree like the params.
       nu: per leaf, one second moment per block: an array whose shape is the leaf's
-        block grid (see the module's docstring), real even for complex leaves.
+        block grid (see the module's docstring), in the parameter's dtype (as Adam's).
 
     >>> import jax.numpy as jnp
     >>> scale_by_adam_mini().init({'mlp': jnp.zeros((2, 3))}).nu
@@ -193,7 +195,7 @@ def _check_grid(grid: Any, shape: tuple, where: str, owner: str) -> tuple:
     return tuple(int(n) for n in grid)
 
 
-def _grids(blocks: BlocksSpec, tree: PyTree, n_heads: int, owner: str) -> list:
+def _grids(blocks: BlocksSpec, tree: PyTree, *, n_heads: int, owner: str) -> list:
     """Per leaf slot of ``tree`` (placeholders included): its checked grid, or ``None``."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=ft.is_placeholder)
     if blocks is None:
@@ -212,13 +214,28 @@ def _grids(blocks: BlocksSpec, tree: PyTree, n_heads: int, owner: str) -> list:
             for (path, x), grid in zip(flat, grids)]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _BlockStage(LeafStage):
+    """Adam-mini's stage: its ``nu`` of each leaf takes the leaf's block grid, which
+    ``grids(params)`` reads from the key paths (the engine's ``init_leaf`` sees one leaf, not
+    its path). Everything else is the engine's, so wrappers that rebuild the stage
+    (``masked``) keep the grids."""
+
+    grids: Callable[[PyTree], list]
+
+    def init_state(self, params: Params) -> ScaleByAdamMiniState:
+        """The state for ``params``: the engine's, with each ``nu`` of its grid's shape."""
+        grids = self.grids(params)  # every leaf checked, the error naming its key path
+        state = super().init_state(params)
+        slots, treedef = jax.tree_util.tree_flatten(state.nu, is_leaf=ft.is_placeholder)
+        return ft.distinct_buffers(state._replace(nu=treedef.unflatten([
+            n if ft.is_placeholder(n) or grid is None else jnp.zeros(grid, n.dtype)
+            for n, grid in zip(slots, grids)])))
+
+
 def _split(shape: tuple, grid: tuple) -> tuple:
     """``shape`` with each axis cut into ``(blocks along it, entries per block)``."""
     return tuple(d for size, n in zip(shape, grid) for d in (n, size // n if n else 1))
-
-
-def _real_dtype(dtype: Any) -> Any:
-    return np.zeros((), dtype).real.dtype
 
 
 @hyperparameters(b1="number", b2="decay", eps="number", n_heads="number")
@@ -282,22 +299,13 @@ def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
                            eps)
         return u.reshape(g.shape), s._replace(mu=mu, nu=nu)
 
-    stage = LeafStage(
+    return stage_transform(_BlockStage(
         name=owner, update_leaf=leaf, state_cls=ScaleByAdamMiniState,
         leaf_fields=("mu", "nu"), shaped_fields=("mu",),
         init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),
-                             jnp.zeros((1,) * np.ndim(p), _real_dtype(p.dtype))),
-        init_global=zero_count, prepare=corrections(b1, b2))
-
-    def init_fn(params: Params) -> ScaleByAdamMiniState:
-        grids = _grids(blocks, params, n_heads, owner)  # every leaf checked, by key path
-        state = stage.init_state(params)
-        slots, treedef = jax.tree_util.tree_flatten(state.nu, is_leaf=ft.is_placeholder)
-        return ft.distinct_buffers(state._replace(nu=treedef.unflatten([
-            n if ft.is_placeholder(n) or grid is None else jnp.zeros(grid, n.dtype)
-            for n, grid in zip(slots, grids)])))
-
-    return GradientTransformation(init_fn, Program((((), stage),)))
+                             jnp.zeros((1,) * np.ndim(p), p.dtype)),
+        init_global=zero_count, prepare=corrections(b1, b2),
+        grids=functools.partial(_grids, blocks, n_heads=n_heads, owner=owner)))
 
 
 @declare_optimizer("beyond optax", "Zhang et al., 2024", optax=None, summary=(

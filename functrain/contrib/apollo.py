@@ -304,7 +304,9 @@ def scale_by_apollo(rank: int = 256, update_proj_gap: int = 200, scale: float = 
             g = as_array(g)
             cd = leaf_compute_dtype(g, None if p is None else as_array(p))
             x = g.astype(cd)
-            mu_c, nu_c, nrm_c = (a.astype(state_compute_dtype(a, cd)) for a in (mu, nu, nrm))
+            real = jnp.real(jnp.zeros((), cd)).dtype  # nu and norm are real, also for complex
+            mu_c, nu_c, nrm_c = (a.astype(state_compute_dtype(a, d))
+                                 for a, d in ((mu, cd), (nu, real), (nrm, real)))
             if plan is None:
                 mu_n, nu_n = ema_update(x, mu_c, b1), ema_update(abs_sq(x), nu_c, ctx.b2)
                 u, nrm_n = adam_direction(mu_n, nu_n, None, None, eps), nrm_c
