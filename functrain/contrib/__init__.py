@@ -1,8 +1,8 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
-``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``) and modifiers for any
-optimizer (``cautious``, ``cautious_adamw``, ``cautious_lion``, ``mars_correction``,
-``trust_region_clip``).
+``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``, ``adam_mini``, ``apollo``,
+``apollo_mini``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
+``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
