@@ -49,7 +49,7 @@ RATIO_EPS = 1e-8
 SCALE_TYPES = ("channel", "tensor")
 
 
-@state_value_kinds(mu="signed", nu="unsigned", norm="unsigned")
+@state_value_kinds(mu="signed", nu="unsigned", norm="keep")
 class ApolloState(NamedTuple):
     """State of :func:`scale_by_apollo`.
 
