@@ -500,7 +500,8 @@ _beyond("dion", dict(learning_rate=1e-2), skip={
                   "columns of R (noise over its norm plus eps) are not small, so jit and eager "
                   "(different roundings) give different updates; the authors' code is as "
                   "ill-posed there (its Cholesky QR of a rank-deficient B Q fails)"})
-# laprop: its default record.
+# apollo_mini: apollo's test file checks it (adam_mini, apollo, laprop: their default records).
+_beyond("apollo_mini", dict(learning_rate=1e-2), tests="tests/contrib/test_contrib_apollo.py")
 
 
 # --------------------------------------------------------------------------

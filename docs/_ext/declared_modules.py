@@ -48,7 +48,7 @@ ORDER: dict[str, list[str]] = {
         "privacy", "normalize", "complex_valued")],
     "beyond optax": ["functrain.contrib." + m for m in (
         "shampoo", "soap", "kron", "dion", "normuon", "adamuon", "splus", "mars", "came",
-        "laprop", "modifiers")],
+        "laprop", "adam_mini", "apollo", "modifiers")],
 }
 _ADAM_VARIANTS = "Adam variants: ADOPT, MADGRAD, ACProp, AdEMAMix"
 #: module -> its section's title, where the docstring's first words are not the title;

@@ -68,6 +68,11 @@ STRESSED: dict[str, Stressed] = {
     "dion": Stressed(lambda ft: ft.contrib.dion(1e-3, rank=0.5), steps=12, runs=3),
     "galore": Stressed(lambda ft: ft.contrib.galore(1e-3, rank=16, update_proj_gap=5),
                        steps=12, runs=3),
+    "adam_mini": Stressed(lambda ft: ft.contrib.adam_mini(1e-3), steps=10, runs=2),
+    "apollo": Stressed(lambda ft: ft.contrib.apollo(1e-3, rank=16, update_proj_gap=5),
+                       steps=12, runs=2),
+    "apollo_mini": Stressed(lambda ft: ft.contrib.apollo_mini(1e-3, update_proj_gap=5),
+                            steps=12, runs=2),
     "sophia": Stressed(lambda ft: ft.contrib.sophia(1e-3), steps=12, runs=2, extra=_sophia),
     "reduce_on_plateau": Stressed(
         lambda ft: ft.chain(ft.adam(1e-3), ft.contrib.reduce_on_plateau(patience=2)),
