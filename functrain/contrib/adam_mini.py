@@ -308,7 +308,7 @@ def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
         grids=functools.partial(_grids, blocks, n_heads=n_heads, owner=owner)))
 
 
-@declare_optimizer("beyond optax", "Zhang et al., 2024", optax=None, summary=(
+@declare_optimizer("beyond optax", "Zhang et al., 2024", optax=None, stressed=True, summary=(
     "Adam-mini (Zhang et al., 2024): Adam's momentum with one second moment per block (head, "
     "neuron, token or tensor), about half of AdamW's state."),
     signature="adam_mini(learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, ...)")
