@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import functrain as ft
+import stacked_sharding_checks  # noqa: E402  (sharded stacked weights)
 import matrix_sharding_checks  # noqa: E402  (tests/ is on sys.path: pytest and `python tests/...`)
 from functrain import jax_compat, sharding as fs
 from helpers import (AXIS_TYPES, LAYOUTS_JAX, LAYOUTS_WHY, PREFERRED_AXIS_TYPE, SkipCheck,
@@ -808,6 +809,7 @@ def check_shampoo() -> None:
 
 
 CHECKS.update(matrix_sharding_checks.CHECKS)  # the matrix optimizers' refresh splits
+CHECKS.update(stacked_sharding_checks.CHECKS)  # sharded stacked weights
 
 
 def main(names: list[str]) -> None:
