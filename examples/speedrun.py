@@ -27,7 +27,7 @@ the NanoGPT speedrun's optimization track, scaled down to two CPU cores:
   (their parameters were kept), so the count is exact to the step; the run stops there.
   A run that never reaches it in the budget is *censored*;
 * **seeds**: each seed draws its own initialization and batch order (``--seeds``, default
-  5: seeds 0 to 4); every optimizer sees the same ones. Internal randomness of an
+  10: seeds 0 to 9); every optimizer sees the same ones. Internal randomness of an
   optimizer (Kron's, Dion's) keeps the optimizer's default seed.
 
 It prints and writes (``--out``, default ``benchmarks/results/``) a table of, per
@@ -149,7 +149,7 @@ FULL = Config(chars=1_000_000, n_layer=2, d_model=64, n_head=4, context=64, batc
               steps=300, eval_every=10, val_windows=64)
 TINY = Config(chars=60_000, n_layer=1, d_model=32, n_head=2, context=32, batch=8,
               steps=12, eval_every=4, val_windows=16)
-SEEDS = 5
+SEEDS = 10
 
 
 # ----------------------------------------------------------------------------- data

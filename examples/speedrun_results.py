@@ -445,9 +445,11 @@ def plot(summary: dict, path: Path, colors: dict) -> None:
             right.errorbar(s["mean"], i - 0.25, xerr=s["half_width"], fmt="s", ms=4, capsize=3,
                            color="black")
     right.axvline(budget, color="gray", ls=":", lw=1)
+    right.set_xlim(right=budget * 1.05)
     right.set_yticks(range(len(results)), list(results), fontsize=8)
     right.invert_yaxis()
-    right.set_xlabel(f"steps to validation loss {target} (> = never reached in {budget})")
+    right.set_xlabel(f"steps to validation loss {target} (open triangle: not reached in "
+                     f"{budget}, counted at {budget})")
     right.set_title(f"{len(meta['seeds'])} seeds each; black: mean ± 95% t-interval",
                     fontsize=10)
     fig.tight_layout()
