@@ -1,44 +1,25 @@
 """Steps to a target, with error bars: ten optimizers on one small character-level GPT.
 
 Run it with ``make speedrun`` (which sets up ``.venv`` first) or, in an environment
-with ``functrain[demo]``, with ``python examples/speedrun.py``. The rules are those of
-the NanoGPT speedrun's optimization track, scaled down to two CPU cores:
+with ``functrain[demo]``, with ``python examples/speedrun.py``. The rules (docs/speedrun.md
+states them in full) are the NanoGPT speedrun's optimization track, scaled to two CPU cores:
+fixed data (the standard library's own source), model (a small pre-norm GPT written here in
+plain JAX), batch, step budget and learning-rate multiplier (``FULL``, ``lr_multiplier``);
+each optimizer's learning rate tuned on its grid by ``--tune``, a separate, longer mode, on
+seeds that are not the measured ones (``TUNE_GRID``, ``TUNE_SEEDS``; the chosen rates are
+``LEARNING_RATES``, the sweep ``TUNE_RESULTS`` of ``TUNED_ON``); every other argument the
+optimizer's default, the Muon family's AdamW part at AdamW's rate. The score of a run is the
+first step whose validation loss is at or below ``TARGET_LOSS``, exact to the step; a run that
+never gets there in the budget is censored. Each of ``--seeds`` seeds (default 10: 0 to 9)
+draws the initialization and the batch order; every optimizer sees the same ones.
 
-* **fixed data**: the standard library's own ``.py`` files (those directly under
-  ``os.path.dirname(os.__file__)``, in sorted order), the first ``chars`` characters of
-  their concatenation, the first 90% for training and the last 10% for validation (a
-  fixed set of ``val_windows`` windows); the vocabulary is the sorted set of characters;
-* **fixed model**: a small pre-norm GPT written here in plain JAX (token and position
-  embeddings, ``n_layer`` blocks of causal attention and a GELU MLP, each behind an
-  RMSNorm with a learned gain, a final norm and an untied output head);
-* **fixed batch and step budget** (``FULL``), one learning-rate multiplier for all: a
-  linear warmup over the first 5% of the budget, constant, then a linear decay to zero
-  over the last 40% (the speedrun's "warmdown");
-* **the learning rate is tuned**, per optimizer, on the grid ``TUNE_GRID`` by ``--tune``
-  (a separate, longer mode) on the seeds ``TUNE_SEEDS``, which are not the measured ones;
-  the chosen rates are ``LEARNING_RATES`` (with the sweep's numbers in ``TUNE_RESULTS``
-  and its date in ``TUNED_ON``); every other argument is the optimizer's default. The
-  Muon family (``muon`` and its Newton-Schulz variants, ``normuon``, ``adamuon``,
-  ``dion``) updates the blocks' matrices; the embeddings, the head and the gains go to
-  its AdamW part at AdamW's tuned rate, as the NanoGPT speedrun does;
-* **the measure**: the number of steps until the validation loss first reaches
-  ``TARGET_LOSS``. The loss is evaluated every ``eval_every`` steps; when an evaluation
-  is at or below the target, the steps since the previous one are evaluated one by one
-  (their parameters were kept), so the count is exact to the step; the run stops there.
-  A run that never reaches it in the budget is *censored*;
-* **seeds**: each seed draws its own initialization and batch order (``--seeds``, default
-  10: seeds 0 to 9); every optimizer sees the same ones. Internal randomness of an
-  optimizer (Kron's, Dion's) keeps the optimizer's default seed.
-
-It prints and writes (``--out``, default ``benchmarks/results/``) a table of, per
-optimizer, the tuned learning rate, the mean steps to target with a 95% t-interval, the
-number of censored runs (counted at the budget, so the mean is then a lower bound) and
-Welch's t-test p-values against AdamW and against Muon (examples/speedrun_results.py),
-with ``speedrun.json`` and ``speedrun.png``; a full default run also rewrites the tables
-of docs/speedrun.md and the README. ``--tiny`` is a much smaller configuration for the
-test suite. The runs are deterministic given the seeds (same machine and versions).
+It prints and writes (``--out``, default ``benchmarks/results/``) the table of, per
+optimizer, the tuned rate, the mean steps to target with a 95% t-interval, the censored runs
+and Welch's p-values against AdamW and Muon (examples/speedrun_results.py), with
+``speedrun.json`` and ``speedrun.png``; a full default run also rewrites the tables of
+docs/speedrun.md and the README. ``--tiny`` is the test suite's size. The runs are
+deterministic given the seeds (on one machine and set of versions).
 """
-
 from __future__ import annotations
 
 import argparse

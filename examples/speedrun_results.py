@@ -277,11 +277,11 @@ def readme_block(summary: dict) -> str:
     meta, results = summary["meta"], summary["results"]
     budget, target = meta["steps"], meta["target"]
     cfg = meta["config"]
-    names = list(results)
+    names, minutes = list(results), meta["total_seconds"] / 60
     cells = lambda f: " | ".join(f(results[n]) for n in names)  # noqa: E731
     return "\n".join([
-        f"**Steps to a target, with error bars** (`make speedrun`, {meta['total_seconds'] / 60:.0f} "
-        f"minutes on {meta['machine']}): a {cfg['n_layer']}-layer character-level GPT "
+        f"**Steps to a target, with error bars** (`make speedrun`, {minutes:.0f} minutes "
+        f"on {meta['machine']}): a {cfg['n_layer']}-layer character-level GPT "
         f"({meta['n_params'] // 1000}k parameters) on Python's own source, batch {cfg['batch']}, "
         f"{budget} steps, each optimizer at its tuned learning rate; steps to validation loss "
         f"{target} over {len(meta['seeds'])} seeds, mean ± 95% t-interval (≥: runs that never "
