@@ -277,11 +277,11 @@ def readme_block(summary: dict) -> str:
     meta, results = summary["meta"], summary["results"]
     budget, target = meta["steps"], meta["target"]
     cfg = meta["config"]
-    names = list(results)
+    names, minutes = list(results), meta["total_seconds"] / 60
     cells = lambda f: " | ".join(f(results[n]) for n in names)  # noqa: E731
     return "\n".join([
-        f"**Steps to a target, with error bars** (`make speedrun`, {meta['total_seconds'] / 60:.0f} "
-        f"minutes on {meta['machine']}): a {cfg['n_layer']}-layer character-level GPT "
+        f"**Steps to a target, with error bars** (`make speedrun`, {minutes:.0f} minutes "
+        f"on {meta['machine']}): a {cfg['n_layer']}-layer character-level GPT "
         f"({meta['n_params'] // 1000}k parameters) on Python's own source, batch {cfg['batch']}, "
         f"{budget} steps, each optimizer at its tuned learning rate; steps to validation loss "
         f"{target} over {len(meta['seeds'])} seeds, mean ± 95% t-interval (≥: runs that never "
@@ -345,6 +345,68 @@ def replace_between(text: str, begin: str, end: str, new: str) -> str:
     return "\n".join(lines[:i + 1] + new.split("\n") + lines[j:])
 
 
+def results_page(summary: dict) -> str:
+    """``benchmarks/results/speedrun.md``: when, where and how long, and the table.
+
+    Args:
+      summary: the speedrun's JSON.
+
+    Returns:
+      The page.
+    """
+    meta = summary["meta"]
+    return (f"# Speedrun results ({meta['date']})\n\n`make speedrun` on {meta['machine']} "
+            f"(load average at the start {meta['load']}), Python {meta['python']}, jax "
+            f"{meta['jax']}: {meta['total_seconds']:.0f} s of wall time, "
+            f"{meta['cpu_seconds']:.0f} s of CPU time. Target {meta['target']}, budget "
+            f"{meta['steps']} steps, seeds {meta['seeds']}, learning rates tuned on "
+            f"{meta['tuned_on']}. Method: [docs/speedrun.md](../../docs/speedrun.md).\n\n"
+            f"{results_table(summary)}\n\n![speedrun](speedrun.png)\n")
+
+
+DOCS_BEGIN = "<!-- results: written by examples/speedrun.py -->"
+DOCS_END = "<!-- end of results -->"
+DOCS_PLOT = ("![each seed's steps to target, and seed 0's validation curves]"
+             "(../benchmarks/results/speedrun.png)")
+README_FIRST, README_LAST = "**Steps to a target, with error bars**", "| p vs adamw / muon |"
+
+
+def docs_block(summary: dict, tuning: dict) -> str:
+    """What docs/speedrun.md shows between its markers: the table, the sweep, the plot.
+
+    Args:
+      summary: the speedrun's JSON.
+      tuning: ``{optimizer: {"grid": {lr: loss}, "best": lr}}``.
+
+    Returns:
+      The markdown.
+    """
+    return "\n\n".join([
+        results_table(summary),
+        f"The sweep (mean final validation loss on the tuning seeds after "
+        f"{summary['meta']['steps']} steps; bold: chosen, on {summary['meta']['tuned_on']}):",
+        tuning_table(tuning), DOCS_PLOT])
+
+
+def write_docs(summary: dict, root: Path, tuning: dict) -> None:
+    """Rewrite the tables of ``root``/docs/speedrun.md and ``root``/README.md.
+
+    Args:
+      summary: the speedrun's JSON, from a full default run.
+      root: the repository.
+      tuning: as :func:`docs_block` takes it.
+    """
+    page = root / "docs" / "speedrun.md"
+    page.write_text(replace_between(page.read_text(), DOCS_BEGIN, DOCS_END,
+                                    docs_block(summary, tuning)))
+    readme = root / "README.md"
+    lines = readme.read_text().split("\n")
+    first = next(i for i, x in enumerate(lines) if x.startswith(README_FIRST))
+    last = next(i for i, x in enumerate(lines) if i > first and x.startswith(README_LAST))
+    lines[first:last + 1] = readme_block(summary).split("\n")
+    readme.write_text("\n".join(lines))
+
+
 # ----------------------------------------------------------------------------- plot
 def plot(summary: dict, path: Path, colors: dict) -> None:
     """Left: seed 0's validation curves; right: each seed's steps to target, mean ± 95% CI.
@@ -383,9 +445,11 @@ def plot(summary: dict, path: Path, colors: dict) -> None:
             right.errorbar(s["mean"], i - 0.25, xerr=s["half_width"], fmt="s", ms=4, capsize=3,
                            color="black")
     right.axvline(budget, color="gray", ls=":", lw=1)
+    right.set_xlim(right=budget * 1.05)
     right.set_yticks(range(len(results)), list(results), fontsize=8)
     right.invert_yaxis()
-    right.set_xlabel(f"steps to validation loss {target} (> = never reached in {budget})")
+    right.set_xlabel(f"steps to validation loss {target} (open triangle: not reached in "
+                     f"{budget}, counted at {budget})")
     right.set_title(f"{len(meta['seeds'])} seeds each; black: mean ± 95% t-interval",
                     fontsize=10)
     fig.tight_layout()

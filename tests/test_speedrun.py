@@ -1,12 +1,13 @@
-"""`make speedrun`'s script (examples/speedrun.py), at its --tiny size.
+"""`make speedrun` (examples/speedrun.py and examples/speedrun_results.py).
 
-Every one of the six optimizers must lower the validation loss of the small character
-model within a few steps (nothing is asserted about which is fastest), and the script
-must write its table, plot and JSON. Asking for an optimizer functrain does not have
-fails before anything is trained, with an error that names it.
+The statistics against values computed by hand, the t tables and SciPy's own Welch test;
+the steps-to-target count on synthetic curves, and in the harness against a run evaluated
+at every step; every optimizer of the speedrun built on its model; a tiny run of the whole
+script (table, plot, JSON); and the README's and docs/speedrun.md's tables against the
+committed results.
 """
 
-import importlib.util
+import doctest
 import json
 import math
 import os
@@ -14,55 +15,194 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from scipy import stats
 
 import functrain
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_SIX = ("adamw", "muon", "soap", "shampoo", "kron", "schedule_free_adamw")
+sys.path.insert(0, str(ROOT / "examples"))
+
+import speedrun  # noqa: E402
+import speedrun_results as results  # noqa: E402
+
+T_975_4 = 2.7764451051977987  # t_{0.975} with 4 degrees of freedom, to 16 digits
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("examples_speedrun", ROOT / "examples" / "speedrun.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["examples_speedrun"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+# ----------------------------------------------------------------------------- statistics
+@pytest.mark.parametrize("p, df, table", [
+    (0.975, 1, 12.706), (0.975, 4, 2.776), (0.975, 9, 2.262), (0.975, 29, 2.045),
+    (0.95, 10, 1.812), (0.995, 4, 4.604), (0.9, 20, 1.325)])
+def test_t_quantiles_and_p_values_match_the_t_table(p, df, table):
+    # Critical values of Student's t as printed in the tables (3 decimals).
+    assert abs(results.t_quantile(p, df) - table) < 5e-4
+    assert abs(results.t_two_sided_p(results.t_quantile(p, df), df) - 2 * (1 - p)) < 1e-12
+    assert abs(results.t_two_sided_p(-table, df) - 2 * (1 - p)) < 2e-4
 
 
-def test_tiny_speedrun_lowers_validation_loss_for_every_optimizer(tmp_path):
+def test_mean_interval_by_hand():
+    mean, half = results.mean_interval([1.0, 2.0, 3.0, 4.0, 5.0])  # s^2 = 10 / 4
+    assert mean == 3.0 and abs(half - T_975_4 * math.sqrt(2.5 / 5)) < 1e-12
+    mean, half = results.mean_interval([10.0, 12.0])  # s = sqrt(2): half = t_{.975,1}
+    assert mean == 11.0 and abs(half - 12.706204736174698) < 1e-9
+    mean, half = results.mean_interval([7.0])
+    assert mean == 7.0 and math.isnan(half)
+    with pytest.raises(ValueError, match="values must be a non-empty list"):
+        results.mean_interval([])
+
+
+def test_welch_by_hand_and_against_scipy():
+    t, df, p = results.welch_test([1, 2, 3, 4, 5], [2, 4, 6, 8, 10])
+    assert abs(t - (-3 / math.sqrt(2.5))) < 1e-12          # (3 - 6) / sqrt(2.5/5 + 10/5)
+    assert abs(df - 6.25 / (0.25 / 4 + 4.0 / 4)) < 1e-12     # (a + b)^2 / (a^2/4 + b^2/4)
+    assert abs(p - 2 * stats.t.sf(3 / math.sqrt(2.5), 6.25 / 1.0625)) < 1e-12
+    rng = np.random.default_rng(0)
+    for nx, ny, shift, scale in [(5, 5, 0.0, 1.0), (5, 8, 1.0, 3.0), (12, 3, -2.0, 0.2),
+                                 (2, 2, 0.5, 1.0)]:
+        x, y = rng.normal(size=nx), shift + scale * rng.normal(size=ny)
+        ref = stats.ttest_ind(x, y, equal_var=False)
+        t, df, p = results.welch_test(x, y)
+        assert abs(t - ref.statistic) < 1e-10 and abs(p - ref.pvalue) < 1e-10, (nx, ny)
+        if hasattr(ref, "df"):
+            assert abs(df - ref.df) < 1e-9
+
+
+def test_welch_constant_samples_and_bad_input():
+    t, df, p = results.welch_test([300, 300], [300, 300, 300])  # all censored, say
+    assert (t, p) == (0.0, 1.0) and math.isnan(df)
+    t, _, p = results.welch_test([100, 100], [300, 300])
+    assert t == -math.inf and p == 0.0
+    with pytest.raises(ValueError, match="y must hold at least two numbers"):
+        results.welch_test([1, 2], [3])
+
+
+def test_censored_runs_count_at_the_budget_and_are_reported():
+    s = results.summarize([100, 120, None, 110, None], budget=300)
+    assert s["values"] == [100, 120, 300, 110, 300] and s["censored"] == 2 and s["lower_bound"]
+    mean, half = results.mean_interval([100, 120, 300, 110, 300])
+    assert s["mean"] == mean and s["half_width"] == half
+    assert results.format_steps(s, 300) == f"≥ {mean:.0f} ± {half:.0f}"
+    none = results.summarize([None] * 5, budget=300)
+    assert results.format_steps(none, 300) == "> 300" and none["censored"] == 5
+    assert results.compare(none, none) is None  # nothing was measured
+    fast = results.summarize([100, 110, 90, 105, 95], budget=300)
+    assert results.compare(fast, none) == results.welch_test(fast["values"], [300] * 5)[2]
+    assert results.format_p(results.compare(fast, none)) == "< 0.001"
+    assert results.format_steps(fast, 300) == "100 ± 10"  # 2.776 * sqrt(62.5 / 5) = 9.8
+
+
+def test_steps_to_target_on_synthetic_curves():
+    steps = list(range(0, 301, 10))
+    smooth = [1 + 3 * math.exp(-s / 100) for s in steps]  # crosses 2.0 at 100 ln 3 = 109.9
+    assert results.steps_to_target(steps, smooth, 2.0) == 110
+    assert results.steps_to_target(steps, smooth, 1.0) is None       # never reached
+    assert results.steps_to_target(steps, smooth, 4.0) == 0          # already at the start
+    # A noisy curve: the first crossing counts, even if the loss rises again after it.
+    assert results.steps_to_target([0, 10, 20, 30, 40], [3, 2.5, 1.99, 2.1, 1.9], 2.0) == 20
+    # A diverged run (NaN) never reaches the target.
+    assert results.steps_to_target([0, 10, 20], [3.0, 2.5, math.nan], 2.0) is None
+    with pytest.raises(ValueError, match="3 steps but 2 losses"):
+        results.steps_to_target([0, 1, 2], [3.0, 2.0], 2.0)
+
+
+def test_the_statistics_module_examples_run():
+    failed, attempted = doctest.testmod(results, optionflags=doctest.ELLIPSIS)
+    assert failed == 0 and attempted >= 12
+
+
+# ----------------------------------------------------------------------------- harness
+def test_steps_to_target_is_exact_to_the_step_and_deterministic():
+    # Evaluated every 4 steps (then step by step where the target was crossed) against
+    # evaluated at every step: the same count and the same losses, run after run.
+    data = speedrun.load_data(speedrun.TINY)
+    cfg_1 = speedrun.dataclasses.replace(speedrun.TINY, eval_every=1)
+    target, lr = 3.5, 1e-2  # crossed at steps 7 and 6 (seeds 0 and 1), between evaluations
+    coarse = speedrun.train_seeds("adamw", lr, data, speedrun.TINY, 12, lr, [0, 1], target, True)
+    every = speedrun.train_seeds("adamw", lr, data, cfg_1, 12, lr, [0, 1], target, True)
+    for c, e in zip(coarse, every):
+        assert c["steps_to_target"] is not None and c["steps_to_target"] % 4 != 0, c
+        assert c["steps_to_target"] == e["steps_to_target"]
+        assert c["steps"][-1] == c["steps_to_target"]  # the run stopped there
+        per_step = dict(zip(e["steps"], e["val_loss"]))
+        for s, loss in zip(c["steps"], c["val_loss"]):
+            assert loss == per_step[s], (s, loss, per_step[s])
+    assert coarse[0]["val_loss"][0] != coarse[1]["val_loss"][0]  # seeds: other inits
+
+
+def test_every_optimizer_is_built_on_the_model_with_its_split():
+    data = speedrun.load_data(speedrun.TINY)
+    params = speedrun.init_params(jax.random.PRNGKey(0), speedrun.TINY, len(data["vocab"]))
+    dims = speedrun.muon_dims(params)
+    assert dims["tok_embed"] is None and dims["head"] is None
+    assert dims["blocks"][0]["wq"] is not None and dims["blocks"][0]["attn_gain"] is None
+    for name in speedrun.OPTIMIZERS:
+        opt = speedrun.make_optimizer(name, speedrun.LEARNING_RATES[name], 12, 1e-3, params)
+        updates, _ = jax.eval_shape(lambda p: opt.update(p, opt.init(p), p), params)
+        assert jax.tree.structure(updates) == jax.tree.structure(params), name
+        assert all(u.shape == p.shape and u.dtype == jnp.float32 for u, p in
+                   zip(jax.tree.leaves(updates), jax.tree.leaves(params))), name
+
+
+def test_tiny_run_writes_table_plot_and_json(tmp_path):
     # A subprocess, run as `make speedrun` runs it; XLA's backend optimizations are
     # switched off there: compilation is most of this test's time (same numbers).
     env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
                                        + " --xla_backend_optimization_level=0").strip()}
+    names = ("adamw", "muon", "splus")
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "speedrun.py"), "--tiny", "--quiet",
-         "--out", str(tmp_path), "--opts", ",".join(ALL_SIX)],
+         "--out", str(tmp_path), "--opts", ",".join(names), "--seeds", "2", "--target", "3.9"],
         capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "speedrun.json").read_text())
-    tiny_steps = load_script().TINY.steps
-    results = summary["results"]
-    assert tuple(results) == ALL_SIX
-    first = {name: res["val_loss"][0] for name, res in results.items()}
-    # Same initialization for every optimizer: the same starting validation loss, about
-    # ln(vocabulary) for a near-uniform prediction.
-    assert max(first.values()) - min(first.values()) < 1e-6
-    assert abs(first["adamw"] - math.log(summary["meta"]["vocab"])) < 0.1
-    for name, res in results.items():
-        assert res["steps"][-1] == tiny_steps, name
-        assert all(math.isfinite(x) for x in res["val_loss"]), (name, res["val_loss"])
-        assert res["final_val_loss"] < res["val_loss"][0] - 0.005, (name, res["val_loss"])
+    assert tuple(summary["results"]) == names and summary["meta"]["seeds"] == [0, 1]
+    starts = [run["val_loss"][0] for res in summary["results"].values() for run in res["runs"]]
+    assert abs(starts[0] - math.log(summary["meta"]["vocab"])) < 0.1  # near-uniform at init
+    for name, res in summary["results"].items():
+        reached = [run["steps_to_target"] for run in res["runs"]]
+        assert reached == [results.steps_to_target(r["steps"], r["val_loss"], 3.9)
+                           for r in res["runs"]], name
+        assert res["summary"] == results.summarize(reached, 12), name
+        assert [run["val_loss"][0] for run in res["runs"]] == starts[:2], name  # same inits
+    assert summary["results"]["adamw"]["p_vs_adamw"] is None
     table = (tmp_path / "speedrun.md").read_text()
-    assert all(f"| {name} |" in table for name in ALL_SIX)
+    assert results.results_table(summary) in table and results.results_table(summary) in \
+        result.stdout
     assert (tmp_path / "speedrun.png").stat().st_size > 0
 
 
 def test_missing_or_unknown_optimizer_is_named_before_training(tmp_path, monkeypatch):
-    speedrun = load_script()  # in-process: the error comes before any training
     monkeypatch.delattr(functrain.contrib, "kron")
     with pytest.raises(ValueError, match=r"'kron' needs functrain\.contrib\.kron"):
         speedrun.main(["--tiny", "--out", str(tmp_path), "--opts", "adamw,kron"])
     with pytest.raises(ValueError, match=r"unknown optimizer 'lion2'"):
         speedrun.main(["--tiny", "--out", str(tmp_path), "--opts", "lion2"])
+    with pytest.raises(ValueError, match=r"--seeds must be >= 2"):
+        speedrun.main(["--tiny", "--out", str(tmp_path), "--opts", "adamw", "--seeds", "1"])
     assert not list(tmp_path.iterdir())  # nothing was trained or written
+
+
+# ----------------------------------------------------------------------------- results
+def test_tuning_record_and_committed_results_agree_with_the_docs():
+    for name, grid in speedrun.TUNE_RESULTS.items():  # the chosen rate is the sweep's best
+        assert speedrun.LEARNING_RATES[name] == min(grid, key=grid.get), name
+    assert set(speedrun.TUNE_RESULTS) == set(speedrun.OPTIMIZERS)
+    summary = json.loads((ROOT / "benchmarks" / "results" / "speedrun.json").read_text())
+    meta = summary["meta"]
+    assert meta["target"] == speedrun.TARGET_LOSS and meta["steps"] == speedrun.FULL.steps
+    assert meta["config"] == speedrun.dataclasses.asdict(speedrun.FULL)
+    assert len(meta["seeds"]) == speedrun.SEEDS and tuple(summary["results"]) == speedrun.OPTIMIZERS
+    for name, res in summary["results"].items():  # the table follows from the runs
+        assert res["lr"] == speedrun.LEARNING_RATES[name]
+        reached = [results.steps_to_target(r["steps"], r["val_loss"], meta["target"])
+                   for r in res["runs"]]
+        assert res["summary"] == results.summarize(reached, meta["steps"]), name
+        for ref in ("adamw", "muon"):
+            expected = None if name == ref else results.compare(
+                res["summary"], summary["results"][ref]["summary"])
+            assert res[f"p_vs_{ref}"] == expected, (name, ref)
+    assert results.results_table(summary) in (ROOT / "docs" / "speedrun.md").read_text()
+    assert results.readme_block(summary) in (ROOT / "README.md").read_text()
