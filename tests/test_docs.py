@@ -244,7 +244,8 @@ def test_api_refs_find_prefers_the_public_names():
 
 def test_declared_modules_generate_each_modules_entries(monkeypatch):
     """``.. declared-modules:: beyond optax`` gives every module of the group its section, the
-    known ones in the page's order and a new one after them, titled from its docstring."""
+    known ones in the page's order and a new one after them (before the sections kept last),
+    titled from its docstring."""
     from functrain.declarations import OPTIMIZERS, Declared
 
     text = declared_modules.expand(".. declared-modules:: beyond optax\n")
@@ -268,11 +269,14 @@ def test_declared_modules_generate_each_modules_entries(monkeypatch):
     monkeypatch.setitem(OPTIMIZERS, "zz", Declared("zz", module.__name__, zz, "beyond optax",
                                                    "Z et al., 2031", None, False))
     text = declared_modules.expand(".. declared-modules:: beyond optax\n")
-    assert text.endswith("Beyond optax: Zed\n-----------------\n\n.. autosummary::\n\n"
-                         "   functrain.contrib.zz_planted.zz\n"
-                         "   functrain.contrib.zz_planted.ZzState\n\n"
-                         ".. autofunction:: functrain.contrib.zz_planted.zz\n\n"
-                         ".. autoclass:: functrain.contrib.zz_planted.ZzState\n"), text[-400:]
+    zed = ("Beyond optax: Zed\n-----------------\n\n.. autosummary::\n\n"
+           "   functrain.contrib.zz_planted.zz\n"
+           "   functrain.contrib.zz_planted.ZzState\n\n"
+           ".. autofunction:: functrain.contrib.zz_planted.zz\n\n"
+           ".. autoclass:: functrain.contrib.zz_planted.ZzState\n")
+    titles = re.findall(r"^(.+)\n-+$", text, re.MULTILINE)  # the new one before the modifiers
+    assert titles[-2:] == ["Beyond optax: Zed", "Beyond optax: modifiers for any optimizer"]
+    assert zed + "\n" in text, text[-1200:]
     with pytest.raises(ValueError, match="group"):
         declared_modules.expand(".. declared-modules:: beyond optx\n")
 

@@ -50,6 +50,8 @@ ORDER: dict[str, list[str]] = {
         "shampoo", "soap", "kron", "dion", "normuon", "adamuon", "splus", "mars", "came",
         "laprop", "adam_mini", "apollo", "modifiers")],
 }
+#: Modules whose sections stay at the end of their page (not optimizers of their own).
+LAST = {"functrain.contrib.modifiers"}
 _ADAM_VARIANTS = "Adam variants: ADOPT, MADGRAD, ACProp, AdEMAMix"
 #: module -> its section's title, where the docstring's first words are not the title;
 #: modules next to each other in the order with the same title share one section.
@@ -89,7 +91,9 @@ def modules(group: str) -> list[str]:
         raise ValueError(f"declared-modules: group {group!r} is none of {sorted(GROUPS)}")
     found = {d.module for d in OPTIMIZERS.values() if d.group == group}
     known = [m for m in ORDER.get(group, []) if m in found]
-    return known + sorted(found - set(known))
+    last = [m for m in known if m in LAST]
+    # A module not in ORDER (a new optimizer's) comes after the listed ones, before LAST.
+    return ([m for m in known if m not in LAST] + sorted(found - set(known)) + last)
 
 
 def title(module: str, group: str) -> str:
