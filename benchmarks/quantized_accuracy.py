@@ -39,11 +39,13 @@ import demo  # noqa: E402
 import functrain  # noqa: E402
 import speedrun  # noqa: E402
 
-VARIANTS = ("float32", "8-bit", "4-bit", "fp8")
-# quantized_state's arguments per variant; "4-bit block" (per-block second-moment scales,
-# the 4-bit default before rank-1 normalization) only when asked for with --variants.
+VARIANTS = ("float32", "8-bit", "4-bit", "4-bit nearest", "fp8")
+# quantized_state's arguments per variant. "4-bit nearest" is Li et al.'s first-moment
+# rounding (the 4-bit default before stochastic rounding); "4-bit block" (per-block
+# second-moment scales, the default before rank-1 normalization) only with --variants.
 OPTIONS = {"8-bit": dict(bits=8), "4-bit": dict(bits=4), "fp8": dict(bits="fp8"),
-           "4-bit block": dict(bits=4, rank1=False)}
+           "4-bit nearest": dict(bits=4, stochastic_rounding=False),
+           "4-bit block": dict(bits=4, rank1=False, stochastic_rounding=False)}
 
 
 def demo_maker(variant: str):

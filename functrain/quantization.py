@@ -36,9 +36,6 @@ from typing import Any, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
-
-from functrain import jax_compat
 
 Array = jax.Array
 
@@ -104,11 +101,14 @@ class Code(NamedTuple):
       bits: bits per value (4 or 8).
       scaling: ``"block"`` (one ``absmax`` per block of values) or ``"rank1"`` (Li et
         al.'s rank-1 normalization: the maxima of ``|x|`` along each axis).
+      rounding: ``"nearest"`` or ``"stochastic"`` (:func:`stochastic_code_index`); only
+        the encoding differs, the decoding is the same.
     """
 
     values: Optional[np.ndarray]
     bits: int
     scaling: str
+    rounding: str = "nearest"
 
 
 #: Each code by name.
@@ -116,13 +116,15 @@ CODES: dict[str, Code] = {
     "dynamic8_signed": Code(dynamic_code(True, 8), 8, "block"),
     "dynamic8_unsigned": Code(dynamic_code(False, 8), 8, "block"),
     "dynamic4_signed": Code(dynamic_code(True, 4), 4, "block"),
+    "dynamic4_signed_sr": Code(dynamic_code(True, 4), 4, "block", "stochastic"),
     "linear4_unsigned": Code(linear_code(4), 4, "block"),
     "linear4_unsigned_rank1": Code(linear_code(4), 4, "rank1"),
     "fp8": Code(None, 8, "block"),
 }
 
 
-def code_for(bits: Any, kind: str, ndim: int, rank1: bool = True) -> str:
+def code_for(bits: Any, kind: str, ndim: int, rank1: bool = True,
+             stochastic: bool = True) -> str:
     """The code ``quantized_state`` stores a field of value ``kind`` in.
 
     Args:
@@ -131,19 +133,23 @@ def code_for(bits: Any, kind: str, ndim: int, rank1: bool = True) -> str:
       ndim: the array's number of dimensions.
       rank1: for ``bits=4``, scale unsigned arrays of 2 or more dimensions by the rank-1
         normalization of Li et al. (2023) rather than per block.
+      stochastic: for ``bits=4``, round signed fields stochastically
+        (``"dynamic4_signed_sr"``) rather than to the nearest value.
 
     Returns:
       A key of :data:`CODES`.
 
     >>> code_for(4, "unsigned", 2), code_for(4, "unsigned", 1), code_for(8, "signed", 2)
     ('linear4_unsigned_rank1', 'linear4_unsigned', 'dynamic8_signed')
+    >>> code_for(4, "signed", 2), code_for(4, "signed", 2, stochastic=False)
+    ('dynamic4_signed_sr', 'dynamic4_signed')
     """
     if bits == "fp8":
         return "fp8"
     if bits == 8:
         return f"dynamic8_{kind}"
     if kind == "signed":
-        return "dynamic4_signed"
+        return "dynamic4_signed_sr" if stochastic else "dynamic4_signed"
     return "linear4_unsigned_rank1" if rank1 and ndim >= 2 else "linear4_unsigned"
 
 # Nearest code value = searchsorted on the midpoints between code values, done with one
@@ -198,6 +204,16 @@ _BUCKETS = {name: _bucket_table(c.values) for name, c in CODES.items()
             if c.values is not None}
 
 
+def _inverse_gaps(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per code value, ``1 / (next - value)`` and ``1 / (value - previous)`` (0 at the ends)."""
+    gaps = 1.0 / np.diff(table.astype(np.float64))
+    return (np.append(gaps, 0.0).astype(np.float32), np.insert(gaps, 0, 0.0).astype(np.float32))
+
+
+_INVERSE_GAPS = {name: _inverse_gaps(c.values) for name, c in CODES.items()
+                 if c.values is not None}
+
+
 def nearest_code_index(scaled: Array, code: str) -> Array:
     """The index of the nearest value of a code to each of ``scaled`` (in ``[-1, 1]``).
 
@@ -220,6 +236,82 @@ def nearest_code_index(scaled: Array, code: str) -> Array:
     row = _bucket_index(key >> _SHIFT).astype(jnp.uint32)  # unsigned: no negative wrap
     entry = jnp.asarray(_BUCKETS[code]).at[row].get(mode="promise_in_bounds")
     return ((entry + (key & (_NONE - 1))) >> 16).astype(jnp.uint8)
+
+
+def _mix32(h: Array) -> Array:
+    """An avalanching uint32 -> uint32 bijection (xor-shifts and odd multiplies)."""
+    h = (h ^ (h >> 16)) * jnp.uint32(0x7FEB352D)
+    h = (h ^ (h >> 15)) * jnp.uint32(0x846CA68B)
+    return h ^ (h >> 16)
+
+
+def dither(scaled: Array, scales: Array) -> Array:
+    """Pseudo-random numbers in ``[0, 1)`` for stochastic rounding, one per value, from the
+    value's bits (all but the last 16), its position and its block's scale: no key,
+    nothing stored.
+
+    Used on values that change every step (a moment after its update), they differ from
+    step to step; the same state gives the same numbers, so a run is reproducible. A value
+    and a block scale that come back bit for bit get the same number again (a moment that
+    stayed at a code value while nothing in its block changed stays again).
+
+    Args:
+      scaled: ``(blocks, block_size)`` float32 values.
+      scales: ``(blocks,)`` float32 (each block's ``absmax``).
+
+    Returns:
+      float32 multiples of ``2**-24`` in ``[0, 1)``, shaped like ``scaled``.
+
+    >>> import jax.numpy as jnp
+    >>> u = dither(jnp.linspace(-1, 1, 4096).reshape(32, 128), jnp.ones(32))
+    >>> bool((u >= 0).all() & (u < 1).all()), round(float(u.mean()), 1)
+    (True, 0.5)
+    """
+    position = (jax.lax.broadcasted_iota(jnp.uint32, scaled.shape, 0)
+                * jnp.uint32(scaled.shape[1])
+                + jax.lax.broadcasted_iota(jnp.uint32, scaled.shape, 1))
+    # the low 16 bits left out: the last bits of a moment differ between a jitted step and
+    # an eager one (fused or not), and should rarely change its rounding
+    bits = jax.lax.bitcast_convert_type(scaled.astype(jnp.float32), jnp.uint32) >> 16
+    scale_bits = jax.lax.bitcast_convert_type(scales.astype(jnp.float32), jnp.uint32) >> 16
+    h = _mix32(_mix32(bits ^ (position * jnp.uint32(0x9E3779B9))) ^ scale_bits[:, None])
+    return (h >> 8).astype(jnp.float32) * np.float32(2.0 ** -24)
+
+
+def stochastic_code_index(scaled: Array, code: str, u: Array) -> Array:
+    """Stochastic rounding to a code: each value to one of the two code values around it,
+    the upper one with probability ``(x - lower) / (upper - lower)``, so that the decoded
+    value's expectation is ``x`` (values beyond the code's ends go to the nearest end).
+
+    With a 4-bit code a moment's decay (``b1 x`` with ``b1 = 0.9``) is smaller than the
+    gap between neighbouring code values, and nearest rounding sends it back to where it
+    was: a first moment whose gradients stopped never decays. Rounded stochastically it
+    decays in expectation.
+
+    Args:
+      scaled: float32 values in ``[-1, 1]``.
+      code: a key of ``CODES`` with a table (not ``"fp8"``).
+      u: numbers in ``[0, 1)`` shaped like ``scaled`` (:func:`dither`): a value moves
+        from its nearest code value to the other neighbour when ``u < p``, ``p`` that
+        neighbour's probability.
+
+    Returns:
+      uint8 indices into the code, shaped like ``scaled``.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.full(4, 0.5)      # code values 12 and 13 are 0.4375 and 0.6625: p = 0.28
+    >>> stochastic_code_index(x, 'dynamic4_signed_sr', jnp.array([0.0, 0.2, 0.3, 0.9]))
+    Array([13, 13, 12, 12], dtype=uint8)
+    """
+    nearest = nearest_code_index(scaled, code).astype(jnp.int32)
+    up_gap, down_gap = _INVERSE_GAPS[code]
+    value = jnp.asarray(CODES[code].values).at[nearest].get(mode="promise_in_bounds")
+    up = scaled > value
+    inverse_gap = jnp.where(up, jnp.asarray(up_gap).at[nearest].get(mode="promise_in_bounds"),
+                            jnp.asarray(down_gap).at[nearest].get(mode="promise_in_bounds"))
+    p = jnp.abs(scaled - value) * inverse_gap     # 0 at a code value and beyond the ends
+    step = jnp.where(u < p, jnp.where(up, 1, -1), 0)
+    return (nearest + step).astype(jnp.uint8)
 
 
 class QuantizedArray(NamedTuple):
@@ -374,7 +466,7 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
     Array([[1.    , 0.0625],
            [0.0625, 8.    ]], dtype=float32)
     """
-    table, bits, scaling = CODES[code]
+    table, bits, scaling, rounding = CODES[code]
     if scaling == "rank1":
         if np.ndim(x) < 2:
             raise ValueError(f"quantize_blockwise: code {code!r} scales by the maxima along "
@@ -393,7 +485,10 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
     if table is None:
         codes = to_e4m3fn(scaled * FP8_MAX)
     else:
-        index = nearest_code_index(scaled, code)
+        if rounding == "stochastic":  # block scales only (no stochastic rank-1 code)
+            index = stochastic_code_index(scaled, code, dither(scaled, absmax))
+        else:
+            index = nearest_code_index(scaled, code)
         codes = _pack_nibbles(index) if bits == 4 else index
     return QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
 
@@ -417,7 +512,7 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
     Array([[0.25, 0.25, 0.25],
            [0.25, 0.25, 0.25]], dtype=float32)
     """
-    table, bits, scaling = CODES[q.code]
+    table, bits, scaling, _ = CODES[q.code]
     size = int(np.prod(q.shape, dtype=np.int64))
     if table is None:
         # the scale, or its absolute value (the same: a maximum of absolute values)
@@ -454,96 +549,6 @@ def scales_shape(code: str, shape: tuple, blocks: int) -> tuple:
     ((96,), (1,))
     """
     return (int(sum(shape)),) if CODES[code].scaling == "rank1" else (blocks,)
-
-
-# On a mesh with explicit axes (jax.make_mesh's default) a split leaf's reshapes to and
-# from blocks run with the axes made automatic: blocks split like the leaf's first dim
-# where whole blocks line up (else replicated); a quantized leaf keeps its layout.
-
-def _explicit(x: Any) -> Any:
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    return sharding if AxisType.Explicit in getattr(getattr(sharding, "mesh", None),
-                                                    "axis_types", ()) else None
-
-
-def _aligned(sharding: Any, shape: tuple, blocks: int, block_size: int) -> PartitionSpec:
-    axes = (tuple(sharding.spec) + (None,) * len(shape))[:len(shape)]
-    n = int(np.prod([sharding.mesh.shape[a] for a in np.atleast_1d(axes[0] or ())]))
-    ok = (axes[0] is not None and not any(axes[1:]) and shape[0] % n == blocks % n == 0
-          and int(np.prod(shape, dtype=np.int64)) == blocks * block_size)
-    return PartitionSpec(axes[0] if ok else None)
-
-
-def quantize_like(x: Array, code: str, block_size: int, like: Optional[QuantizedArray]) -> Any:
-    """``quantize_blockwise(x, code, block_size)``, laid out on ``x``'s mesh or like ``like``.
-
-    On a mesh with explicit axes the reshape to blocks runs with the axes made automatic:
-    new blocks are split like ``x``'s first dimension where whole blocks line up (else
-    replicated); with ``like`` (the state being replaced) its codes' and scales' layout.
-
-    Args:
-      x: the array to quantize.
-      code: a key of ``CODES``.
-      block_size: values per block.
-      like: the quantized array ``x`` replaces, or ``None``.
-
-    Returns:
-      The :class:`QuantizedArray`.
-    """
-    sharding = _explicit(x if like is None else like.codes)
-    if sharding is None:
-        return quantize_blockwise(x, code, block_size)
-    if like is None:
-        spec = _aligned(sharding, np.shape(x), -(-np.size(x) // block_size), block_size)
-        codes, absmax = (NamedSharding(sharding.mesh, PartitionSpec(*spec, None)),
-                         NamedSharding(sharding.mesh, spec if CODES[code].scaling == "block"
-                                       else PartitionSpec()))  # rank-1 maxima: replicated
-    else:
-        codes, absmax = sharding, jax.typeof(like.absmax).sharding
-    out = QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
-    return jax_compat.auto_axes(lambda v: quantize_blockwise(v, code, block_size),
-                                out_sharding=out)(x)
-
-
-def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
-    """``dequantize_blockwise(q, after)``, laid out like ``q`` on a mesh with explicit axes.
-
-    Args:
-      q: the quantized array.
-      after: as for :func:`dequantize_blockwise`.
-
-    Returns:
-      An array of ``q.shape`` and ``q.dtype``.
-    """
-    sharding = _explicit(q.codes)
-    if sharding is None:
-        return dequantize_blockwise(q, after)
-    spec = _aligned(sharding, q.shape, q.codes.shape[0], block_size_of(q))
-    return jax_compat.auto_axes(dequantize_blockwise,
-                                out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
-
-
-def written_mark(q: QuantizedArray) -> Array:
-    """A boolean scalar computed from ``q``'s scales: ``absmax[0] >= -1`` (True unless it is
-    NaN; a maximum of absolute values is never negative), for ``dequantize_blockwise``'s
-    ``after``. On a mesh with explicit axes it is read with the axes made automatic (a
-    one-element slice of scales split over devices is refused), replicated.
-
-    Args:
-      q: a quantized array with at least one scale.
-
-    Returns:
-      A boolean scalar.
-
-    >>> import jax.numpy as jnp
-    >>> written_mark(quantize_blockwise(jnp.ones(4), 'fp8', 4))
-    Array(True, dtype=bool)
-    """
-    sharding = _explicit(q.absmax)
-    if sharding is None:
-        return q.absmax[0] >= -1.0
-    return jax_compat.auto_axes(lambda a: a[0] >= -1.0, out_sharding=NamedSharding(
-        sharding.mesh, PartitionSpec()))(q.absmax)
 
 
 def block_size_of(q: QuantizedArray) -> int:

@@ -21,14 +21,16 @@ from typing import Any, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
+from functrain import jax_compat
 from functrain import tree as ft
 from functrain.arg_checks import (check_range, check_transformation, hyperparameters,
                                   state_mismatch_error)
 from functrain.families.adam.optimizers import adam, adamw
 from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_size_of,
-                                    code_for, dequantize_like, quantize_like, scales_shape,
-                                    written_mark)
+                                    code_for, dequantize_blockwise, quantize_blockwise,
+                                    scales_shape)
 from functrain.engine.protocol import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, StateIO, Updates, call_update)
 from functrain.engine.program import Program, fusion_plan
@@ -104,21 +106,25 @@ def _check_bits(bits: Any, block_size: Optional[int]) -> int:
     return int(block_size)
 
 
-def _check_flags(rank1: Any, keep_matrices: Any, bits: Any) -> bool:
-    """``rank1`` resolved (``None``: as Li et al., for ``bits=4``), after checking both flags."""
+def _check_flags(keep_matrices: Any, bits: Any, **flags: Any) -> tuple:
+    """The 4-bit-only flags (``rank1``, ``stochastic_rounding``) resolved, ``None`` as
+    ``bits == 4``, after checking them and ``keep_matrices``."""
     if not isinstance(keep_matrices, (bool, np.bool_)):
         raise TypeError(f"quantized_state: keep_matrices must be True or False, got "
                         f"{type(keep_matrices).__name__} {keep_matrices!r:.40}.")
-    if rank1 is None:
-        return bits == 4
-    if not isinstance(rank1, (bool, np.bool_)):
-        raise TypeError(f"quantized_state: rank1 must be None, True or False, got "
-                        f"{type(rank1).__name__} {rank1!r:.40}.")
-    if rank1 and bits != 4:
-        raise ValueError(f"quantized_state: rank1=True is the rank-1 normalization of the "
-                         f"4-bit second-moment code (Li et al., 2023); bits={bits!r} has "
-                         f"none. Pass bits=4, or leave rank1 out.")
-    return bool(rank1)
+    what = {"rank1": "the rank-1 normalization of the 4-bit second-moment code (Li et al., "
+                     "2023)",
+            "stochastic_rounding": "the stochastic rounding of the 4-bit first-moment code"}
+    resolved = []
+    for name, flag in flags.items():
+        if flag is not None and not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"quantized_state: {name} must be None, True or False, got "
+                            f"{type(flag).__name__} {flag!r:.40}.")
+        if flag and bits != 4:
+            raise ValueError(f"quantized_state: {name}=True is {what[name]}; bits={bits!r} "
+                             f"has none. Pass bits=4, or leave {name} out.")
+        resolved.append(bits == 4 if flag is None else bool(flag))
+    return tuple(resolved)
 
 
 def _matrix_error(state: PyTree, path: tuple, leaf: Any) -> ValueError:
@@ -145,8 +151,8 @@ def _matrix_error(state: PyTree, path: tuple, leaf: Any) -> ValueError:
 @hyperparameters(min_size="int")
 def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
                     block_size: Optional[int] = None, min_size: int = 4096,
-                    rank1: Optional[bool] = None, keep_matrices: bool = False
-                    ) -> GradientTransformationExtraArgs:
+                    rank1: Optional[bool] = None, stochastic_rounding: Optional[bool] = None,
+                    keep_matrices: bool = False) -> GradientTransformationExtraArgs:
     """``optimizer`` with its params-shaped floating state stored in 8, 4 or fp8 bits.
 
     Every floating state leaf with the shape of a parameter and at least ``min_size``
@@ -155,7 +161,10 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     they are. With ``bits=4`` the unsigned fields (second moments) of leaves with 2 or
     more dimensions use Li et al.'s rank-1 normalization: each value is scaled by the
     smaller of its row's and its column's largest value (the smallest over all axes for
-    more dimensions) rather than by its block's, with the linear code without zero.
+    more dimensions) rather than by its block's, with the linear code without zero; the
+    signed fields (first moments) use the paper's signed dynamic code with stochastic
+    rounding (``dynamic4_signed_sr``: the decoded moment is the moment in expectation),
+    where nearest rounding sends a decayed 4-bit moment back to the code value it left.
     Fields declared ``"matrix"`` (SOAP's eigenbases, Shampoo's statistics and
     preconditioners, Kron's factors) are refused, or kept as they are with
     ``keep_matrices=True``.
@@ -175,6 +184,10 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
       rank1: ``None`` (the default: as Li et al., rank-1 scaled second moments with
         ``bits=4``, none otherwise), or ``False`` for per-block scales with ``bits=4``
         (``True`` with other ``bits`` is a ``ValueError``).
+      stochastic_rounding: ``None`` (the default: stochastic rounding of the signed
+        fields with ``bits=4``, none otherwise), or ``False`` for Li et al.'s nearest
+        rounding (code ``dynamic4_signed``) with ``bits=4`` (``True`` with other
+        ``bits`` is a ``ValueError``).
       keep_matrices: keep the fields declared ``"matrix"`` in their own dtype and
         quantize the rest; ``False`` (the default) raises a ``ValueError`` naming such a
         field when it has a leaf of ``min_size`` or more floating values.
@@ -193,14 +206,15 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     >>> updates['w'][0, :2]
     Array([-0.001, -0.001], dtype=float32)
     >>> four = functrain.quantized_state(functrain.adamw(1e-3), bits=4, min_size=16)
-    >>> four.init(params)[0].nu['w'].code
-    'linear4_unsigned_rank1'
+    >>> four.init(params)[0].nu['w'].code, four.init(params)[0].mu['w'].code
+    ('linear4_unsigned_rank1', 'dynamic4_signed_sr')
     """
     check_transformation(optimizer, "quantized_state", "optimizer")
     size = _check_bits(bits, block_size)
     bits = bits if isinstance(bits, str) else int(bits)  # a numpy integer as the int
     check_range("min_size", min_size, 0, owner="quantized_state")
-    rank1 = _check_flags(rank1, keep_matrices, bits)
+    rank1, stochastic = _check_flags(keep_matrices, bits, rank1=rank1,
+                                     stochastic_rounding=stochastic_rounding)
 
     def large(x: Any) -> bool:
         return (hasattr(x, "dtype") and np.ndim(x) > 0 and np.size(x) >= min_size
@@ -209,7 +223,7 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     def quantize(x: Any, kind: str, shapes: set) -> Any:
         if kind in ("keep", "matrix") or not large(x) or tuple(np.shape(x)) not in shapes:
             return x
-        return quantize_like(x, code_for(bits, kind, np.ndim(x), rank1), size, None)
+        return quantize_like(x, code_for(bits, kind, np.ndim(x), rank1, stochastic), size, None)
 
     def init_fn(params: Params) -> OptState:
         state = optimizer.init(params)
@@ -225,6 +239,100 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
 
     return GradientTransformationExtraArgs(init_fn, Program(
         fusion_plan(optimizer), io=QuantizedStateIO(), guards=(_check_quantized_leaves,)))
+
+
+# --------------------------------------------------------------------------
+# Layout on a mesh
+# --------------------------------------------------------------------------
+
+# On a mesh with explicit axes (jax.make_mesh's default) a split leaf's reshapes to and
+# from blocks run with the axes made automatic: blocks split like the leaf's first dim
+# where whole blocks line up (else replicated); a quantized leaf keeps its layout.
+
+def _explicit(x: Any) -> Any:
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    return sharding if AxisType.Explicit in getattr(getattr(sharding, "mesh", None),
+                                                    "axis_types", ()) else None
+
+
+def _aligned(sharding: Any, shape: tuple, blocks: int, block_size: int) -> PartitionSpec:
+    axes = (tuple(sharding.spec) + (None,) * len(shape))[:len(shape)]
+    n = int(np.prod([sharding.mesh.shape[a] for a in np.atleast_1d(axes[0] or ())]))
+    ok = (axes[0] is not None and not any(axes[1:]) and shape[0] % n == blocks % n == 0
+          and int(np.prod(shape, dtype=np.int64)) == blocks * block_size)
+    return PartitionSpec(axes[0] if ok else None)
+
+
+def quantize_like(x: Array, code: str, block_size: int, like: Optional[QuantizedArray]) -> Any:
+    """``quantize_blockwise(x, code, block_size)``, laid out on ``x``'s mesh or like ``like``.
+
+    On a mesh with explicit axes the reshape to blocks runs with the axes made automatic:
+    new blocks are split like ``x``'s first dimension where whole blocks line up (else
+    replicated); with ``like`` (the state being replaced) its codes' and scales' layout.
+
+    Args:
+      x: the array to quantize.
+      code: a key of ``CODES``.
+      block_size: values per block.
+      like: the quantized array ``x`` replaces, or ``None``.
+
+    Returns:
+      The :class:`QuantizedArray`.
+    """
+    sharding = _explicit(x if like is None else like.codes)
+    if sharding is None:
+        return quantize_blockwise(x, code, block_size)
+    if like is None:
+        spec = _aligned(sharding, np.shape(x), -(-np.size(x) // block_size), block_size)
+        codes, absmax = (NamedSharding(sharding.mesh, PartitionSpec(*spec, None)),
+                         NamedSharding(sharding.mesh, spec if CODES[code].scaling == "block"
+                                       else PartitionSpec()))  # rank-1 maxima: replicated
+    else:
+        codes, absmax = sharding, jax.typeof(like.absmax).sharding
+    out = QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
+    return jax_compat.auto_axes(lambda v: quantize_blockwise(v, code, block_size),
+                                out_sharding=out)(x)
+
+
+def dequantize_like(q: QuantizedArray, after: Optional[Array] = None) -> Array:
+    """``dequantize_blockwise(q, after)``, laid out like ``q`` on a mesh with explicit axes.
+
+    Args:
+      q: the quantized array.
+      after: as for :func:`dequantize_blockwise`.
+
+    Returns:
+      An array of ``q.shape`` and ``q.dtype``.
+    """
+    sharding = _explicit(q.codes)
+    if sharding is None:
+        return dequantize_blockwise(q, after)
+    spec = _aligned(sharding, q.shape, q.codes.shape[0], block_size_of(q))
+    return jax_compat.auto_axes(dequantize_blockwise,
+                                out_sharding=NamedSharding(sharding.mesh, spec))(q, after)
+
+
+def written_mark(q: QuantizedArray) -> Array:
+    """A boolean scalar computed from ``q``'s scales: ``absmax[0] >= -1`` (True unless it is
+    NaN; a maximum of absolute values is never negative), for ``dequantize_blockwise``'s
+    ``after``. On a mesh with explicit axes it is read with the axes made automatic (a
+    one-element slice of scales split over devices is refused), replicated.
+
+    Args:
+      q: a quantized array with at least one scale.
+
+    Returns:
+      A boolean scalar.
+
+    >>> import jax.numpy as jnp
+    >>> written_mark(quantize_blockwise(jnp.ones(4), 'fp8', 4))
+    Array(True, dtype=bool)
+    """
+    sharding = _explicit(q.absmax)
+    if sharding is None:
+        return q.absmax[0] >= -1.0
+    return jax_compat.auto_axes(lambda a: a[0] >= -1.0, out_sharding=NamedSharding(
+        sharding.mesh, PartitionSpec()))(q.absmax)
 
 
 def _check_quantized_leaves(run: Any, updates: Updates, state: OptState,
@@ -402,11 +510,11 @@ adamw_8bit = _adamw_preset(
     "    >>> opt.init({'w': jnp.ones(300)})[0].nu['w'].absmax.shape\n    (2,)")
 adamw_4bit = _adamw_preset(
     4, "adamw_4bit", "4-bit block-wise state (Li et al., 2023)",
-    "blocks of 128, the signed 4-bit dynamic code\n    for the first moment and the linear "
-    "code without zero for the second, two codes per\n    byte, the second moment of "
-    "matrices scaled by the paper's rank-1 normalization\n    (the smaller of its row's "
-    "and its column's maximum) instead of per block; about\n    1.0 byte of state per "
-    "parameter instead of 8.", "128; even",
+    "blocks of 128, the signed 4-bit dynamic code\n    for the first moment (rounded "
+    "stochastically) and the linear code without zero\n    for the second, two codes per "
+    "byte, the second moment of matrices scaled by the\n    paper's rank-1 normalization "
+    "(the smaller of its row's and its column's maximum)\n    instead of per block; about "
+    "1.0 byte of state per parameter instead of 8.", "128; even",
     "    >>> opt = functrain.adamw_4bit(1e-3, min_size=4)\n"
     "    >>> opt.init({'w': jnp.ones(256)})[0].mu['w'].codes.shape\n    (2, 64)")
 adamw_fp8 = _adamw_preset(

@@ -5,8 +5,14 @@
   largest value; the smallest over every axis for more dimensions), checked against a
   float64 numpy encoder/decoder written from the paper's description; vectors keep
   blocks of 128 (the paper's rule for 1-dimensional tensors).
+* The first moment's code: the paper's signed dynamic-exponent map (B128/DE), its 16
+  values written out from the paper's construction; rounded stochastically
+  (``dynamic4_signed_sr``), checked against a float64 numpy encoder given the same
+  random numbers, for unbiasedness (frequencies against the bracketing values'
+  probabilities) and for the decay nearest rounding loses.
 * ``quantized_state(..., bits=4)`` picks that code for unsigned fields of arrays with 2 or
-  more dimensions, the block-wise ones elsewhere; ``rank1=False`` restores block scales.
+  more dimensions, the block-wise ones elsewhere; ``rank1=False`` restores block scales,
+  ``stochastic_rounding=False`` the paper's nearest rounding of the first moment.
 * Fields declared ``"matrix"`` (SOAP's, Shampoo's and Kron's preconditioner state) are
   refused with an error naming the field, or kept with ``keep_matrices=True``.
 """
@@ -19,8 +25,8 @@ import numpy as np
 import pytest
 
 import functrain
-from functrain.quantization import (QuantizedArray, code_for, dequantize_blockwise,
-                                    quantize_blockwise)
+from functrain.quantization import (CODES, QuantizedArray, code_for, dequantize_blockwise,
+                                    dither, quantize_blockwise)
 
 
 # --------------------------------------------------------------------------
@@ -128,6 +134,108 @@ def test_rank1_inside_jit_and_on_16bit_arrays():
 
 
 # --------------------------------------------------------------------------
+# The first moment's code: Li et al.'s signed DE map, rounded stochastically
+# --------------------------------------------------------------------------
+
+# Li et al. 2023 (B128/DE for the first moment; the map of their code and of torchao's
+# 4-bit AdamW): a sign, E = 0, 1, 2 zeros giving 10**-E, an indicator bit, and the
+# remaining 2 - E bits a linear fraction: the midpoints of 2**(2-E) equal bins of
+# [0.1, 1], both signs; then 0 and 1. Written out by hand: 7 magnitudes per sign, and
+# the largest negative value is -0.8875 (1 has no negative twin).
+PAPER_DE4 = np.array(sorted([0.0, 1.0] + [s * m for s in (1, -1) for m in (
+    0.0055, 0.0325, 0.0775, 0.2125, 0.4375, 0.6625, 0.8875)]))
+
+
+def test_signed_4bit_map_is_the_papers():
+    for name in ("dynamic4_signed", "dynamic4_signed_sr"):
+        np.testing.assert_allclose(CODES[name].values, PAPER_DE4, rtol=1e-6, atol=0)
+    assert CODES["dynamic4_signed_sr"].rounding == "stochastic"
+    assert CODES["dynamic4_signed"].rounding == "nearest"
+
+
+def paper_sr(x: np.ndarray, u: np.ndarray, block: int = 128) -> np.ndarray:
+    """Stochastic rounding to PAPER_DE4 in float64: each value scaled by its block's
+    largest |x|; from its nearest map value (the lower of two equally near) it moves to
+    the map value on the other side of it when ``u < distance / gap``; beyond the map's
+    ends it stays at the end. Returns the decoded values."""
+    flat = np.asarray(x, np.float64).reshape(-1, block)
+    absmax = np.abs(flat).max(axis=1, keepdims=True)
+    s = flat / np.where(absmax > 0, absmax, 1.0)
+    near = np.argmin(np.abs(s[..., None] - PAPER_DE4) + 1e-12 * np.arange(16), axis=-1)
+    value = PAPER_DE4[near]
+    other = np.clip(near + np.where(s > value, 1, -1), 0, 15)
+    gap = np.abs(PAPER_DE4[other] - value)
+    p = np.where(gap > 0, np.abs(s - value) / np.where(gap > 0, gap, 1.0), 0.0)
+    chosen = np.where(u.reshape(s.shape) < p, PAPER_DE4[other], value)
+    return (chosen * absmax).reshape(np.shape(x)), p.reshape(np.shape(x))
+
+
+def test_stochastic_rounding_against_numpy_given_the_same_random_numbers():
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((64, 256)) * 10.0 ** rng.uniform(-3, 0, (64, 256))
+         * 10.0 ** rng.uniform(-4, 4, (64, 1))).astype(np.float32)
+    x[0, :128] = 0.0                                     # an all-zero block
+    q = quantize_blockwise(jnp.asarray(x), "dynamic4_signed_sr", 128)
+    got = np.asarray(dequantize_blockwise(q), np.float64)
+    blocks = jnp.asarray(x).reshape(-1, 128)
+    absmax = jnp.max(jnp.abs(blocks), axis=1)
+    u = np.asarray(dither(blocks / jnp.where(absmax > 0, absmax, 1.0)[:, None], absmax))
+    want, p = paper_sr(x, u)
+    same = np.isclose(got, want, rtol=1e-6, atol=0)
+    # another choice only where u and p agree to float32 rounding, or at a nearest tie
+    assert np.all(same | (np.abs(u.reshape(x.shape) - p) < 1e-5)), np.flatnonzero(~same)[:5]
+    assert same.mean() > 0.999
+    assert np.all(got[0, :128] == 0)
+    assert 0.2 < (p > u.reshape(x.shape)).mean() < 0.5     # many values did move
+
+
+@pytest.mark.parametrize("v", [0.5, -0.3, 0.05, -0.02, 0.004, -0.95, 0.999])
+def test_stochastic_rounding_is_unbiased(v):
+    # 2000 blocks of 128: a peak of 1 and 127 copies of v. The decoded copies take the two
+    # map values around v (the end -0.8875 for -0.95) with frequencies p and 1 - p; their
+    # mean is v, within 5 standard errors of the 254,000 draws.
+    x = np.full((2000, 128), v, np.float32)
+    x[:, 0] = 1.0
+    got = np.asarray(dequantize_blockwise(quantize_blockwise(
+        jnp.asarray(x), "dynamic4_signed_sr", 128)), np.float64)[:, 1:]
+    lo, hi = PAPER_DE4[PAPER_DE4 <= v].max(initial=-0.8875), PAPER_DE4[PAPER_DE4 >= v].min()
+    assert set(np.unique(got)) <= {lo, hi} | {np.float32(lo), np.float32(hi)}
+    if v < -0.8875:
+        assert np.all(np.isclose(got, -0.8875))
+        return
+    p = (v - lo) / (hi - lo)
+    n = got.size
+    freq = np.isclose(got, hi, rtol=1e-6).mean()
+    assert abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-6, (freq, p)
+    assert abs(got.mean() - v) <= 5 * (hi - lo) * np.sqrt(p * (1 - p) / n) + 1e-6 * abs(v)
+
+
+def test_a_decaying_moment_decays_only_with_stochastic_rounding():
+    # A first moment whose gradients stopped: m <- 0.9 m each step, stored in 4 bits, while
+    # its block's peak is kept near 1 by other gradients (1 + t / 100 at step t: a peak
+    # that changes, as a trained one does). Hand-derived: every map value c has 0.9 c
+    # nearer to c than to the value below it (0.4375 * 0.9 = 0.394 > 0.325, the midpoint),
+    # so nearest rounding returns it to c forever; stochastic rounding decays it in
+    # expectation, to 0.4375 * 0.9**20 = 0.0532 (the mean of 2000 x 127 values, to 5%).
+    # (The random numbers are a function of the value, its position and its block's
+    # scale: were the peak held exactly constant, a value that stayed would get the same
+    # number again and stay again.)
+    for code in ("dynamic4_signed", "dynamic4_signed_sr"):
+        x = np.full((2000, 128), 0.4375, np.float32)
+        quantize = jax.jit(lambda v, code=code: dequantize_blockwise(
+            quantize_blockwise(v, code, 128)))
+        for t in range(21):
+            x[:, 0] = 1.0 + t / 100
+            x = np.array(quantize(jnp.asarray(x)))
+            if t < 20:
+                x[:, 1:] *= np.float32(0.9)
+        if code == "dynamic4_signed":                  # stuck at 0.4375 of the peak
+            np.testing.assert_allclose(x[:, 1:] / x[:, :1], 0.4375, rtol=1e-6)
+        else:
+            np.testing.assert_allclose(x[:, 1:].mean(), 0.4375 * 0.9 ** 20, rtol=0.05)
+
+
+# --------------------------------------------------------------------------
 # Which code quantized_state picks, and its arguments
 # --------------------------------------------------------------------------
 
@@ -135,14 +243,18 @@ def test_code_for_each_field_and_shape():
     assert code_for(4, "unsigned", 2) == code_for(4, "unsigned", 4) == "linear4_unsigned_rank1"
     assert code_for(4, "unsigned", 1) == code_for(4, "unsigned", 2, rank1=False) \
         == "linear4_unsigned"
-    assert code_for(4, "signed", 2) == "dynamic4_signed"
+    assert code_for(4, "signed", 2) == code_for(4, "signed", 1) == "dynamic4_signed_sr"
+    assert code_for(4, "signed", 2, stochastic=False) == "dynamic4_signed"
     assert code_for(8, "unsigned", 2) == "dynamic8_unsigned"
     assert code_for("fp8", "unsigned", 2) == "fp8"
     params = {"w": jnp.ones((64, 64)), "v": jnp.ones(4096), "k": jnp.ones((3, 3, 16, 32))}
     state = functrain.adamw_4bit(1e-3).init(params)[0]
     assert {k: q.code for k, q in state.nu.items()} == {
         "w": "linear4_unsigned_rank1", "v": "linear4_unsigned", "k": "linear4_unsigned_rank1"}
-    assert {q.code for q in state.mu.values()} == {"dynamic4_signed"}
+    assert {q.code for q in state.mu.values()} == {"dynamic4_signed_sr"}
+    nearest = functrain.quantized_state(functrain.adamw(1e-3), bits=4,
+                                        stochastic_rounding=False)
+    assert {q.code for q in nearest.init(params)[0].mu.values()} == {"dynamic4_signed"}
     assert state.nu["k"].absmax.shape == (3 + 3 + 16 + 32,)
     block = functrain.quantized_state(functrain.adamw(1e-3), bits=4, rank1=False)
     assert {q.code for q in block.init(params)[0].nu.values()} == {"linear4_unsigned"}
@@ -155,6 +267,11 @@ def test_code_for_each_field_and_shape():
                                            r"4-bit .*bits=8 has none"),
     (dict(bits="fp8", rank1=True), ValueError, r"rank1=True .*; bits='fp8' has none"),
     (dict(bits=4, rank1=1), TypeError, r"rank1 must be None, True or False, got int 1"),
+    (dict(bits=8, stochastic_rounding=True), ValueError,
+     r"stochastic_rounding=True is the stochastic rounding of the 4-bit first-moment code; "
+     r"bits=8 has none"),
+    (dict(bits=4, stochastic_rounding="yes"), TypeError,
+     r"stochastic_rounding must be None, True or False, got str 'yes'"),
     (dict(bits=4, keep_matrices="yes"), TypeError,
      r"keep_matrices must be True or False, got str 'yes'"),
 ])

@@ -243,7 +243,7 @@ def test_which_fields_are_quantized_and_with_which_code():
     assert adam_state.nu["w"].code == "dynamic8_unsigned"
     assert adam_state.mu["b"].dtype == jnp.float32          # 64 < min_size: kept
     four = functrain.quantized_state(functrain.adamw(1e-3), bits=4).init(params)[0]
-    assert (four.mu["w"].code, four.nu["w"].code) == ("dynamic4_signed",
+    assert (four.mu["w"].code, four.nu["w"].code) == ("dynamic4_signed_sr",
                                                       "linear4_unsigned_rank1")
     assert four.nu["w"].absmax.shape == (128,)              # 64 row and 64 column maxima
     assert four.mu["w"].codes.shape == (32, 64)             # 4096 / 128 blocks, 2 per byte
@@ -423,7 +423,7 @@ def test_bad_arguments_and_states_are_named():
 # Against float32 AdamW: bitsandbytes' protocol
 # --------------------------------------------------------------------------
 
-def run_against_float32(bits, shape, steps=50):
+def run_against_float32(bits, shape, steps=50, **options):
     """bitsandbytes' test_optimizer8bit protocol on AdamW (lr 1e-3, weight decay 1e-2).
 
     p ~ N(0, 0.1^2), g ~ N(0, 0.01^2) each step; both optimizers step on the same g; every
@@ -434,7 +434,8 @@ def run_against_float32(bits, shape, steps=50):
     """
     rng = np.random.default_rng(0)
     ref = functrain.adamw(1e-3, weight_decay=1e-2)
-    opt = functrain.quantized_state(functrain.adamw(1e-3, weight_decay=1e-2), bits=bits)
+    opt = functrain.quantized_state(functrain.adamw(1e-3, weight_decay=1e-2), bits=bits,
+                                    **options)
     p32 = pq = jnp.asarray(rng.standard_normal(shape, np.float32) * 0.1)
     s32, sq = ref.init(p32), opt.init(pq)
     step32, stepq = jax.jit(step_fn(ref)), jax.jit(step_fn(opt))
@@ -482,14 +483,20 @@ def test_4bit_adamw_against_float32(shape):
     """4-bit (Li et al. 2023's codes: blocks of 128 for the first moment, rank-1 scales
     for the second), bars just above the measurements.
 
-    Measured: mean error 5.59e-4, 5.98e-4, 6.04e-4 (per-block second-moment scales:
+    With the paper's nearest rounding of the first moment (``stochastic_rounding=False``),
+    measured: mean error 5.59e-4, 5.98e-4, 6.04e-4 (per-block second-moment scales:
     5.72e-4, 5.77e-4, 5.76e-4; 14x the 8-bit error: the 4-bit first-moment code has 7
     magnitudes per sign); state values outside atol 3e-3, rtol 1e-3: 4.6e-4, 2.2e-4,
-    2.2e-4 of them (all in the first moment).
+    2.2e-4 of them (all in the first moment). Rounded stochastically (the default) the
+    first moment is right in expectation but noisier per step: mean error 7.53e-4,
+    7.68e-4, 7.71e-4; 9.1e-3, 9.3e-3, 9.2e-3 of the state values outside.
     """
-    err, not_close = run_against_float32(4, shape)
+    err, not_close = run_against_float32(4, shape, stochastic_rounding=False)
     assert err < 6.5e-4, err
     assert not_close < 5.5e-4, not_close
+    err, not_close = run_against_float32(4, shape)
+    assert err < 8.5e-4, err
+    assert not_close < 1.0e-2, not_close
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -171,7 +171,7 @@ def test_orbax_round_trip_is_bit_identical_and_the_run_continues_exactly(name, t
 
 @pytest.mark.parametrize("saved,into,codes", [
     ("8bit", "fp8", ("dynamic8_signed", "fp8")),
-    ("8bit", "4bit", ("dynamic8_signed", "dynamic4_signed")),
+    ("8bit", "4bit", ("dynamic8_signed", "dynamic4_signed_sr")),
     ("fp8", "8bit", ("fp8", "dynamic8_signed")),
     ("4bit", "4bit_block", ("linear4_unsigned_rank1", "linear4_unsigned")),
     ("4bit_block", "4bit", ("linear4_unsigned", "linear4_unsigned_rank1")),
