@@ -187,7 +187,11 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
       stochastic_rounding: ``None`` (the default: stochastic rounding of the signed
         fields with ``bits=4``, none otherwise), or ``False`` for Li et al.'s nearest
         rounding (code ``dynamic4_signed``) with ``bits=4`` (``True`` with other
-        ``bits`` is a ``ValueError``).
+        ``bits`` is a ``ValueError``). Nearest rounding cannot decay a 4-bit first moment
+        (``0.9 c`` rounds back to ``c``); stochastic rounding can, and trained the
+        speedrun model to float32's loss where nearest rounding ended 3.7% above it, but
+        its per-step noise cost 8-12% of final loss on a convex problem at a constant
+        learning rate (benchmarks/results/quantized_state.md): try ``False`` there.
       keep_matrices: keep the fields declared ``"matrix"`` in their own dtype and
         quantize the rest; ``False`` (the default) raises a ``ValueError`` naming such a
         field when it has a leaf of ``min_size`` or more floating values.
