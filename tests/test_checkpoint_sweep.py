@@ -113,6 +113,29 @@ def _data(x):
     return np.asarray(x)
 
 
+def _is_key(x) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+# PRNG keys go through Orbax as their key data (Orbax with the oldest supported JAX cannot
+# write typed keys) and are wrapped again after the restore, with the writer's key impl.
+def _keys_as_data(tree):
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _abstract_keys_as_data(tree):
+    return jax.tree.map(lambda x: jax.eval_shape(jax.random.key_data, x) if _is_key(x) else x,
+                        tree)
+
+
+def _keys_back(tree, like):
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef.unflatten([
+        jax.random.wrap_key_data(x, impl=jax.random.key_impl(k)) if _is_key(k) else x
+        for x, k in zip(leaves, jax.tree.leaves(like))])
+
+
 def _run(opt, params, state, steps, start, extra):
     for t in range(start, start + steps):
         rng = np.random.default_rng(100 + t)
@@ -148,9 +171,10 @@ def test_checkpoint_interchanges_with_optax(name, tmp_path):
                     for lib, state in saved.items()}
     else:
         checkpointer = ocp.StandardCheckpointer()
-        checkpointer.save(tmp_path / "ckpt", saved)
+        checkpointer.save(tmp_path / "ckpt", _keys_as_data(saved))
         checkpointer.wait_until_finished()
-        restored = checkpointer.restore(tmp_path / "ckpt", targets)
+        restored = checkpointer.restore(tmp_path / "ckpt", _abstract_keys_as_data(targets))
+        restored = {writer: _keys_back(tree, saved[writer]) for writer, tree in restored.items()}
     for writer, reader in other.items():
         p_written, s_written = written[writer]
         for a, b in zip(jax.tree.leaves(restored[writer]), jax.tree.leaves(s_written)):
