@@ -500,6 +500,10 @@ _beyond("dion", dict(learning_rate=1e-2), skip={
                   "columns of R (noise over its norm plus eps) are not small, so jit and eager "
                   "(different roundings) give different updates; the authors' code is as "
                   "ill-posed there (its Cholesky QR of a rank-deficient B Q fails)"})
+# apollo at rank 4: its default rank (256) is above every dimension of the checks' small
+# trees, where it is capped to the matrix's smaller side and the projected moments take the
+# params' shapes (a square projection): rank 4 checks the projected method itself.
+_beyond("apollo", dict(learning_rate=1e-2, rank=4))
 # apollo_mini: apollo's test file checks it (adam_mini, apollo, laprop: their default records).
 _beyond("apollo_mini", dict(learning_rate=1e-2), tests="tests/contrib/test_contrib_apollo.py")
 

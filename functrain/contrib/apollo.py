@@ -14,7 +14,7 @@ The projection is never stored: it is drawn from ``seed``, the leaf's position i
 tree and the step count, so the state is built from the params' shapes alone and two runs
 give the same numbers. The step is a whole-tree transformation (the Gaussian's key needs
 the leaf's position); the per-matrix math is in small functions below, on the stacks of
-matrices that :mod:`functrain.matrix.dimension_numbers` makes of each leaf.
+matrices that ``functrain.matrix.dimension_numbers`` makes of each leaf.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class ApolloState(NamedTuple):
         other leaf, Adam's first moment (params-shaped).
       nu: the second moments, shaped as ``mu`` (real for complex leaves).
       norm: per projected leaf, the norm-growth limiter's last norm of each matrix
-        (shape ``batch``); a ``(0,)`` array for the other leaves.
+        (shape ``batch``); an unused scalar for the other leaves (not a zero-size
+        array, which Orbax cannot save).
 
     >>> import jax.numpy as jnp
     >>> state = scale_by_apollo(rank=2).init({'w': jnp.zeros((8, 6)), 'b': jnp.zeros(6)})
@@ -235,7 +236,7 @@ def scale_by_apollo(rank: int = 256, update_proj_gap: int = 200, scale: float = 
             shape = tuple(np.shape(x)) if plan is None else plan.low_shape
             mus.append(jnp.zeros(shape, dtype if mu_dtype is None else mu_dtype))
             nus.append(jnp.zeros(shape, real))
-            norms.append(jnp.zeros((0,) if plan is None else plan.batch,
+            norms.append(jnp.zeros(() if plan is None else plan.batch,
                                    ft.compute_dtype(real)))
         return ft.distinct_buffers(ApolloState(
             jnp.zeros([], jnp.int32), treedef.unflatten(mus), treedef.unflatten(nus),
@@ -284,7 +285,7 @@ def scale_by_apollo(rank: int = 256, update_proj_gap: int = 200, scale: float = 
             if ft.is_placeholder(g):
                 continue
             want = (tuple(np.shape(g)) if plan is None else plan.low_shape,
-                    (0,) if plan is None else plan.batch)
+                    () if plan is None else plan.batch)
             if (tuple(np.shape(mu)), tuple(np.shape(nrm))) != want:
                 raise state_mismatch_error(
                     owner, f"updates leaf {path} needs moments of shape {want[0]} and a norm "

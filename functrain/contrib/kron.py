@@ -265,7 +265,7 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         (drawn in layer order, as those layers passed as leaves in a row would), clip and
         ``normalize_grads``; the same numbers as those separate leaves, with ``qs``
         stacked over the layer axes (``(layers, m, m)``), all layers batched with the
-        tree's same-shape leaves (:mod:`functrain.matrix.dimension_numbers`). ``None``:
+        tree's same-shape leaves (``functrain.matrix.dimension_numbers``). ``None``:
         every leaf as it is.
 
     Returns:

@@ -250,7 +250,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         own blocks, statistics and grafted norm: the same numbers as those layers passed
         as leaves of their own, the statistics stacked over the layer axes (``(layers,
         blocks, b, b)``), all layers' blocks batched with the tree's
-        (:mod:`functrain.matrix.dimension_numbers`). ``None``: every leaf as it is.
+        (``functrain.matrix.dimension_numbers``). ``None``: every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ShampooState`.

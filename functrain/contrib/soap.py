@@ -16,7 +16,7 @@ With ``block_size``, each block of a split leaf is a leaf of its own here; with
 A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one statistic and
 one basis per axis, which the engine's one-array-per-field leaf state cannot carry. The
 per-leaf math is a pure function of one leaf (:func:`_soap_leaf`, batched over a leaf's
-blocks or layers; the rotations and the refresh in :mod:`functrain.matrix.eigenbases`);
+blocks or layers; the rotations and the refresh in ``functrain.matrix.eigenbases``);
 with ``mesh`` (and for split or stacked leaves) one conditional refreshes the tree, its
 same-size decompositions stacked (and divided over the mesh's devices). The update
 checks structures, shapes and dtypes first, naming the leaf, and follows functrain's
@@ -376,7 +376,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         multiplied together, one per entry of its other (layer) axes: the same numbers
         as those layers passed as leaves of their own, with ``stats`` and ``bases``
         stacked over the layer axes (``(layers, m, m)``), all layers in one batched
-        step (:mod:`functrain.matrix.dimension_numbers`). ``None``: every leaf as it is.
+        step (``functrain.matrix.dimension_numbers``). ``None``: every leaf as it is.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`SoapState`. Complex

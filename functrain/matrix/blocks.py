@@ -19,7 +19,7 @@ under its former name ``functrain.contrib.partition``):
   leaf of its own shape.
 * :func:`to_layer_blocks`, :func:`from_layer_blocks` and :func:`layer_block_groups` do
   the same for a stack of layers ``(layers,) + shape`` (a scanned model's stacked
-  weight, :mod:`functrain.matrix.dimension_numbers`): every layer cut alike, its
+  weight, ``functrain.matrix.dimension_numbers``): every layer cut alike, its
   blocks layer after layer on one leading axis.
 * :func:`map_by_shape` runs a decomposition over many stacks of blocks (or leaves),
   one :func:`functrain.linalg.map_matrices` call per matrix shape.
