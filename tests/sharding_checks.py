@@ -425,7 +425,7 @@ def check_trust_ratio_uses_whole_leaf() -> None:
     Run twice: as the engine runs small trees (the direction stored), and with
     its trust-ratio recompute forced on (the norm from a recomputed direction).
     """
-    from functrain.engine import program as engine, recompute
+    from functrain.engine import recompute
     default = recompute.MIN_BYTES
     try:
         for threshold in (default, 0):
@@ -552,7 +552,9 @@ def check_contrib_state_follows_params() -> None:
     """Every contrib case on the 4x2 mesh (params split over both axes): ``jit(init)``
     and three plain-jit steps keep each params-shaped state buffer on its param's
     sharding, ``eval_shape(init)`` works from sharded abstract params, and the
-    parameters equal one device's after the three steps."""
+    parameters equal one device's after the three steps (the placements from JAX
+    ``LAYOUTS_JAX`` on: JAX 0.5.3's propagation moves some of them, e.g. apollo's and
+    muon's after plain-jit steps)."""
     mesh = mesh_2d(AxisType.Auto)
     p_sh = {k: NamedSharding(mesh, s) for k, s in MODEL_SPECS.items()}
     abstract = {k: jax.ShapeDtypeStruct(s, jnp.float32, sharding=p_sh[k])
@@ -579,7 +581,11 @@ def check_contrib_state_follows_params() -> None:
                     params, state = run(params, state, xs[i], ys[i])
                 results.append((params, state))
             (single, _), (sharded, state) = results
-            for path, x in state_leaves(state) + state_leaves(sharded):
+            # Placements are checked where JAX places state like its params (LAYOUTS_WHY);
+            # on older JAX, the numbers only.
+            placed = (state_leaves(state) + state_leaves(sharded)
+                      if jax_compat.jax_at_least(LAYOUTS_JAX) else [])
+            for path, x in placed:
                 if x.ndim and x.shape in by_shape:
                     want = p_sh[by_shape[x.shape]]
                     assert x.sharding.is_equivalent_to(want, x.ndim), (
