@@ -22,15 +22,13 @@ from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.contrib.muon import (MuonDimensionNumbers, check_options, in_compute_dtype,
                                     orthogonalize_tree, per_dims, resolve_coeffs,
-                                    split_muon_adam)
+                                    muon_family)
 from functrain.matrix.dimension_numbers import (dims_of_leaves, leaf_axes)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.numerics import abs_sq, ema_update
 from functrain.families.adam.optimizers import adamw
 from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
-from functrain.engine.program import chain
-from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
 
@@ -234,15 +232,13 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_adamuon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
-    muon_tx = chain(
-        scale_by_adamuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype, nesterov=nesterov,
-                         weight_dimension_numbers=spec, mesh=mesh),
-        add_decayed_weights(weight_decay, weight_decay_mask),
-        scale_by_learning_rate(learning_rate))
+    direction = [scale_by_adamuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype,
+                                  nesterov=nesterov, weight_dimension_numbers=spec, mesh=mesh)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,
                     mu_dtype=mu_dtype, weight_decay=adam_weight_decay)
-    return split_muon_adam(muon_tx, adam_tx, muon_weight_dimension_numbers)
+    return muon_family(direction, learning_rate, weight_decay, weight_decay_mask, adam_tx,
+                       muon_weight_dimension_numbers)
 
 
 # A Mesh is callable: inject_hyperparams must not take it for a schedule.

@@ -434,6 +434,35 @@ def split_muon_adam(muon_tx: GradientTransformation, adam_tx: GradientTransforma
     return GradientTransformation(init_fn, update_fn)
 
 
+def muon_family(direction: Sequence[GradientTransformation], learning_rate: ScalarOrSchedule,
+                weight_decay: ScalarOrSchedule, weight_decay_mask: Optional[MaskOrFn],
+                adam_tx: GradientTransformation, spec: Any) -> GradientTransformation:
+    """How the Muon family's named optimizers are assembled: on the leaves ``spec`` selects
+    (:func:`split_muon_adam`), ``direction`` (the orthogonalized step and its scaling), then
+    decoupled weight decay and the learning rate; ``adam_tx`` on the other leaves.
+
+    Args:
+      direction: the transformations giving the direction, in order.
+      learning_rate: a number or a schedule.
+      weight_decay: decoupled weight decay (a number or schedule).
+      weight_decay_mask: which of those leaves get weight decay.
+      adam_tx: the transformation of the other leaves.
+      spec: the dimension numbers argument as the user gave it (``None``: the 2-D leaves).
+
+    Returns:
+      optax's ``partition({'muon': ..., 'adam': ...})`` of the two.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = muon_family([functrain.scale(1.0)], 0.5, 0.0, None, functrain.sgd(0.1), None)
+    >>> params = {'w': jnp.ones((1, 1)), 'b': jnp.ones(1)}
+    >>> opt.update(params, opt.init(params), params)[0]  # 'w' is 2-D: the Muon side
+    {'b': Array([-0.1], dtype=float32), 'w': Array([[-0.5]], dtype=float32)}
+    """
+    muon_tx = chain(*direction, add_decayed_weights(weight_decay, weight_decay_mask),
+                    scale_by_learning_rate(learning_rate))
+    return split_muon_adam(muon_tx, adam_tx, spec)
+
+
 @declare_optimizer("contrib", "Jordan et al., 2024", optax="contrib", stressed=True, summary=(
     "Muon (Jordan et al., 2024): momentum orthogonalized by Newton-Schulz on 2-D leaves, AdamW "
     "on the others; `MuonDimensionNumbers` for stacked layers and conv kernels."), signature=(
@@ -528,17 +557,15 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
     resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_muon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
-    muon_tx = chain(
-        scale_by_muon(ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
-                      adaptive=adaptive, preconditioning=preconditioning,
-                      weight_dimension_numbers=spec, mesh=mesh, ns_method=ns_method),
-        scale_by_shape(spec, consistent_rms),
-        add_decayed_weights(weight_decay, weight_decay_mask),
-        scale_by_learning_rate(learning_rate))
+    direction = [scale_by_muon(ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
+                               adaptive=adaptive, preconditioning=preconditioning,
+                               weight_dimension_numbers=spec, mesh=mesh, ns_method=ns_method),
+                 scale_by_shape(spec, consistent_rms)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root, mu_dtype=mu_dtype,
                     weight_decay=adam_weight_decay, nesterov=nesterov)
-    return split_muon_adam(muon_tx, adam_tx, muon_weight_dimension_numbers)
+    return muon_family(direction, learning_rate, weight_decay, weight_decay_mask, adam_tx,
+                       muon_weight_dimension_numbers)
 
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
