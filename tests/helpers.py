@@ -361,6 +361,34 @@ def assert_state_donatable(opt: Any) -> None:
     jax.block_until_ready(state)
 
 
+def run_two_processes(worker: str, out: str, timeout: int = 240) -> Any:
+    """Run ``worker`` as 2 processes (``worker RANK PORT OUT``, a free loopback port, JAX
+    distributed between them) under ``timeout`` seconds each; the ``.npz`` they write to
+    ``out``. A process that fails, or does not exit in time, fails with their output.
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = [subprocess.Popen([sys.executable, worker, str(i), str(port), out], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-3000:]
+    return np.load(out)
+
+
 def run_on_eight_devices(script: Any, timeout: int = 900) -> dict:
     """Run ``script`` (a path) in a subprocess with 8 simulated CPU devices; its last stdout
     line starting with ``{``, as JSON (``--xla_force_host_platform_device_count`` only works

@@ -5,11 +5,10 @@ decomposes its share of the blocks. Both processes run under a timeout (a hang f
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 
 import numpy as np
+
+from helpers import run_two_processes
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess",
                       "shampoo_worker.py")
@@ -56,23 +55,7 @@ def _one_process() -> dict:
 
 
 def test_shampoo_refresh_split_over_two_processes(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = str(tmp_path / "result.npz")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(port), out], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=240)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-3000:]
-    got = np.load(out)
+    got = run_two_processes(WORKER, str(tmp_path / "result.npz"))
     # 16 blocks per side over 8 devices: each device's program loops twice around eigh
     assert list(got["trips"]) == [2, 2], got["trips"]
     want = _one_process()

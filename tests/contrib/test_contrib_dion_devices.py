@@ -8,14 +8,12 @@ the 13 same-shape matrices, against 13 on one device. The work is in
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from helpers import run_on_eight_devices
+from helpers import run_on_eight_devices, run_two_processes
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "multiprocess", "dion_worker.py")
@@ -48,23 +46,7 @@ def _one_process() -> dict:
 
 
 def test_split_over_two_processes(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = str(tmp_path / "result.npz")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(port), out], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=240)[0])
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-3000:]
-    got = np.load(out)
+    got = run_two_processes(WORKER, str(tmp_path / "result.npz"))
     assert list(got["stacks"]) == [2], got["stacks"]  # 13 matrices (16 padded) over 8 devices
     for k, v in _one_process().items():
         np.testing.assert_allclose(got[k], v, rtol=1e-10, atol=1e-12, err_msg=k)
