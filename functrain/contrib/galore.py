@@ -34,6 +34,7 @@ from functrain.families.adam.stages import scale_by_adam
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, OptState, Params,
                                        ScalarOrSchedule, Updates, call_update, safe_increment)
 from functrain.engine.program import chain
+from functrain.matrix.dimension_numbers import is_dims
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
 Array = jax.Array
@@ -153,15 +154,11 @@ def _project_back(n: Array, projector: Array, lay: _Layout) -> Array:
     return projector @ n if lay.left else n @ projector.T
 
 
-def _is_dims(x: Any) -> bool:  # ours, or optax's (a NamedTuple of the same fields)
-    return isinstance(x, tuple) and getattr(x, "_fields", None) == GaLoreDimensionNumbers._fields
-
-
 def _resolve_dims(spec: Any, tree: PyTree, paths: list, leaves: list, treedef: Any) -> list:
     """Per leaf: its ``GaLoreDimensionNumbers``, or ``None`` (not projected)."""
     if spec is None:
         return [GaLoreDimensionNumbers() if jnp.ndim(x) == 2 else None for x in leaves]
-    if _is_dims(spec):
+    if is_dims(spec):
         return [spec if jnp.ndim(x) >= 2 else None for x in leaves]
     if callable(spec):
         spec = spec(tree)
@@ -175,7 +172,7 @@ def _resolve_dims(spec: Any, tree: PyTree, paths: list, leaves: list, treedef: A
                          f"{jax.tree_util.tree_structure(spec)} does not fit the params' "
                          f"{treedef}.") from None
     for where, d in zip(paths, dims):
-        if d is not None and not _is_dims(d):
+        if d is not None and not is_dims(d):
             raise TypeError(f"scale_by_galore: weight_dimension_numbers at leaf {where} must "
                             f"be a GaLoreDimensionNumbers or None, got {type(d).__name__}.")
     return dims
