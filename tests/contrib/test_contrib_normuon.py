@@ -24,21 +24,8 @@ import functrain
 from functrain.contrib import (MuonDimensionNumbers, NorMuonState, normuon,
                                scale_by_normuon)
 from functrain.jax_compat import enable_x64
-
-STEPS = 20
-MUON_COEFFS = (3.4445, -4.7750, 2.0315)
-SPEC = {"w": MuonDimensionNumbers(0, 1), "stack": MuonDimensionNumbers(-2, -1), "b": None}
-
-
-def ns_reference(g, coeffs=MUON_COEFFS, steps=5):
-    """Keller Jordan's zeropower_via_newtonschulz5, in float64."""
-    a, b, c = coeffs
-    x = g.T if g.shape[0] > g.shape[1] else g
-    x = x / (np.linalg.norm(x) + 1e-7)
-    for _ in range(steps):
-        s = x @ x.T
-        x = a * x + (b * s + c * s @ s) @ x
-    return x.T if g.shape[0] > g.shape[1] else x
+from muon_family_reference import (SPEC, STEPS, ns_reference, problem as _problem,
+                                    run_jitted as _run)
 
 
 def normuon_update(g, mom, v, beta, beta2, eps, nesterov=True):
@@ -77,29 +64,6 @@ def ref_normuon(params, grads, lr, beta=0.95, beta2=0.95, eps=1e-10, wd=0.0, ada
         p["b"] = p["b"] - (adam_lr or lr) * (step + adam_wd * p["b"])
         out.append({k: v.copy() for k, v in p.items()})
     return out
-
-
-def _problem(dtype=np.float64):
-    rng = np.random.default_rng(0)
-    params = {"w": rng.standard_normal((6, 4)), "stack": rng.standard_normal((3, 4, 5)),
-              "b": rng.standard_normal(5)}
-    grads = [{k: rng.standard_normal(np.shape(v)) * 10.0 ** rng.uniform(-1, 1)
-              for k, v in params.items()} for _ in range(STEPS)]
-    cast = lambda t: {k: jnp.asarray(v, dtype) for k, v in t.items()}
-    return cast(params), [cast(g) for g in grads]
-
-
-def _run(opt, params, grads):
-    @jax.jit
-    def step(p, s, g):
-        u, s = opt.update(g, s, p)
-        return functrain.apply_updates(p, u), s
-
-    state, p, out = opt.init(params), params, []
-    for g in grads:
-        p, state = step(p, state, g)
-        out.append(p)
-    return out, state
 
 
 @pytest.mark.parametrize("nesterov", [True, False])
