@@ -38,7 +38,7 @@ from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_
 
 Array = jax.Array
 
-__all__ = ["ScaleByAdamAccumulationState", "AccumulatingTransformation",
+__all__ = ["ScaleByAdamAccumulationState", "AccumulatingGradientTransformation",
            "scale_by_adam_accumulation", "adam_accumulation"]
 
 
@@ -97,7 +97,7 @@ def _find_state(state: Any, owner: str) -> ScaleByAdamAccumulationState:
     return found[0]
 
 
-class AccumulatingTransformation(GradientTransformationExtraArgs):
+class AccumulatingGradientTransformation(GradientTransformationExtraArgs):
     """A ``GradientTransformation`` that applies one update every few calls, and says when.
 
     What :func:`adam_accumulation` returns: the usual ``(init, update)`` pair (it fuses
@@ -239,7 +239,7 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
                       b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                       eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
                       weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,
-                      *, nu_dtype: Optional[Any] = None) -> AccumulatingTransformation:
+                      *, nu_dtype: Optional[Any] = None) -> AccumulatingGradientTransformation:
     """Adam(W) with its moments accumulated over micro-batches: AdamA (Zhang et al., 2023).
 
     Call ``update`` once per micro-batch with that micro-batch's gradient ``g_i`` (the
@@ -294,7 +294,7 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
       nu_dtype: storage dtype of the second moment; ``None``: each parameter's dtype.
 
     Returns:
-      An :class:`AccumulatingTransformation` (a ``GradientTransformation`` with
+      An :class:`AccumulatingGradientTransformation` (a ``GradientTransformation`` with
       ``has_updated``): ``chain(scale_by_adam_accumulation, add_decayed_weights,
       scale_by_learning_rate)``. Its state is ``(ScaleByAdamAccumulationState, ...)``: the
       decay (when not a Python 0) and a scheduled learning rate keep a count of calls.
@@ -322,4 +322,4 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
     chained = chain(scale_by_adam_accumulation(n, b1, b2, eps, eps_root, mu_dtype,
                                                nu_dtype=nu_dtype),
                     decay, scale_by_learning_rate(lr))
-    return AccumulatingTransformation(chained.init, chained.update)
+    return AccumulatingGradientTransformation(chained.init, chained.update)
