@@ -271,9 +271,11 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
     Adam run exactly, or to accumulate for any other optimizer.
 
     Works under ``jax.jit`` and in ``jax.lax.scan`` over micro-batches: the update is
-    selected with ``jnp.where`` (no Python branch on traced values; in the measured
-    program it keeps peak memory no higher than ``lax.cond`` does, see
-    ``benchmarks/accumulation_memory.py``).
+    selected with ``jnp.where``, fused into the moments' pass (no Python branch on traced
+    values). Measured on 4.2M parameters (``benchmarks/accumulation_memory.py``, the
+    donated micro-step's ``memory_analysis()`` on CPU): no temporary, where the same rule
+    with ``lax.cond`` keeps a parameter-sized one; peak 67.2 MB against 117.6 MB for
+    ``MultiSteps(adamw)``.
 
     Reference: Zhang et al., 2023, "Adam Accumulation to Reduce Memory Footprints of both
     Activations and Gradients for Large-scale DNN Training" (arXiv:2305.19982).
