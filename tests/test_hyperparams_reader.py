@@ -52,7 +52,9 @@ def takes_schedule(record):
 
 # Schedule-Free evaluates its schedule at step_count, counted from 1 (optax's
 # convention): after STEPS updates the next one uses schedule(STEPS + 1).
-NEXT_STEP = {"schedule_free": STEPS + 1}
+# adam_accumulation evaluates it at its optimizer step count: its record takes 2
+# micro-batches per step, so after STEPS calls the next one uses schedule(STEPS // 2).
+NEXT_STEP = {"schedule_free": STEPS + 1, "adam_accumulation": STEPS // 2}
 
 
 def declared(record):

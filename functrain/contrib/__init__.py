@@ -1,8 +1,8 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
 ``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``, ``adam_mini``, ``apollo``,
-``apollo_mini``) and modifiers for any optimizer (``cautious``, ``cautious_adamw``,
-``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
+``apollo_mini``, ``adam_accumulation``) and modifiers for any optimizer (``cautious``,
+``cautious_adamw``, ``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -51,6 +51,9 @@ from functrain.contrib.sophia import (HutchinsonState, SophiaState,
                                       hutchinson_estimator_diag_hessian, sophia)
 
 # Beyond optax (one optimizer per module):
+from functrain.contrib.adam_accumulation import (AccumulatingGradientTransformation,
+                                                 ScaleByAdamAccumulationState,
+                                                 adam_accumulation, scale_by_adam_accumulation)
 from functrain.contrib.adam_mini import (ScaleByAdamMiniState, adam_mini, adam_mini_blocks,
                                          adam_mini_decay_mask, scale_by_adam_mini)
 from functrain.contrib.adamuon import AdaMuonState, adamuon, scale_by_adamuon
