@@ -157,7 +157,7 @@ def state_value_kinds(**kinds: str) -> Callable[[type], type]:
     to keep it (``keep_matrices=True``); so it does an ``"orthogonal"`` field (an
     eigenbasis) or a ``"symmetric"`` one (an inverse root, kept through its eigenbasis)
     unless told to keep it or, with ``bases=True``, to store it as low-bit eigenvectors
-    re-orthogonalized on reading (:mod:`functrain.matrix.quantized_bases`). The
+    re-orthogonalized on reading (``functrain.matrix.quantized_bases``). The
     declaration is keyed by the
     class's name, so a class of the same name from another library (optax's
     ``ScaleByAdamState``) gets the same codes: see :func:`value_kinds_of`.

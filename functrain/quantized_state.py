@@ -13,7 +13,7 @@ so are the fields holding matrices that an element-wise code would break (statis
 Kronecker factors: kind ``"matrix"``; eigenbases: ``"orthogonal"``; inverse roots:
 ``"symmetric"``), which are refused, or with ``bases=True`` the eigenbases and inverse roots
 stored as low-bit eigenvectors re-orthogonalized on reading (Wang et al., 2024:
-:mod:`functrain.matrix.quantized_bases`).
+``functrain.matrix.quantized_bases``).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     an inverse root's eigenvalues in float32 (its ``eigh`` each time it is written), and
     after each decode ``bjorck_iterations`` Björck iterations ``U <- 1.5 U - 0.5 U U^T U``
     restore the orthogonality the rounding broke, before the matrix is rebuilt
-    (:mod:`functrain.matrix.quantized_bases`); the other matrix fields (the statistics,
+    (``functrain.matrix.quantized_bases``); the other matrix fields (the statistics,
     Kron's factors) stay in their dtype. A matrix written back unchanged keeps its codes.
     Shampoo's roots are read only when ``precondition_frequency > 1`` (else each step
     recomputes them before use).
