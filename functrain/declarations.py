@@ -38,8 +38,10 @@ GROUPS: dict[str, tuple[str, str]] = {
 #: (``optax.contrib.<name>``), or ``None`` (optax lacks it).
 OPTAX = ("core", "contrib", None)
 #: The low-bit value kinds of a state field: either sign, never negative, not quantized,
-#: or a matrix that an element-wise code would break (an eigenbasis, a preconditioner).
-KINDS = ("signed", "unsigned", "keep", "matrix")
+#: or a matrix that an element-wise code would break: any (statistics, Kronecker factors),
+#: an orthogonal eigenbasis, or a symmetric matrix kept through its eigenbasis (an inverse
+#: root). ``quantized_state(..., bases=True)`` stores the last two as low-bit eigenvectors.
+KINDS = ("signed", "unsigned", "keep", "matrix", "orthogonal", "symmetric")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,14 +152,19 @@ def state_value_kinds(**kinds: str) -> Callable[[type], type]:
     ``quantized_state`` stores a ``"signed"`` field with a code for values of either sign,
     an ``"unsigned"`` one (second moments: never negative) with a code for non-negative
     values, and keeps a ``"keep"`` field (or an undeclared field of a declared class) as it
-    is; a ``"matrix"`` field (eigenbases, preconditioners, Kronecker factors: matrices the
-    optimizer decomposes or multiplies by, which element-wise rounding breaks) it refuses
-    unless told to keep it (``keep_matrices=True``). The declaration is keyed by the
+    is; a ``"matrix"`` field (statistics, Kronecker factors: matrices the optimizer
+    decomposes or multiplies by, which element-wise rounding breaks) it refuses unless told
+    to keep it (``keep_matrices=True``); so it does an ``"orthogonal"`` field (an
+    eigenbasis) or a ``"symmetric"`` one (an inverse root, kept through its eigenbasis)
+    unless told to keep it or, with ``bases=True``, to store it as low-bit eigenvectors
+    re-orthogonalized on reading (``functrain.matrix.quantized_bases``). The
+    declaration is keyed by the
     class's name, so a class of the same name from another library (optax's
     ``ScaleByAdamState``) gets the same codes: see :func:`value_kinds_of`.
 
     Args:
-      **kinds: field name -> ``"signed"``, ``"unsigned"``, ``"keep"`` or ``"matrix"``.
+      **kinds: field name -> ``"signed"``, ``"unsigned"``, ``"keep"``, ``"matrix"``,
+        ``"orthogonal"`` or ``"symmetric"``.
 
     Returns:
       A decorator recording the kinds in ``STATE_VALUE_KINDS`` and returning the same

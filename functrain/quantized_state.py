@@ -9,8 +9,11 @@ unchanged, and the new state is quantized again: for an optimizer made of stages
 
 Which fields are non-negative (the unsigned codes) is declared where each state class is
 defined (``@state_value_kinds`` of :mod:`functrain.declarations`), never guessed from values;
-so are the fields holding matrices that an element-wise code would break (eigenbases,
-preconditioners, Kronecker factors: kind ``"matrix"``), which are refused.
+so are the fields holding matrices that an element-wise code would break (statistics,
+Kronecker factors: kind ``"matrix"``; eigenbases: ``"orthogonal"``; inverse roots:
+``"symmetric"``), which are refused, or with ``bases=True`` the eigenbases and inverse roots
+stored as low-bit eigenvectors re-orthogonalized on reading (Wang et al., 2024:
+``functrain.matrix.quantized_bases``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_
 from functrain.engine.protocol import (GradientTransformationExtraArgs, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, StateIO, Updates, call_update)
 from functrain.engine.program import Program, fusion_plan
+from functrain.matrix.quantized_bases import (BJORCK_ITERATIONS, QuantizedBasis, basis_code,
+                                              check_basis, decode_basis, encode_like,
+                                              quantize_basis)
 
 Array = jax.Array
 PyTree = Any
@@ -52,6 +58,10 @@ from functrain.declarations import value_kinds_of  # noqa: E402  (kept beside it
 # The wrapper
 # --------------------------------------------------------------------------
 
+#: The value kinds of matrix fields, never given an element-wise code.
+MATRIX_KINDS = ("matrix", "orthogonal", "symmetric")
+
+
 def _is_named_tuple(x: Any) -> bool:  # a state's NamedTuple, not a stored QuantizedArray
     return ft.is_named_tuple(x) and not isinstance(x, QuantizedArray)
 
@@ -66,7 +76,8 @@ def field_codes(state: PyTree, default: str = "signed") -> PyTree:
       default: the code kind of leaves outside any listed state class.
 
     Returns:
-      The same structure with ``"signed"``, ``"unsigned"`` or ``"keep"`` as leaves.
+      The same structure with ``"signed"``, ``"unsigned"``, ``"keep"``, ``"matrix"``,
+      ``"orthogonal"`` or ``"symmetric"`` as leaves.
 
     >>> import jax.numpy as jnp, functrain
     >>> field_codes(functrain.adam(1e-3).init(jnp.ones(2)))
@@ -108,10 +119,12 @@ def _check_bits(bits: Any, block_size: Optional[int]) -> int:
 
 def _check_flags(keep_matrices: Any, bits: Any, **flags: Any) -> tuple:
     """The 4-bit-only flags (``rank1``, ``stochastic_rounding``) resolved, ``None`` as
-    ``bits == 4``, after checking them and ``keep_matrices``."""
-    if not isinstance(keep_matrices, (bool, np.bool_)):
-        raise TypeError(f"quantized_state: keep_matrices must be True or False, got "
-                        f"{type(keep_matrices).__name__} {keep_matrices!r:.40}.")
+    ``bits == 4``, after checking them and ``keep_matrices``, ``bases`` and ``moments``."""
+    for name, value in (("keep_matrices", keep_matrices), ("bases", flags.pop("bases")),
+                        ("moments", flags.pop("moments"))):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"quantized_state: {name} must be True or False, got "
+                            f"{type(value).__name__} {value!r:.40}.")
     what = {"rank1": "the rank-1 normalization of the 4-bit second-moment code (Li et al., "
                      "2023)",
             "stochastic_rounding": "the stochastic rounding of the 4-bit first-moment code"}
@@ -145,14 +158,19 @@ def _matrix_error(state: PyTree, path: tuple, leaf: Any) -> ValueError:
         f"eigenbasis, a preconditioner or a Kronecker factor), not an element-wise moment: "
         f"a block-wise code rounds each entry alone, which breaks its orthogonality or "
         f"definiteness, and training can diverge. Pass keep_matrices=True to keep such "
-        f"fields in their own dtype and quantize only the element-wise moments (mu, nu).")
+        f"fields in their own dtype and quantize only the element-wise moments (mu, nu), "
+        f"or bases=True to store the eigenbases and inverse roots (SOAP's bases, Shampoo's "
+        f"precond_l/r) as low-bit eigenvectors re-orthogonalized on reading and keep the "
+        f"other matrices.")
 
 
 @hyperparameters(min_size="int")
 def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
                     block_size: Optional[int] = None, min_size: int = 4096,
                     rank1: Optional[bool] = None, stochastic_rounding: Optional[bool] = None,
-                    keep_matrices: bool = False) -> GradientTransformationExtraArgs:
+                    keep_matrices: bool = False, bases: bool = False,
+                    bjorck_iterations: Optional[int] = None, moments: bool = True
+                    ) -> GradientTransformationExtraArgs:
     """``optimizer`` with its params-shaped floating state stored in 8, 4 or fp8 bits.
 
     Every floating state leaf with the shape of a parameter and at least ``min_size``
@@ -165,9 +183,19 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     signed fields (first moments) use the paper's signed dynamic code with stochastic
     rounding (``dynamic4_signed_sr``: the decoded moment is the moment in expectation),
     where nearest rounding sends a decayed 4-bit moment back to the code value it left.
-    Fields declared ``"matrix"`` (SOAP's eigenbases, Shampoo's statistics and
-    preconditioners, Kron's factors) are refused, or kept as they are with
-    ``keep_matrices=True``.
+    Fields holding matrices (SOAP's statistics and eigenbases, Shampoo's statistics and
+    inverse roots, Kron's factors) are refused, or kept as they are with
+    ``keep_matrices=True``. With ``bases=True`` the fields declared ``"orthogonal"`` (SOAP's
+    eigenbases ``Q``) and ``"symmetric"`` (Shampoo's inverse roots ``precond_l/r``) are
+    stored as Wang et al. (2024) store Shampoo's preconditioners: the eigenvectors ``U`` in
+    ``bits`` (signed dynamic code, nearest rounding, blocks of 64 along each eigenvector),
+    an inverse root's eigenvalues in float32 (its ``eigh`` each time it is written), and
+    after each decode ``bjorck_iterations`` Björck iterations ``U <- 1.5 U - 0.5 U U^T U``
+    restore the orthogonality the rounding broke, before the matrix is rebuilt
+    (``functrain.matrix.quantized_bases``); the other matrix fields (the statistics,
+    Kron's factors) stay in their dtype. A matrix written back unchanged keeps its codes.
+    Shampoo's roots are read only when ``precondition_frequency > 1`` (else each step
+    recomputes them before use).
     ``update`` dequantizes to each leaf's dtype, calls ``optimizer.update``, and quantizes
     the new state with the same codes. References: Dettmers et al., 2021, "8-bit
     Optimizers via Block-wise Quantization"; Li et al., 2023, "Memory Efficient
@@ -192,9 +220,18 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
         speedrun model to float32's loss where nearest rounding ended 3.7% above it, but
         its per-step noise cost 8-12% of final loss on a convex problem at a constant
         learning rate (benchmarks/results/quantized_state.md): try ``False`` there.
-      keep_matrices: keep the fields declared ``"matrix"`` in their own dtype and
-        quantize the rest; ``False`` (the default) raises a ``ValueError`` naming such a
-        field when it has a leaf of ``min_size`` or more floating values.
+      keep_matrices: keep the matrix fields in their own dtype and quantize the rest;
+        ``False`` (the default) raises a ``ValueError`` naming such a field when it has a
+        leaf of ``min_size`` or more floating values (unless ``bases``).
+      bases: store the eigenbases and inverse roots (leaves of ``min_size`` or more
+        values) as low-bit eigenvectors, re-orthogonalized after decoding, and keep the
+        other matrix fields in their dtype (Wang et al., 2024, "4-bit Shampoo for
+        Memory-Efficient Network Training").
+      bjorck_iterations: Björck iterations after each decode of such a basis, an int
+        ``>= 0``; ``None``: 4 with ``bits=4`` (Wang et al.'s, before an inverse root), 2
+        with 8 bits or fp8 (float32's orthogonality already).
+      moments: quantize the element-wise fields (``False``: keep them in their dtype, so
+        that with ``bases=True`` only the eigenbases and inverse roots are low-bit).
 
     Returns:
       A ``GradientTransformationExtraArgs`` with ``optimizer``'s state structure, the
@@ -212,29 +249,45 @@ def quantized_state(optimizer: Any, *, bits: Union[int, str] = 8,
     >>> four = functrain.quantized_state(functrain.adamw(1e-3), bits=4, min_size=16)
     >>> four.init(params)[0].nu['w'].code, four.init(params)[0].mu['w'].code
     ('linear4_unsigned_rank1', 'dynamic4_signed_sr')
+    >>> soap4 = functrain.quantized_state(functrain.contrib.soap(3e-3), bits=4, bases=True)
+    >>> bases = soap4.init({'w': jnp.ones((64, 64))})[0].bases['w']
+    >>> bases[0].vectors.code, bases[0].vectors.codes.shape, bases[0].iterations
+    ('dynamic4_signed', (64, 32), 4)
     """
     check_transformation(optimizer, "quantized_state", "optimizer")
     size = _check_bits(bits, block_size)
     bits = bits if isinstance(bits, str) else int(bits)  # a numpy integer as the int
     check_range("min_size", min_size, 0, owner="quantized_state")
     rank1, stochastic = _check_flags(keep_matrices, bits, rank1=rank1,
-                                     stochastic_rounding=stochastic_rounding)
+                                     stochastic_rounding=stochastic_rounding, bases=bases,
+                                     moments=moments)
+    if bjorck_iterations is None:
+        bjorck_iterations = BJORCK_ITERATIONS[bits]
+    elif isinstance(bjorck_iterations, bool) or not isinstance(bjorck_iterations,
+                                                               (int, np.integer)):
+        raise TypeError(f"quantized_state: bjorck_iterations must be None or an int >= 0, "
+                        f"got {type(bjorck_iterations).__name__} {bjorck_iterations!r:.40}.")
+    check_range("bjorck_iterations", bjorck_iterations, 0, owner="quantized_state")
 
     def large(x: Any) -> bool:
         return (hasattr(x, "dtype") and np.ndim(x) > 0 and np.size(x) >= min_size
                 and jnp.issubdtype(x.dtype, jnp.floating))
 
     def quantize(x: Any, kind: str, shapes: set) -> Any:
-        if kind in ("keep", "matrix") or not large(x) or tuple(np.shape(x)) not in shapes:
+        if kind in ("orthogonal", "symmetric") and bases and large(x):
+            return quantize_basis(x, basis_code(bits), int(bjorck_iterations),
+                                  symmetric=kind == "symmetric")
+        if (kind in ("keep",) + MATRIX_KINDS or not moments or not large(x)
+                or tuple(np.shape(x)) not in shapes):
             return x
         return quantize_like(x, code_for(bits, kind, np.ndim(x), rank1, stochastic), size, None)
 
     def init_fn(params: Params) -> OptState:
         state = optimizer.init(params)
         kinds = field_codes(state)
-        if not keep_matrices:  # refused before anything is quantized
+        if not (keep_matrices or bases):  # refused before anything is quantized
             def refuse(path: tuple, kind: str, x: Any) -> None:
-                if kind == "matrix" and large(x):
+                if kind in MATRIX_KINDS and large(x):
                     raise _matrix_error(state, path, x)
             jax.tree_util.tree_map_with_path(refuse, kinds, state)
         shapes = {tuple(np.shape(p)) for p in jax.tree_util.tree_leaves(params)}
@@ -344,13 +397,16 @@ def _check_quantized_leaves(run: Any, updates: Updates, state: OptState,
                             ) -> tuple[Updates, OptState]:
     """Every quantized leaf of ``state`` checked (before any array math), then ``run``."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_quantized)[0]:
-        if _is_quantized(leaf):
+        if isinstance(leaf, QuantizedBasis):
+            check_basis(leaf, jax.tree_util.keystr(path))
+            _check_quantized(leaf.vectors, path + (jax.tree_util.GetAttrKey("vectors"),))
+        elif _is_quantized(leaf):
             _check_quantized(leaf, path)
     return run(updates, state, params, extra_args)
 
 
 def _is_quantized(x: Any) -> bool:
-    return isinstance(x, QuantizedArray)
+    return isinstance(x, (QuantizedArray, QuantizedBasis))
 
 
 class QuantizedStateIO(StateIO):
@@ -380,9 +436,12 @@ class QuantizedStateIO(StateIO):
         """``stored`` dequantized; after the previous leaf's quantized state exists, if any."""
         if not _is_quantized(stored):
             return stored
+        if isinstance(stored, QuantizedBasis):  # decoded and re-orthogonalized
+            return decode_basis(stored)
         # True unless a block maximum is NaN (it is never negative), which XLA cannot know;
         # either way the decode gives the same values (dequantize_blockwise's ``after``).
-        marks = [written_mark(w) for w in self._written if _is_quantized(w) and w.absmax.size]
+        marks = [written_mark(w) for w in self._written
+                 if isinstance(w, QuantizedArray) and w.absmax.size]
         return dequantize_like(stored, functools.reduce(jnp.logical_and, marks)
                                if marks else None)
 
@@ -392,6 +451,8 @@ class QuantizedStateIO(StateIO):
         if tuple(np.shape(new)) != stored.shape:
             raise state_mismatch_error("quantized_state", f"state leaf {where} came back with "
                                        f"shape {np.shape(new)}, not {stored.shape}")
+        if isinstance(stored, QuantizedBasis):
+            return encode_like(new, stored)
         return quantize_like(new, stored.code, block_size_of(stored), stored)
 
     def leaf_done(self, written: list) -> None:

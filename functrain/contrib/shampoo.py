@@ -48,7 +48,7 @@ _TINY_NORM = 1e-16  # floor of the Shampoo direction's norm when grafting (as th
 
 
 @state_value_kinds(mu="signed", nu="unsigned", stats_l="matrix", stats_r="matrix",
-                   precond_l="matrix", precond_r="matrix")
+                   precond_l="symmetric", precond_r="symmetric")
 class ShampooState(NamedTuple):
     """State of :func:`scale_by_shampoo`.
 

@@ -62,7 +62,7 @@ _OWNER = "scale_by_soap"
 _NORMALIZE_FLOOR = 1e-30  # the reference's floor under the update's RMS (normalize_grads)
 
 
-@state_value_kinds(mu="signed", nu="unsigned", stats="matrix", bases="matrix")
+@state_value_kinds(mu="signed", nu="unsigned", stats="matrix", bases="orthogonal")
 class SoapState(NamedTuple):
     """State of :func:`scale_by_soap`.
 
