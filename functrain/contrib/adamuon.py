@@ -57,7 +57,7 @@ class AdaMuonState(NamedTuple):
     nu: Any
 
 
-@hyperparameters(beta="number", beta2="number or None", eps="number", ns_steps="number")
+@hyperparameters(beta="number", beta2="number or None", eps="number", ns_steps="int")
 def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: float = 1e-8,
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
@@ -159,7 +159,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
     "AdaMuon (Si et al., 2025): Muon on the momentum's sign with an element-wise second "
     "moment on the orthogonalized update, rescaled to Adam's RMS; AdamW on the other leaves."),
     signature="adamuon(learning_rate, ns_coeffs='standard', ns_steps=5, beta=0.95, ...)")
-@hyperparameters(learning_rate="schedule", ns_steps="number", beta="number",
+@hyperparameters(learning_rate="schedule", ns_steps="int", beta="number",
                  beta2="number or None", eps="number", weight_decay="schedule",
                  adam_b1="number", adam_b2="decay", adam_eps="number", adam_eps_root="number",
                  adam_weight_decay="schedule", adam_learning_rate="schedule or None")

@@ -64,7 +64,7 @@ def _nu_shape(shape: tuple, dims: MuonDimensionNumbers, owner: str) -> tuple:
     return tuple(1 if axis in red else n for axis, n in enumerate(shape))
 
 
-@hyperparameters(beta="number", beta2="number", eps="number", ns_steps="number")
+@hyperparameters(beta="number", beta2="number", eps="number", ns_steps="int")
 def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10,
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
@@ -186,7 +186,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     "NorMuon (Li et al., 2025): Muon's orthogonalized momentum with a per-neuron second "
     "moment normalizing its rows, at the matrix's norm; AdamW on the other leaves."),
     signature="normuon(learning_rate, ns_coeffs='standard', ns_steps=5, beta=0.95, ...)")
-@hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", beta2="number",
+@hyperparameters(learning_rate="schedule", ns_steps="int", beta="number", beta2="number",
                  eps="number", weight_decay="schedule", adam_b1="number", adam_b2="decay",
                  adam_eps="number", adam_eps_root="number", adam_weight_decay="schedule",
                  adam_learning_rate="schedule or None")

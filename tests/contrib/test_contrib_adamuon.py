@@ -193,6 +193,8 @@ def test_bad_arguments_are_named():
         adamuon(1e-2, beta2=1.0)
     with pytest.raises(ValueError, match="adamuon: weight_decay must be >= 0"):
         adamuon(1e-2, weight_decay=-1.0)
+    with pytest.raises(TypeError, match="scale_by_adamuon: ns_steps must be an int .* 5.0"):
+        scale_by_adamuon(ns_steps=5.0)  # a float fails in Newton-Schulz's fori_loop
     with pytest.raises(ValueError, match="adamuon: ns_method must be one of"):
         adamuon(1e-2, ns_method="nope")
     with pytest.raises(ValueError, match="scale_by_adamuon: eps must be >= 0"):
