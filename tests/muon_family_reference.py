@@ -46,3 +46,9 @@ def run_jitted(opt, params, grads):
         p, state = step(p, state, g)
         out.append(p)
     return out, state
+
+
+def step_jaxpr(opt, params, grads):
+    """The jaxpr of one ``opt.update`` step from ``opt.init(params)``, as text: two builders'
+    programs compared to see that an argument reaches them."""
+    return str(jax.make_jaxpr(opt.update)(grads, opt.init(params), params))

@@ -72,11 +72,17 @@ def collectives_in_loops(hlo: str) -> tuple[list[str], int]:
     return found, len(bodies)
 
 
-def _check_collective_counter() -> None:
+def loop_trip_counts(hlo: str) -> list[int]:
+    """The known trip counts of the compiled program's loops, sorted."""
+    return sorted(int(n) for n in re.findall(r'known_trip_count":\{"n":"(\d+)"', hlo))
+
+
+def check_collective_counter(mesh: Any) -> None:
     """The counter finds a collective inside a loop (so the checks below can fail): GSPMD's
-    program for a Newton-Schulz-like loop on a row-sharded matrix has one."""
-    mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
-    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("x", None)))
+    program for a Newton-Schulz-like loop on a matrix whose rows are split over ``mesh``'s
+    axis ``"x"`` has one. Lowered from shapes only, so it runs in one process or in several."""
+    x = jax.ShapeDtypeStruct((8 * mesh.devices.size, 32), jnp.float32,
+                             sharding=NamedSharding(mesh, P("x", None)))
 
     def loop(x: jax.Array) -> jax.Array:
         return jax.lax.fori_loop(0, 3, lambda i, y: y @ (y.T @ y) * 0.1, x)
@@ -113,6 +119,13 @@ SHAPES = {name: (8, 16, 16) if name == "soap" else (8, 16, 24) for name in OPTIM
 SPECS = {"layers": P("x", None, None), "rows": P(None, "x", None)}
 
 
+def host_params(name: str) -> dict[str, np.ndarray]:
+    """The float64 parameters for optimizer ``name``, the same in every process: a stacked
+    weight ``"w"`` of shape ``SHAPES[name]`` and a bias ``"b"`` (the AdamW leaf)."""
+    rng = np.random.default_rng(sorted(OPTIMIZERS).index(name))
+    return {"w": rng.normal(size=SHAPES[name]), "b": rng.normal(size=SHAPES[name][-1:])}
+
+
 def three_steps(opt: Any, params: Any) -> tuple:
     """Three jitted steps on gradients ``sin(t p)``: the params and the compiled step's HLO."""
     state = jax.jit(opt.init)(params)
@@ -133,14 +146,12 @@ def check_stacked_weight_has_no_collective_in_loops() -> None:
     (8, 16, 16): ``SHAPES``) sharded over
     its layers and over its rows (8 devices, auto axes): no collective inside any loop of the
     compiled program, and the numbers of three steps equal one device's (float64)."""
-    _check_collective_counter()
-    rng = np.random.default_rng(7)
     mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    check_collective_counter(mesh)
     problems = []
     with enable_x64(True):
         for name, make in OPTIMIZERS.items():
-            host = {"w": rng.normal(size=SHAPES[name]), "b": rng.normal(size=SHAPES[name][-1:])}
-            params = {k: jnp.asarray(v, jnp.float64) for k, v in host.items()}
+            params = {k: jnp.asarray(v, jnp.float64) for k, v in host_params(name).items()}
             one, _ = three_steps(make(None), params)
             for where, spec in SPECS.items():
                 sharded = {"w": jax.device_put(params["w"], NamedSharding(mesh, spec)),

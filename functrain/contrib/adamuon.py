@@ -5,8 +5,8 @@ Adam-like moving average of each entry's squared orthogonalized update, divides 
 root, and rescales each matrix to Adam's update RMS of 0.2, so AdamW's learning rates and
 schedules carry over. optax does not have it. It is built from Muon's pieces in
 :mod:`functrain.contrib.muon`: the same dimension numbers, the same batched Newton-Schulz
-over the tree (``ns_coeffs``, ``ns_steps``, ``mesh``) and the same split that sends the
-other leaves to AdamW.
+over the tree (``ns_coeffs``, ``ns_steps``, ``ns_method``, ``mesh``) and the same split that
+sends the other leaves to AdamW.
 """
 
 from __future__ import annotations
@@ -57,12 +57,13 @@ class AdaMuonState(NamedTuple):
     nu: Any
 
 
-@hyperparameters(beta="number", beta2="number or None", eps="number", ns_steps="number")
+@hyperparameters(beta="number", beta2="number or None", eps="number", ns_steps="int")
 def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: float = 1e-8,
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
                      weight_dimension_numbers: Any = None,
-                     mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+                     mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+                     ) -> GradientTransformation:
     """Rescale updates by AdaMuon's rule (Si, Zhang & Shen, 2025).
 
     Update rule, per leaf (the paper's Algorithm 1 as the official code runs it):
@@ -92,6 +93,8 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
       weight_dimension_numbers: the matrix axes of each leaf, as
         :func:`functrain.contrib.scale_by_muon` takes them (``None``: the last two axes).
       mesh: divide Newton-Schulz over this mesh's devices, as ``scale_by_muon(mesh=)``.
+      ns_method: ``'standard'`` or ``'gram'``, as ``scale_by_muon(ns_method=)``: the same
+        iteration through ``M M^H`` (fewer flops for wide matrices); needs a static ``ns_steps``.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`AdaMuonState`.
@@ -108,7 +111,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
     decay2 = beta if beta2 is None else beta2
     check_betas(owner, beta=beta, beta2=decay2)
     check_nonnegative(owner, eps=eps)
-    check_options(owner, ns_steps, "frobenius")
+    check_options(owner, ns_steps, "frobenius", ns_method)
     coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
 
     def stage(leaf: Any) -> LeafStage:
@@ -144,7 +147,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
                                    **extra_args)
         o = orthogonalize_tree(s, dims_of_leaves(spec, s, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,
-                                False, owner, mesh, safety=safety)
+                                False, owner, mesh, ns_method, safety)
         u, state = normalize.update(o, state, params, **extra_args)
         return jax.tree.map(lambda u, g: u if ft.is_placeholder(g) else u.astype(g.dtype),
                             u, updates, is_leaf=ft.is_placeholder), state
@@ -156,7 +159,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
     "AdaMuon (Si et al., 2025): Muon on the momentum's sign with an element-wise second "
     "moment on the orthogonalized update, rescaled to Adam's RMS; AdamW on the other leaves."),
     signature="adamuon(learning_rate, ns_coeffs='standard', ns_steps=5, beta=0.95, ...)")
-@hyperparameters(learning_rate="schedule", ns_steps="number", beta="number",
+@hyperparameters(learning_rate="schedule", ns_steps="int", beta="number",
                  beta2="number or None", eps="number", weight_decay="schedule",
                  adam_b1="number", adam_b2="decay", adam_eps="number", adam_eps_root="number",
                  adam_weight_decay="schedule", adam_learning_rate="schedule or None")
@@ -168,7 +171,8 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
             adam_weight_decay: ScalarOrSchedule = 0.0,
             adam_learning_rate: Optional[ScalarOrSchedule] = None,
             muon_weight_dimension_numbers: Any = None,
-            mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+            mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+            ) -> GradientTransformation:
     """AdaMuon (Si et al., 2025): adaptive, RMS-aligned Muon; AdamW for the other leaves.
 
     Update rule for an AdaMuon leaf: ``U`` = :func:`scale_by_adamuon`'s update (RMS 0.2
@@ -208,6 +212,7 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
       muon_weight_dimension_numbers: which leaves are AdaMuon's and their matrix axes, as
         :func:`functrain.contrib.muon` takes them.
       mesh: divide Newton-Schulz over this mesh's devices, as ``muon(mesh=)``.
+      ns_method: ``'standard'`` or ``'gram'``, as ``muon(ns_method=)``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the entries
@@ -228,12 +233,13 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
         check_betas(owner, beta2=beta2)
     check_nonnegative(owner, eps=eps, adam_eps=adam_eps, adam_eps_root=adam_eps_root)
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
-    check_options(owner, ns_steps, "frobenius")
+    check_options(owner, ns_steps, "frobenius", ns_method)
     resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_adamuon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     direction = [scale_by_adamuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype,
-                                  nesterov=nesterov, weight_dimension_numbers=spec, mesh=mesh)]
+                                  nesterov=nesterov, weight_dimension_numbers=spec, mesh=mesh,
+                                  ns_method=ns_method)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,
                     mu_dtype=mu_dtype, weight_decay=adam_weight_decay)

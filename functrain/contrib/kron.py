@@ -114,7 +114,9 @@ def precond_update_prob_schedule(max_prob: float = 1.0, min_prob: float = 0.03,
       flat_start: the number of steps held at ``max_prob``.
 
     Returns:
-      A schedule: the step count (from 0) -> the probability.
+      A schedule: the step count (from 0) -> the probability, in the default float for an
+      integer count (float64 under ``jax_enable_x64``, as optax's schedules), weakly typed,
+      and in a float count's dtype.
 
     >>> import jax.numpy as jnp
     >>> f = precond_update_prob_schedule()
@@ -128,7 +130,9 @@ def precond_update_prob_schedule(max_prob: float = 1.0, min_prob: float = 0.03,
     check_nonnegative("precond_update_prob_schedule", decay=decay)
 
     def schedule(count: Array) -> Array:
-        p = max_prob * jnp.exp(-decay * (jnp.asarray(count, jnp.float32) - flat_start))
+        # As palm_beta2_schedule: an integer count becomes the default float, weakly typed
+        # (float64 under jax_enable_x64, as optax's schedules); a float count keeps its dtype.
+        p = max_prob * jnp.exp(-decay * (jnp.asarray(count) * 1.0 - flat_start))
         return jnp.clip(p, min_prob, max_prob)
 
     return schedule

@@ -58,7 +58,7 @@ class MechanicState(NamedTuple):
 @declare_optimizer("contrib", "Cutkosky et al., 2023", optax="contrib", summary=(
     "Mechanic's learned scale for any optimizer (Cutkosky et al., 2023); COCOB coin betting "
     "(Orabona & Tommasi, 2017)."), signature="mechanize(base_optimizer, ...)")
-@hyperparameters(weight_decay="number", eps="number", s_init="number", num_betas="number")
+@hyperparameters(weight_decay="number", eps="number", s_init="number", num_betas="int")
 def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2,
               eps: float = 1e-8, s_init: float = 1e-6, num_betas: int = 6
               ) -> GradientTransformationExtraArgs:
@@ -108,8 +108,6 @@ def mechanize(base_optimizer: GradientTransformation, weight_decay: float = 1e-2
     check_transformation(base_optimizer, "mechanize", "base_optimizer")
     check_nonnegative("mechanize", weight_decay=weight_decay, eps=eps, s_init=s_init)
     check_range("num_betas", num_betas, 1.0, owner="mechanize")
-    if not isinstance(num_betas, int) or isinstance(num_betas, bool):
-        raise TypeError(f"mechanize: num_betas must be an int, got {num_betas!r}.")
 
     def init_fn(params: Params) -> MechanicState:
         paths, leaves, _ = ft.flatten_with_paths(params)

@@ -251,10 +251,9 @@ def resolve_coeffs(ns_coeffs: NsCoeffs, ns_steps: Any, owner: str) -> tuple[Any,
 def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: str = "standard"
                   ) -> None:
     """Checks ``ns_steps``, ``preconditioning`` and ``ns_method`` for ``owner`` (a builder
-    of the Muon family), raising an error that names the argument."""
+    of the Muon family, whose ``@hyperparameters`` declare ``ns_steps`` an ``"int"``), raising
+    an error that names the argument."""
     check_range("ns_steps", ns_steps, 0.0, owner=owner)
-    if not isinstance(ns_steps, jax.core.Tracer) and int(ns_steps) != ns_steps:
-        raise ValueError(f"{owner}: ns_steps must be an integer, got {ns_steps}.")
     if preconditioning not in PRECONDITIONINGS:
         raise ValueError(f"{owner}: preconditioning must be one of {list(PRECONDITIONINGS)}, "
                          f"got {preconditioning!r}.")
@@ -266,7 +265,7 @@ def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: st
                          f": static_args=('ns_steps',)).")
 
 
-@hyperparameters(ns_steps="number", beta="number", eps="number")
+@hyperparameters(ns_steps="int", beta="number", eps="number")
 def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                   beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = True, adaptive: bool = False,
@@ -468,7 +467,7 @@ def muon_family(direction: Sequence[GradientTransformation], learning_rate: Scal
     "on the others; `MuonDimensionNumbers` for stacked layers and conv kernels."), signature=(
     "muon(learning_rate, ns_coeffs=..., ns_steps=5, beta=0.95, ..., adam_b1=0.9, adam_b2=0.999, "
     "...)"))
-@hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", eps="number",
+@hyperparameters(learning_rate="schedule", ns_steps="int", beta="number", eps="number",
                  weight_decay="schedule", adam_b1="number", adam_b2="decay",
                  adam_eps_root="number", adam_weight_decay="schedule",
                  adam_learning_rate="schedule or None", consistent_rms="number or None")

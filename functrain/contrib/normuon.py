@@ -6,8 +6,8 @@ update (one number per neuron: the memory of a bias vector, not of Adam's second
 divides each row by its root, and rescales the matrix back to the norm it had. optax does
 not have it. It is built from Muon's pieces in :mod:`functrain.contrib.muon`: the same
 dimension numbers (stacked layers, conv kernels), the same batched Newton-Schulz over the
-tree (``ns_coeffs``, ``ns_steps`` and ``mesh`` as ``muon`` takes them) and the same split
-that sends the other leaves to AdamW.
+tree (``ns_coeffs``, ``ns_steps``, ``ns_method`` and ``mesh`` as ``muon`` takes them) and the
+same split that sends the other leaves to AdamW.
 """
 
 from __future__ import annotations
@@ -64,12 +64,13 @@ def _nu_shape(shape: tuple, dims: MuonDimensionNumbers, owner: str) -> tuple:
     return tuple(1 if axis in red else n for axis, n in enumerate(shape))
 
 
-@hyperparameters(beta="number", beta2="number", eps="number", ns_steps="number")
+@hyperparameters(beta="number", beta2="number", eps="number", ns_steps="int")
 def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10,
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
                      weight_dimension_numbers: Any = None,
-                     mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+                     mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+                     ) -> GradientTransformation:
     """Rescale updates by NorMuon's rule (Li et al., 2025), before its width scaling.
 
     Update rule, per leaf (the official code's, which differs from the paper's Algorithm 1
@@ -100,6 +101,8 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
       weight_dimension_numbers: the matrix axes of each leaf, as
         :func:`functrain.contrib.scale_by_muon` takes them (``None``: the last two axes).
       mesh: divide Newton-Schulz over this mesh's devices, as ``scale_by_muon(mesh=)``.
+      ns_method: ``'standard'`` or ``'gram'``, as ``scale_by_muon(ns_method=)``: the same
+        iteration through ``M M^H`` (fewer flops for wide matrices); needs a static ``ns_steps``.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`NorMuonState`.
@@ -115,7 +118,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     name = "weight_dimension_numbers"
     check_betas(owner, beta=beta, beta2=beta2)
     check_nonnegative(owner, eps=eps)
-    check_options(owner, ns_steps, "frobenius")
+    check_options(owner, ns_steps, "frobenius", ns_method)
     coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
 
     def stage(dims: MuonDimensionNumbers, leaf: Any) -> LeafStage:
@@ -171,7 +174,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
                                    **extra_args)
         o = orthogonalize_tree(m, dims_of_leaves(spec, m, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,
-                                False, owner, mesh, safety=safety)
+                                False, owner, mesh, ns_method, safety)
         u, state = normalize.update(o, state, params, **extra_args)
         return jax.tree.map(lambda u, g: u if ft.is_placeholder(g) else u.astype(g.dtype),
                             u, updates, is_leaf=ft.is_placeholder), state
@@ -183,7 +186,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     "NorMuon (Li et al., 2025): Muon's orthogonalized momentum with a per-neuron second "
     "moment normalizing its rows, at the matrix's norm; AdamW on the other leaves."),
     signature="normuon(learning_rate, ns_coeffs='standard', ns_steps=5, beta=0.95, ...)")
-@hyperparameters(learning_rate="schedule", ns_steps="number", beta="number", beta2="number",
+@hyperparameters(learning_rate="schedule", ns_steps="int", beta="number", beta2="number",
                  eps="number", weight_decay="schedule", adam_b1="number", adam_b2="decay",
                  adam_eps="number", adam_eps_root="number", adam_weight_decay="schedule",
                  adam_learning_rate="schedule or None")
@@ -195,7 +198,8 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
             adam_weight_decay: ScalarOrSchedule = 0.0,
             adam_learning_rate: Optional[ScalarOrSchedule] = None,
             muon_weight_dimension_numbers: Any = None,
-            mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+            mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+            ) -> GradientTransformation:
     """NorMuon (Li et al., 2025): Muon normalized per neuron, AdamW for the other leaves.
 
     Update rule for a NorMuon leaf: ``O'`` = :func:`scale_by_normuon`'s normalized
@@ -238,6 +242,7 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
       muon_weight_dimension_numbers: which leaves are NorMuon's and their matrix axes, as
         :func:`functrain.contrib.muon` takes them.
       mesh: divide Newton-Schulz over this mesh's devices, as ``muon(mesh=)``.
+      ns_method: ``'standard'`` or ``'gram'``, as ``muon(ns_method=)``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the entries
@@ -256,12 +261,13 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     check_betas(owner, beta=beta, beta2=beta2, adam_b1=adam_b1, adam_b2=adam_b2)
     check_nonnegative(owner, eps=eps, adam_eps=adam_eps, adam_eps_root=adam_eps_root)
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
-    check_options(owner, ns_steps, "frobenius")
+    check_options(owner, ns_steps, "frobenius", ns_method)
     resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_normuon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     direction = [scale_by_normuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype,
-                                  nesterov=nesterov, weight_dimension_numbers=spec, mesh=mesh),
+                                  nesterov=nesterov, weight_dimension_numbers=spec, mesh=mesh,
+                                  ns_method=ns_method),
                  scale_by_shape(spec, None)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,

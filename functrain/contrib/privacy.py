@@ -67,7 +67,7 @@ def _canonical_key(key: Any) -> Array:
 @declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib",
     summary="DP-SGD (Abadi et al., 2016): per-example clipping and Gaussian noise.",
     signature="differentially_private_aggregate(...)")
-@hyperparameters(l2_norm_clip="number", noise_multiplier="number", seed="number or None")
+@hyperparameters(l2_norm_clip="number", noise_multiplier="number", seed="int or None")
 def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: float,
                                      key: Any = None, *, seed: Optional[int] = None
                                      ) -> GradientTransformation:
@@ -146,7 +146,7 @@ def differentially_private_aggregate(l2_norm_clip: float, noise_multiplier: floa
 @declare_optimizer("contrib", "Abadi et al., 2016", optax="contrib",
     listed_with="differentially_private_aggregate", signature="dpsgd(...)")
 @hyperparameters(learning_rate="schedule", l2_norm_clip="number", noise_multiplier="number",
-                 seed="number", momentum="number or None")
+                 seed="int", momentum="number or None")
 def dpsgd(learning_rate: ScalarOrSchedule, l2_norm_clip: float, noise_multiplier: float,
           seed: int, momentum: Optional[float] = None, nesterov: bool = False
           ) -> GradientTransformation:

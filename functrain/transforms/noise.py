@@ -42,7 +42,7 @@ def _as_key(key: Any) -> Array:
     return jax.random.key(key)
 
 
-@hyperparameters(eta="number", gamma="number", seed="number or None")
+@hyperparameters(eta="number", gamma="number", seed="int or None")
 def add_noise(eta: float, gamma: float, key: Any = None, *,
               seed: Optional[int] = None) -> GradientTransformation:
     """Add Gaussian noise of variance ``eta / t**gamma`` at step ``t`` (Neelakantan et al.).

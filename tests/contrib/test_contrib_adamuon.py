@@ -24,7 +24,7 @@ import functrain
 from functrain.contrib import AdaMuonState, adamuon, scale_by_adamuon
 from functrain.jax_compat import enable_x64
 from muon_family_reference import (SPEC, STEPS, ns_reference, problem as _problem,
-                                    run_jitted as _run)
+                                    run_jitted as _run, step_jaxpr)
 
 
 def adamuon_update(g, mom, v, beta, beta2, eps, nesterov=True):
@@ -79,6 +79,24 @@ def test_matches_the_official_update_rule(nesterov, beta2):
         inner = state.inner_states["muon"].inner_state[0]
         assert isinstance(inner, AdaMuonState)
         assert inner.nu["stack"].shape == (3, 4, 5)
+
+
+def test_gram_newton_schulz_gives_the_official_numbers():
+    # ns_method='gram' runs the same Newton-Schulz steps through M M^H, equal up to rounding:
+    # in float64 its 20 steps meet the official (standard) rule at the standard form's
+    # tolerance, from a different program (so the method reaches Newton-Schulz).
+    with enable_x64(True):
+        params, grads = _problem()
+        make = lambda method: adamuon(3e-3, weight_decay=0.1, adam_learning_rate=1e-2,
+                                      muon_weight_dimension_numbers=SPEC, ns_method=method)
+        ours, _ = _run(make("gram"), params, grads)
+        ref = ref_adamuon(params, grads, 3e-3, wd=0.1, adam_lr=1e-2)
+        for t in range(STEPS):
+            for k in params:
+                np.testing.assert_allclose(np.asarray(ours[t][k]), ref[t][k], rtol=1e-9,
+                                           atol=1e-12, err_msg=f"step {t} {k}")
+        assert (step_jaxpr(make("gram"), params, grads[0])
+                != step_jaxpr(make("standard"), params, grads[0]))
 
 
 def test_two_d_rule_and_float32():
@@ -175,6 +193,10 @@ def test_bad_arguments_are_named():
         adamuon(1e-2, beta2=1.0)
     with pytest.raises(ValueError, match="adamuon: weight_decay must be >= 0"):
         adamuon(1e-2, weight_decay=-1.0)
+    with pytest.raises(TypeError, match="scale_by_adamuon: ns_steps must be an int .* 5.0"):
+        scale_by_adamuon(ns_steps=5.0)  # a float fails in Newton-Schulz's fori_loop
+    with pytest.raises(ValueError, match="adamuon: ns_method must be one of"):
+        adamuon(1e-2, ns_method="nope")
     with pytest.raises(ValueError, match="scale_by_adamuon: eps must be >= 0"):
         scale_by_adamuon(eps=-1.0)
     tx = scale_by_adamuon()

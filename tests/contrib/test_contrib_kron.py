@@ -355,6 +355,26 @@ def test_eval_shape_of_init_matches_init():
         assert (a.shape, a.dtype) == (b.shape, b.dtype)
 
 
+def test_update_probability_schedule_keeps_float64_under_x64():
+    # The rule of functrain's schedules (palm_beta2_schedule's): an integer count gives the
+    # default float, weakly typed (float64 under x64, as optax's schedules for a Python or
+    # int64 count); a float count keeps its dtype. Values against the formula in Python floats.
+    f = precond_update_prob_schedule(max_prob=0.9, min_prob=0.05, decay=0.002, flat_start=100)
+    want = lambda n: min(0.9, max(0.05, 0.9 * math.exp(-0.002 * (n - 100))))
+    with enable_x64(True):
+        for count in (700, np.int64(700), jnp.asarray(700, jnp.int32),
+                      jnp.asarray(700, jnp.int64), jnp.asarray(700.0, jnp.float64)):
+            p = f(count)
+            assert p.dtype == jnp.float64, repr(count)
+            assert p.weak_type == (np.asarray(count).dtype.kind == "i"), repr(count)
+            assert float(p) == pytest.approx(want(700), rel=1e-14), repr(count)
+        assert f(jnp.asarray(700.0, jnp.float32)).dtype == jnp.float32
+        assert f(jnp.asarray(700.0, jnp.bfloat16)).dtype == jnp.bfloat16
+        np.testing.assert_allclose(f(jnp.asarray([0, 100, 700, 10 ** 6])),
+                                   [want(n) for n in (0, 100, 700, 10 ** 6)], rtol=1e-14)
+    assert f(jnp.asarray(700, jnp.int32)).dtype == jnp.float32  # without x64
+
+
 def test_update_probability_schedule_and_coin():
     f = precond_update_prob_schedule()
     assert float(f(jnp.asarray(0))) == 1.0 and float(f(jnp.asarray(500))) == 1.0

@@ -25,7 +25,7 @@ from functrain.contrib import (MuonDimensionNumbers, NorMuonState, normuon,
                                scale_by_normuon)
 from functrain.jax_compat import enable_x64
 from muon_family_reference import (SPEC, STEPS, ns_reference, problem as _problem,
-                                    run_jitted as _run)
+                                    run_jitted as _run, step_jaxpr)
 
 
 def normuon_update(g, mom, v, beta, beta2, eps, nesterov=True):
@@ -83,6 +83,24 @@ def test_matches_the_official_update_rule(nesterov):
         assert isinstance(inner, NorMuonState)
         # One second-moment entry per neuron: the reduction axis kept with size 1.
         assert inner.nu["w"].shape == (1, 4) and inner.nu["stack"].shape == (3, 1, 5)
+
+
+def test_gram_newton_schulz_gives_the_official_numbers():
+    # ns_method='gram' runs the same Newton-Schulz steps through M M^H, equal up to rounding:
+    # in float64 its 20 steps meet the official (standard) rule at the standard form's
+    # tolerance, from a different program (so the method reaches Newton-Schulz).
+    with enable_x64(True):
+        params, grads = _problem()
+        make = lambda method: normuon(2e-2, weight_decay=0.1, adam_learning_rate=1e-2,
+                                      muon_weight_dimension_numbers=SPEC, ns_method=method)
+        ours, _ = _run(make("gram"), params, grads)
+        ref = ref_normuon(params, grads, 2e-2, wd=0.1, adam_lr=1e-2)
+        for t in range(STEPS):
+            for k in params:
+                np.testing.assert_allclose(np.asarray(ours[t][k]), ref[t][k], rtol=1e-9,
+                                           atol=1e-12, err_msg=f"step {t} {k}")
+        assert (step_jaxpr(make("gram"), params, grads[0])
+                != step_jaxpr(make("standard"), params, grads[0]))
 
 
 def test_two_d_rule_and_float32():
@@ -167,10 +185,13 @@ def test_init_from_shapes_alone():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="normuon: beta2 must be in"):
         normuon(1e-2, beta2=1.0)
-    with pytest.raises(ValueError, match="normuon: ns_steps must be an integer"):
-        normuon(1e-2, ns_steps=2.5)
+    for steps in (2.5, 5.0):  # a float fails in Newton-Schulz's fori_loop: refused at build
+        with pytest.raises(TypeError, match=f"normuon: ns_steps must be an int .* {steps}"):
+            normuon(1e-2, ns_steps=steps)
     with pytest.raises(ValueError, match="normuon: ns_coeffs preset 'nope' is unknown"):
         normuon(1e-2, ns_coeffs="nope")
+    with pytest.raises(ValueError, match="normuon: ns_method must be one of"):
+        normuon(1e-2, ns_method="nope")
     tx = scale_by_normuon(weight_dimension_numbers={"w": MuonDimensionNumbers(0, 1),
                                                     "b": None})
     params = {"w": jnp.ones((3, 2)), "b": jnp.ones((2, 2))}

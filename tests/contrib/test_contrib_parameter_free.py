@@ -187,6 +187,8 @@ def test_bad_input_errors_name_the_argument_or_leaf():
         scale_by_dog(("distance", float("inf")))
     with pytest.raises(ValueError, match="num_betas must be >= 1"):
         ft.contrib.mechanize(ft.sgd(1.0), num_betas=0)
+    with pytest.raises(TypeError, match="mechanize: num_betas must be an int .* 6.0"):
+        ft.contrib.mechanize(ft.sgd(1.0), num_betas=6.0)  # a shape: optax fails in init
     with pytest.raises(TypeError, match="mechanize: base_optimizer is a str"):
         ft.contrib.mechanize("sgd")
     with pytest.raises(ValueError, match="scale_by_cocob: eps must be"):

@@ -157,5 +157,10 @@ def test_errors_name_the_argument_or_leaf():
         differentially_private_aggregate(1.0, 0.5, key=1, seed=2)
     with pytest.raises(TypeError, match="key"):
         differentially_private_aggregate(1.0, 0.5, key="seed")
+    # A float seed is no PRNG seed (optax fails under jit): refused at build.
+    with pytest.raises(TypeError, match="differentially_private_aggregate: seed must be an int"):
+        differentially_private_aggregate(1.0, 0.5, seed=1.0)
+    with pytest.raises(TypeError, match="dpsgd: seed must be an int .* 1.0"):
+        dpsgd(0.1, 1.0, 0.5, seed=1.0)
     with pytest.raises(TypeError, match=r"\['i'\]"):
         tx.init({"i": jnp.zeros(2, jnp.int32)})

@@ -81,5 +81,9 @@ def test_add_noise_seed_key_and_default_match_optax():
 def test_add_noise_key_and_seed_together_is_an_error():
     with pytest.raises(ValueError, match="add_noise: give key or seed, not both"):
         ft.add_noise(0.1, 0.5, key=1, seed=1)
-    with pytest.raises(TypeError, match="add_noise: seed must be a real number"):
-        ft.add_noise(0.1, 0.5, seed="1")
+    # A float seed is no PRNG seed (optax fails under jit): refused at build, as a string.
+    for seed in ("1", 1.0):
+        with pytest.raises(TypeError, match="add_noise: seed must be an int"):
+            ft.add_noise(0.1, 0.5, seed=seed)
+    with pytest.raises(TypeError, match="noisy_sgd: seed must be an int .* 1.0"):
+        ft.noisy_sgd(0.1, seed=1.0)

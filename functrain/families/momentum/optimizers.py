@@ -73,7 +73,7 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
 @declare_optimizer("optimizers", "Neelakantan et al., 2015", optax="core",
     summary="SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).",
     signature="noisy_sgd(learning_rate, eta=0.01, gamma=0.55, key=None)")
-@hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="number or None")
+@hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="int or None")
 def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
               key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
     """SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).

@@ -89,7 +89,7 @@ def _two_loop(q: list, dws: list, dus: list, rhos: Array, gamma: Array, newest: 
     return q
 
 
-@hyperparameters(memory_size="number")
+@hyperparameters(memory_size="int")
 def scale_by_lbfgs(memory_size: int = 10,
                    scale_init_precond: bool = True) -> GradientTransformationExtraArgs:
     r"""Multiply the gradient by the L-BFGS approximation of the inverse Hessian.
@@ -131,8 +131,6 @@ def scale_by_lbfgs(memory_size: int = 10,
     Array([0.6, 0.8], dtype=float32)
     """
     check_range("memory_size", memory_size, 1, owner="scale_by_lbfgs")
-    if int(memory_size) != memory_size:
-        raise TypeError(f"scale_by_lbfgs: memory_size must be an integer, got {memory_size}.")
     m = int(memory_size)
 
     def init_fn(params: Params) -> ScaleByLBFGSState:

@@ -25,7 +25,7 @@ from functrain.transforms.scaling import scale, scale_by_learning_rate
     "`grad=`, `value_fn=` to `update` (see `value_and_grad_from_state`)."), signature=(
     "lbfgs(learning_rate=None, memory_size=10, scale_init_precond=True, "
     "linesearch=scale_by_zoom_linesearch(20, initial_guess_strategy='one'))"))
-@hyperparameters(learning_rate="schedule or None", memory_size="number")
+@hyperparameters(learning_rate="schedule or None", memory_size="int")
 def lbfgs(learning_rate: Optional[ScalarOrSchedule] = None, memory_size: int = 10,
           scale_init_precond: bool = True,
           linesearch: Optional[GradientTransformation] = scale_by_zoom_linesearch(
