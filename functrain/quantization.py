@@ -153,17 +153,18 @@ def code_for(bits: Any, kind: str, ndim: int, rank1: bool = True,
     return "linear4_unsigned_rank1" if rank1 and ndim >= 2 else "linear4_unsigned"
 
 # Nearest code value = searchsorted on the midpoints between code values, done with one
-# table lookup. A float32's bits, made monotone (``_order_key``) and shifted right by
-# ``_SHIFT``, give a bucket (1/256 of a binade) holding at most one midpoint (checked
-# below). Each bucket's table entry is ``(count << 16) + 0xFFFF - m``: ``count`` midpoints
-# lie below the bucket, ``m`` is the low ``_SHIFT`` bits of the key of the midpoint inside
-# it (``_NONE`` if none). Adding a value's own low bits carries into the count exactly
-# when the value is above that midpoint: the index is ``(entry + low) >> 16``. Buckets
-# cover magnitudes from ``2**-_TINY`` to 1; smaller ones share the bucket of ``2**-_TINY``
-# (no midpoint lies below ``2**(1-_TINY)``, checked), so the table has ~12K entries.
-_SHIFT = 15
+# table lookup. A float32's bits, made monotone (``_order_key``) and shifted right by a
+# code's ``shift``, give a bucket (``2**(23 - shift)`` per binade) holding at most one
+# midpoint: the shift is the largest that allows this (checked; 16 for the 8-bit codes,
+# wider buckets for the 4-bit one), which keeps the table small enough to stay in the L1
+# cache beside the data streaming through it. Each bucket's table entry is
+# ``(count << (shift + 1)) + 2**(shift + 1) - 1 - m``: ``count`` midpoints lie below the
+# bucket, ``m`` is the low ``shift`` bits of the key of the midpoint inside it
+# (``2**shift`` if none). Adding a value's own low bits carries into the count exactly
+# when the value is above that midpoint: the index is ``(entry + low) >> (shift + 1)``.
+# Buckets cover magnitudes from ``2**-_TINY`` to 1; smaller ones share the bucket of
+# ``2**-_TINY`` (no midpoint lies below ``2**(1-_TINY)``, checked).
 _TINY = 24
-_NONE = 1 << _SHIFT
 
 
 def _order_key(bits: Any, xp: Any = jnp) -> Any:
@@ -176,31 +177,41 @@ def _np_keys(values: Any) -> np.ndarray:
     return _order_key(np.asarray(values, np.float32).view(np.int32).astype(np.int64), np)
 
 
-_TOP, _BOTTOM = (int(b) for b in _np_keys([1.0, 2.0 ** -_TINY]) >> _SHIFT)  # positive buckets
-_HALF = _TOP - _BOTTOM + 1                                    # buckets per sign
-
-
-def _bucket_index(bucket: Any, xp: Any = jnp) -> Any:
+def _bucket_index(bucket: Any, shift: int, xp: Any = jnp) -> Any:
     """A bucket (of a value in [-1, 1]) to its table row: negatives first, tiny ones shared."""
-    bucket = xp.clip(bucket, -1 - _TOP, _TOP)
-    return xp.where(bucket >= 0, xp.maximum(bucket, _BOTTOM) - _BOTTOM + _HALF,
-                    xp.minimum(bucket, -1 - _BOTTOM) + 1 + _TOP)
+    top, bottom = (int(b) for b in _np_keys([1.0, 2.0 ** -_TINY]) >> shift)  # positive
+    half = top - bottom + 1                                                 # rows per sign
+    bucket = xp.clip(bucket, -1 - top, top)
+    return xp.where(bucket >= 0, xp.maximum(bucket, bottom) - bottom + half,
+                    xp.minimum(bucket, -1 - bottom) + 1 + top)
 
 
-def _bucket_table(table: np.ndarray) -> np.ndarray:
+def _bucket_table(table: np.ndarray, shift: int) -> Optional[np.ndarray]:
+    """The lookup table of a code for buckets of ``shift``; None if two midpoints share one."""
     midpoints = ((table[1:] + table[:-1]) / 2).astype(np.float32)
     keys = _np_keys(midpoints)
     assert np.all(np.abs(midpoints) >= 2.0 ** (1 - _TINY)), "a midpoint below 2**(1-_TINY)"
-    rows = _bucket_index(keys >> _SHIFT, np)
-    assert np.all(np.diff(rows) > 0), "two midpoints share a bucket"
-    starts = np.concatenate([np.arange(-1 - _TOP, -_BOTTOM), np.arange(_BOTTOM, _TOP + 1)])
-    first = np.searchsorted(keys >> _SHIFT, starts, side="left")
-    low = np.full(2 * _HALF, _NONE, np.int64)
-    low[rows] = keys & (_NONE - 1)
-    return ((first << 16) + 0xFFFF - low).astype(np.int32)
+    rows = _bucket_index(keys >> shift, shift, np)
+    if not np.all(np.diff(rows) > 0):
+        return None
+    top, bottom = (int(b) for b in _np_keys([1.0, 2.0 ** -_TINY]) >> shift)
+    starts = np.concatenate([np.arange(-1 - top, -bottom), np.arange(bottom, top + 1)])
+    first = np.searchsorted(keys >> shift, starts, side="left")
+    low = np.full(starts.size, 1 << shift, np.int64)
+    low[rows] = keys & ((1 << shift) - 1)
+    return ((first << (shift + 1)) + (1 << (shift + 1)) - 1 - low).astype(np.int32)
 
 
-_BUCKETS = {name: _bucket_table(c.values) for name, c in CODES.items()
+def _widest_buckets(table: np.ndarray) -> tuple[int, np.ndarray]:
+    """``(shift, lookup table)`` with the largest shift whose buckets hold one midpoint each."""
+    for shift in range(22, 14, -1):  # from 2 buckets per binade to 256
+        built = _bucket_table(table, shift)
+        if built is not None:
+            return shift, built
+    raise AssertionError("two midpoints share a bucket of 1/256 binade")
+
+
+_BUCKETS = {name: _widest_buckets(c.values) for name, c in CODES.items()
             if c.values is not None}
 
 
@@ -214,11 +225,31 @@ _INVERSE_GAPS = {name: _inverse_gaps(c.values) for name, c in CODES.items()
                  if c.values is not None}
 
 
+# The linear codes ``(i + 1) / 2**bits`` need no table: their midpoints are
+# ``(2 k + 3) / 2**(bits + 1)`` exactly, so the count of midpoints below ``x`` is
+# ``ceil(2**bits x - 1.5)`` clipped to the code (``2**bits x`` is exact, and so is the
+# subtraction wherever the clip does not decide), and code value ``i`` is
+# ``(i + 1) * 2**-bits`` exactly. No gather: XLA:CPU vectorizes the loop around it.
+_LINEAR_BITS = {name: c.bits for name, c in CODES.items()
+                if c.values is not None and np.array_equal(c.values, linear_code(c.bits))}
+
+
+def _linear_index(scaled: Array, bits: int) -> Array:
+    """``nearest_code_index`` for the linear code of ``bits`` bits, by arithmetic."""
+    top = 2 ** bits - 1
+    scaled = scaled.astype(jnp.float32)
+    index = jnp.clip(jnp.ceil(scaled * np.float32(2 ** bits) - np.float32(1.5)), 0, top)
+    # NaN as the table lookup has it: a positive NaN above every midpoint, a negative one below
+    nan = jnp.where(jax.lax.bitcast_convert_type(scaled, jnp.int32) < 0, 0, top)
+    return jnp.where(jnp.isnan(scaled), nan, index).astype(jnp.uint8)
+
+
 def nearest_code_index(scaled: Array, code: str) -> Array:
     """The index of the nearest value of a code to each of ``scaled`` (in ``[-1, 1]``).
 
     The same as ``jnp.searchsorted(midpoints, scaled, side='left')`` with ``midpoints``
-    between consecutive code values (a tie goes to the lower value), by one lookup.
+    between consecutive code values (a tie goes to the lower value), by one lookup (for
+    the linear codes, by arithmetic).
 
     Args:
       scaled: float32 values in ``[-1, 1]``.
@@ -231,11 +262,14 @@ def nearest_code_index(scaled: Array, code: str) -> Array:
     >>> nearest_code_index(jnp.array([0.0, 0.3, 1.0]), 'linear4_unsigned')
     Array([ 0,  4, 15], dtype=uint8)
     """
+    if code in _LINEAR_BITS:
+        return _linear_index(scaled, _LINEAR_BITS[code])
+    shift, table = _BUCKETS[code]
     key = _order_key(jax.lax.bitcast_convert_type(scaled.astype(jnp.float32), jnp.int32))
     # in bounds: _bucket_index clips, and saying so spares XLA's bounds handling
-    row = _bucket_index(key >> _SHIFT).astype(jnp.uint32)  # unsigned: no negative wrap
-    entry = jnp.asarray(_BUCKETS[code]).at[row].get(mode="promise_in_bounds")
-    return ((entry + (key & (_NONE - 1))) >> 16).astype(jnp.uint8)
+    row = _bucket_index(key >> shift, shift).astype(jnp.uint32)  # unsigned: no negative wrap
+    entry = jnp.asarray(table).at[row].get(mode="promise_in_bounds")
+    return ((entry + (key & ((1 << shift) - 1))) >> (shift + 1)).astype(jnp.uint8)
 
 
 def _mix32(h: Array) -> Array:
@@ -522,15 +556,21 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
     index = q.codes
     if bits == 4:
         index = _unpack_nibbles(index)
-    if after is not None:  # the table twice; ``after`` picks the copy
-        table = np.concatenate([table, table])
-        index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
-    # an index into the table: always in bounds (see nearest_code_index)
-    values = jnp.asarray(table).at[index].get(mode="promise_in_bounds")
+    absmax = q.absmax
+    if q.code in _LINEAR_BITS:  # (i + 1) / 2**bits, exact: no table
+        values = (index.astype(jnp.float32) + 1.0) * np.float32(2.0 ** -bits)
+        if after is not None:  # the scale or its absolute value (the same), as for fp8
+            absmax = jnp.where(after, absmax, jnp.abs(absmax))
+    else:
+        if after is not None:  # the table twice; ``after`` picks the copy
+            table = np.concatenate([table, table])
+            index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
+        # an index into the table: always in bounds (see nearest_code_index)
+        values = jnp.asarray(table).at[index].get(mode="promise_in_bounds")
     if scaling == "rank1":
         values = values.reshape(-1)[:size].reshape(q.shape)
-        return (values * rank1_scale(_split_maxima(q.absmax, q.shape), q.shape)).astype(q.dtype)
-    blocks = values * q.absmax[:, None]
+        return (values * rank1_scale(_split_maxima(absmax, q.shape), q.shape)).astype(q.dtype)
+    blocks = values * absmax[:, None]
     return blocks.reshape(-1)[:size].reshape(q.shape).astype(q.dtype)
 
 

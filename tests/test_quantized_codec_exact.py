@@ -1,0 +1,137 @@
+"""The fast codec paths give exactly the codes and values of the codes' definitions.
+
+``nearest_code_index`` finds the nearest code value by arithmetic (the linear codes) or by
+one lookup in a table of buckets whose width each code chooses (the dynamic codes);
+``dequantize_blockwise`` decodes the linear codes by arithmetic. The reference here is the
+definition, in numpy: ``np.searchsorted(midpoints, x, side="left")`` on the float32
+midpoints ``(code[1:] + code[:-1]) / 2`` (a tie goes to the lower value), and
+``code[index] * scale`` in float32. They are compared bit for bit on every float32 within
+4096 ulps of every midpoint, on a sweep over all float32 bit patterns in ``[-1, 1]``, on
+zeros, subnormals, values outside ``[-1, 1]``, infinities and NaN, and on every index of
+every code.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from functrain.quantization import (CODES, QuantizedArray, dequantize_blockwise,
+                                    nearest_code_index, quantize_blockwise)
+
+TABLE_CODES = sorted(name for name, c in CODES.items() if c.values is not None)
+_NEAREST = jax.jit(nearest_code_index, static_argnums=1)
+
+
+def midpoints(name: str) -> np.ndarray:
+    code = CODES[name].values
+    return ((code[1:] + code[:-1]) / 2).astype(np.float32)
+
+
+def reference_index(x: np.ndarray, name: str) -> np.ndarray:
+    """searchsorted on the midpoints; NaN by its sign (above all midpoints if positive)."""
+    x = np.asarray(x, np.float32)
+    index = np.searchsorted(midpoints(name), x, side="left")
+    negative = np.signbit(x)
+    return np.where(np.isnan(x), np.where(negative, 0, len(CODES[name].values) - 1),
+                    index).astype(np.uint8)
+
+
+def near_every_midpoint(name: str, ulps: int = 4096) -> np.ndarray:
+    """Every float32 within ``ulps`` of each midpoint (bit patterns are monotone per sign)."""
+    bits = midpoints(name).view(np.int32).astype(np.int64)
+    steps = np.arange(-ulps, ulps + 1)
+    # a positive float's bit pattern grows with it, a negative one's with its magnitude
+    patterns = bits[:, None] + steps[None, :]
+    return patterns.astype(np.int32).ravel().view(np.float32)
+
+
+def sweep_of_all_floats(stride: int = 4099) -> np.ndarray:
+    """One float32 in ``stride`` of all those in ``[-1, 1]`` (both signs), ``+-0`` included."""
+    positive = np.arange(0, 0x3F800001, stride, dtype=np.int64)
+    positive = np.concatenate([positive, [0x3F800000]]).astype(np.int32)
+    negative = positive | np.int32(-2 ** 31)
+    return np.concatenate([positive, negative]).view(np.float32)
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 1e30, -1e30, np.inf, -np.inf,
+                    1e-45, -1e-45, 2.0 ** -126, -2.0 ** -126, 2.0 ** -24, -2.0 ** -24,
+                    np.nextafter(np.float32(1), np.float32(2)),
+                    np.nextafter(np.float32(-1), np.float32(-2))], np.float32)
+
+
+@pytest.mark.parametrize("name", TABLE_CODES)
+def test_nearest_index_is_searchsorted_near_every_midpoint(name):
+    x = near_every_midpoint(name)
+    got = np.asarray(_NEAREST(jnp.asarray(x), name))
+    want = reference_index(x, name)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, (name, x[bad[:5]], got[bad[:5]], want[bad[:5]])
+
+
+@pytest.mark.parametrize("name", TABLE_CODES)
+def test_nearest_index_is_searchsorted_on_all_floats_in_range_and_beyond(name):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([sweep_of_all_floats(), SPECIAL, CODES[name].values,
+                        -CODES[name].values, rng.uniform(-1, 1, 100_000).astype(np.float32),
+                        (10.0 ** rng.uniform(-45, 0, 100_000)).astype(np.float32)])
+    got = np.asarray(_NEAREST(jnp.asarray(x), name))
+    want = reference_index(x, name)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, (name, x[bad[:5]], got[bad[:5]], want[bad[:5]])
+
+
+@pytest.mark.parametrize("name", TABLE_CODES)
+def test_nan_goes_where_its_sign_says(name):
+    nans = np.array([0x7FC00000, 0x7F800001, -0x00400000, -0x007FFFFF], np.int64)
+    x = nans.astype(np.int32).view(np.float32)
+    top = len(CODES[name].values) - 1
+    np.testing.assert_array_equal(np.asarray(_NEAREST(jnp.asarray(x), name)),
+                                  [top, top, 0, 0])
+
+
+@pytest.mark.parametrize("name", TABLE_CODES)
+@pytest.mark.parametrize("after", [None, True, False])
+def test_every_index_decodes_to_its_code_value_times_the_scale(name, after):
+    code, bits, scaling, _ = CODES[name]
+    n = len(code)
+    index = np.tile(np.arange(n, dtype=np.uint8), 4)              # every index, 4 blocks
+    scales = np.array([1.0, 0.37, 3e-5, 0.0], np.float32)
+    shape = (4, n)
+    if scaling == "rank1":
+        rows, cols = np.array([0.5, 2.0, 1e-3, 7.0], np.float32), np.full(n, 3.0, np.float32)
+        absmax, scale = np.concatenate([rows, cols]), np.minimum(rows[:, None], cols[None, :])
+    else:
+        absmax, scale = scales, np.repeat(scales[:, None], n, axis=1)
+    blocks = index.reshape(4, n)
+    codes = (blocks[:, 0::2] << 4) | blocks[:, 1::2] if bits == 4 else blocks
+    q = QuantizedArray(jnp.asarray(codes), jnp.asarray(absmax), shape, jnp.dtype(jnp.float32),
+                       name)
+    mark = None if after is None else jnp.asarray(after)
+    got = np.asarray(jax.jit(dequantize_blockwise)(q, mark))
+    want = code[blocks] * scale                                        # float32 products
+    np.testing.assert_array_equal(got.view(np.int32), want.astype(np.float32).view(np.int32))
+
+
+@pytest.mark.parametrize("name,block", [("linear4_unsigned", 128),
+                                        ("linear4_unsigned_rank1", 128),
+                                        ("dynamic8_signed", 256), ("dynamic8_unsigned", 256),
+                                        ("dynamic4_signed", 128)])
+def test_quantize_stores_the_reference_codes(name, block):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((64, 96)) * 10.0 ** rng.uniform(-6, 0, (64, 96))).astype(np.float32)
+    if "unsigned" in name:
+        x = np.abs(x)
+    q = jax.jit(quantize_blockwise, static_argnums=(1, 2))(jnp.asarray(x), name, block)
+    if CODES[name].scaling == "rank1":
+        scale = np.minimum(np.abs(x).max(1)[:, None], np.abs(x).max(0)[None, :])
+        scaled = (np.abs(x) / np.where(scale > 0, scale, 1)).reshape(-1, block)
+    else:
+        blocks = x.reshape(-1, block)
+        absmax = np.abs(blocks).max(1)
+        scaled = blocks / np.where(absmax > 0, absmax, 1)[:, None]
+    index = reference_index(scaled.astype(np.float32), name)
+    codes = (index[:, 0::2] << 4) | index[:, 1::2] if CODES[name].bits == 4 else index
+    np.testing.assert_array_equal(np.asarray(q.codes), codes)
