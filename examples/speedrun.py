@@ -118,8 +118,10 @@ OPTIMIZERS = tuple(LEARNING_RATES)
 # (tests/test_speedrun.py checks it from the shapes). Every 2-D leaf is projected (APOLLO's
 # default): its 15 matrices keep 2 r max(m, n) float32 numbers each, 14,336 r bytes in all;
 # the five gains (320 numbers) AdamW's 8 bytes each; the counts and the limiter's norms 84
-# bytes. Rank 6: 88,660 bytes, 0.096x AdamW's 920,068 (rank 7: 0.112x). The default rank, 256, is capped at each matrix's
-# smaller side (64): a full-rank projection, as large as AdamW's state.
+# bytes. Rank 6: 88,660 bytes, 0.096x AdamW's 920,068 (rank 7: 0.112x; the optimizers
+# alone: the learning-rate multiplier adds a 4-byte count to both). The default rank,
+# 256, is capped at each matrix's smaller side (64): a full-rank projection, as large as
+# AdamW's state.
 APOLLO_RANK = 6
 # Where each optimizer lives in functrain (checked before anything is trained).
 LOCATION = {"adamw": "functrain.adamw", "muon": "functrain.contrib.muon",
