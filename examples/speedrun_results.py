@@ -277,7 +277,7 @@ def readme_block(summary: dict) -> str:
       summary: the speedrun's JSON.
 
     Returns:
-      Eight lines of markdown (no trailing newline).
+      Seven lines of markdown (no trailing newline).
     """
     meta, results = summary["meta"], summary["results"]
     budget, target = meta["steps"], meta["target"]
@@ -299,7 +299,6 @@ def readme_block(summary: dict) -> str:
         f"| steps to {target} | " + cells(lambda r: format_steps(r["summary"], budget)) + " |",
         "| p vs adamw / muon | " + cells(
             lambda r: f"{format_p(r['p_vs_adamw'])} / {format_p(r['p_vs_muon'])}") + " |",
-        "| state x adamw | " + cells(lambda r: f"{r['state_vs_adamw']:.2f}") + " |",
     ])
 
 
