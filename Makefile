@@ -75,7 +75,7 @@ demo: $(STAMP)
 	$(PY) -c "import sklearn, tqdm, matplotlib" 2>/dev/null || $(PY) -m pip install -q -e ".[demo]"
 	$(PY) examples/demo.py
 
-# Ten optimizers x 5 seeds on a small character-level GPT: steps to a target validation loss,
+# Fifteen optimizers x 10 seeds on a small character-level GPT: steps to a target validation loss,
 # 95% intervals, Welch's tests against AdamW and Muon (docs/speedrun.md); about 10 minutes.
 # Tuning the learning rates is separate and longer: $(PY) examples/speedrun.py --tune
 speedrun: $(STAMP)
@@ -89,6 +89,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/matrix_optimizers.py
 	$(PY) benchmarks/matrix_ceilings.py
 	$(PY) benchmarks/quantized_state.py
+	$(PY) benchmarks/memory_options.py
 	$(PY) benchmarks/newton_schulz.py
 	$(PY) benchmarks/accumulation_memory.py
 

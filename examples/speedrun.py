@@ -1,4 +1,4 @@
-"""Steps to a target, with error bars: ten optimizers on one small character-level GPT.
+"""Steps to a target, with error bars: fifteen optimizers on one small character-level GPT.
 
 Run it with ``make speedrun`` (which sets up ``.venv`` first) or, in an environment
 with ``functrain[demo]``, with ``python examples/speedrun.py``. The rules (docs/speedrun.md
@@ -64,6 +64,11 @@ LEARNING_RATES = {
     "splus": 0.2,
     "soap": 0.016,
     "kron": 0.004,
+    "adam_mini": 0.002,
+    "apollo": 0.016,
+    "apollo_mini": 0.002,
+    "adamw_8bit": 0.002,
+    "adamw_4bit": 0.002,
 }
 # The grid --tune starts from (a factor 2 between neighbours); where the best rate is at
 # an edge, the sweep adds the next rate beyond it (twice at most).
@@ -78,9 +83,16 @@ TUNE_GRID = {
     "splus": (0.05, 0.1, 0.2, 0.4),
     "soap": (4e-3, 8e-3, 1.6e-2, 3.2e-2),
     "kron": (2e-3, 4e-3, 8e-3, 1.6e-2),
+    "adam_mini": (1e-3, 2e-3, 4e-3, 8e-3),
+    "apollo": (2e-3, 4e-3, 8e-3, 1.6e-2),
+    "apollo_mini": (2e-3, 4e-3, 8e-3, 1.6e-2),
+    "adamw_8bit": (1e-3, 2e-3, 4e-3, 8e-3),
+    "adamw_4bit": (1e-3, 2e-3, 4e-3, 8e-3),
 }
 TUNE_SEEDS = (1000, 1001)
-TUNED_ON = "2026-11-26"  # 16 minutes on the shared 2-core machine (load average 5-7)
+# 16 minutes on the shared 2-core machine (load average 5-7); the last five (adam_mini to
+# adamw_4bit) the same day, 16 minutes on their own (load average 8-14).
+TUNED_ON = "2026-11-26"
 # The sweep behind LEARNING_RATES: mean final validation loss over TUNE_SEEDS, per rate
 # (Python 3.11.7's stdlib, jax 0.10.2 on CPU; also benchmarks/results/speedrun_tune.json).
 TUNE_RESULTS: dict = {
@@ -95,21 +107,39 @@ TUNE_RESULTS: dict = {
     "splus": {0.05: 2.3539, 0.1: 2.2158, 0.2: 2.1749, 0.4: 2.3244},
     "soap": {0.004: 2.0156, 0.008: 1.897, 0.016: 1.8241, 0.032: 1.8749},
     "kron": {0.002: 2.1018, 0.004: 2.0528, 0.008: 2.1825, 0.016: 2.34},
+    "adam_mini": {0.001: 2.2595, 0.002: 2.2262, 0.004: 2.4169, 0.008: 2.5633},
+    "apollo": {0.002: 2.4296, 0.004: 2.3062, 0.008: 2.2372, 0.016: 2.1662, 0.032: 2.1716},
+    "apollo_mini": {0.001: 2.3752, 0.002: 2.306, 0.004: 2.3098, 0.008: 2.3466, 0.016: 2.3653},
+    "adamw_8bit": {0.001: 2.2272, 0.002: 2.1442, 0.004: 2.5336, 0.008: 2.367},
+    "adamw_4bit": {0.001: 2.2253, 0.002: 2.147, 0.004: 2.1692, 0.008: 2.3153},
 }
 OPTIMIZERS = tuple(LEARNING_RATES)
+# APOLLO's rank: the largest whose state is at most 0.1x AdamW's on the FULL model
+# (tests/test_speedrun.py checks it from the shapes). Every 2-D leaf is projected (APOLLO's
+# default): its 15 matrices keep 2 r max(m, n) float32 numbers each, 14,336 r bytes in all;
+# the five gains (320 numbers) AdamW's 8 bytes each; the counts and the limiter's norms 84
+# bytes. Rank 6: 88,660 bytes, 0.096x AdamW's 920,068 (rank 7: 0.112x; the optimizers
+# alone: the learning-rate multiplier adds a 4-byte count to both). The default rank,
+# 256, is capped at each matrix's smaller side (64): a full-rank projection, as large as
+# AdamW's state.
+APOLLO_RANK = 6
 # Where each optimizer lives in functrain (checked before anything is trained).
 LOCATION = {"adamw": "functrain.adamw", "muon": "functrain.contrib.muon",
             "muon_polar_express": "functrain.contrib.muon",
             "muon_gram": "functrain.contrib.muon", "normuon": "functrain.contrib.normuon",
             "adamuon": "functrain.contrib.adamuon", "dion": "functrain.contrib.dion",
             "splus": "functrain.contrib.splus", "soap": "functrain.contrib.soap",
-            "kron": "functrain.contrib.kron"}
+            "kron": "functrain.contrib.kron", "adam_mini": "functrain.contrib.adam_mini",
+            "apollo": "functrain.contrib.apollo", "apollo_mini": "functrain.contrib.apollo_mini",
+            "adamw_8bit": "functrain.adamw_8bit", "adamw_4bit": "functrain.adamw_4bit"}
 # Muon's arguments for its Newton-Schulz variants.
 MUON_VARIANTS = {"muon": {}, "muon_polar_express": {"ns_coeffs": "polar_express"},
                  "muon_gram": {"ns_method": "gram"}}
 COLORS = {"adamw": "tab:blue", "muon": "tab:red", "muon_polar_express": "salmon",
           "muon_gram": "darkred", "normuon": "tab:orange", "adamuon": "gold",
-          "dion": "tab:pink", "splus": "tab:cyan", "soap": "tab:green", "kron": "tab:brown"}
+          "dion": "tab:pink", "splus": "tab:cyan", "soap": "tab:green", "kron": "tab:brown",
+          "adam_mini": "tab:purple", "apollo": "tab:olive", "apollo_mini": "yellowgreen",
+          "adamw_8bit": "steelblue", "adamw_4bit": "lightsteelblue"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,14 +296,35 @@ def lr_multiplier(steps: int) -> Callable:
     return multiplier
 
 
-def make_optimizer(name: str, lr: float, steps: int, adamw_lr: float, params: dict):
+def adam_mini_blocks(params: dict, n_head: int) -> dict:
+    """Adam-mini's partition of the model: the official rule, read through this model's names.
+
+    ``functrain.contrib.adam_mini_blocks`` matches the official code's names; here the MLP
+    weights are ``w_in`` / ``w_out`` and the output layer ``head``, which it does not know,
+    so they get the official rule for MLP and output weights by hand: one block per output
+    neuron (per token for the head). The rest is the default: one block per head of
+    ``wq`` / ``wk``, per output neuron of ``wv`` / ``wo``, per token (row) of the two
+    embeddings, one per gain.
+    """
+    grids = functrain.contrib.adam_mini_blocks(params, n_heads=n_head)
+    per_column = lambda w: (1, np.shape(w)[-1])  # noqa: E731
+    grids["head"] = per_column(params["head"])
+    for block, grid in zip(params["blocks"], grids["blocks"]):
+        grid["w_in"], grid["w_out"] = per_column(block["w_in"]), per_column(block["w_out"])
+    return grids
+
+
+def make_optimizer(name: str, lr: float, steps: int, adamw_lr: float, params: dict,
+                   n_head: int = FULL.n_head):
     """The optimizer ``name`` at peak learning rate ``lr``; its defaults otherwise.
 
-    The Muon family's AdamW part (embeddings, head, gains) runs at ``adamw_lr``.
+    The Muon family's AdamW part (embeddings, head, gains) runs at ``adamw_lr``. APOLLO
+    runs at rank ``APOLLO_RANK``; Adam-mini's partition is :func:`adam_mini_blocks` with
+    ``n_head`` heads.
     """
     contrib, dims = functrain.contrib, muon_dims(params)
-    if name == "adamw":
-        base = functrain.adamw(lr)
+    if name in ("adamw", "adamw_8bit", "adamw_4bit"):
+        base = getattr(functrain, name)(lr)
     elif name in MUON_VARIANTS:
         base = contrib.muon(lr, adam_learning_rate=adamw_lr, muon_weight_dimension_numbers=dims,
                             **MUON_VARIANTS[name])
@@ -284,11 +335,24 @@ def make_optimizer(name: str, lr: float, steps: int, adamw_lr: float, params: di
         mask = jax.tree.map(lambda d: d is not None, dims, is_leaf=lambda d: d is None or
                             isinstance(d, contrib.MuonDimensionNumbers))
         base = contrib.dion(lr, scalar_learning_rate=adamw_lr, dion_mask=mask)
+    elif name == "adam_mini":
+        base = contrib.adam_mini(lr, blocks=lambda p: adam_mini_blocks(p, n_head))
+    elif name == "apollo":
+        base = contrib.apollo(lr, rank=APOLLO_RANK)
     else:
         base = getattr(contrib, name)(lr)
     # The updates are proportional to the learning rate (weight decay included), so a
     # multiplier after the optimizer is the same as a scheduled learning rate.
     return functrain.chain(base, functrain.scale_by_schedule(lr_multiplier(steps)))
+
+
+def state_bytes(opt, params: dict) -> int:
+    """Bytes of every array of ``opt``'s state for ``params``, from shapes (``jax.eval_shape``).
+
+    Codes, scales, counts and the small leaves that stay float32 all count.
+    """
+    state = jax.eval_shape(opt.init, params)
+    return int(sum(x.size * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(state)))
 
 
 # ----------------------------------------------------------------------------- training
@@ -308,7 +372,8 @@ def train_seeds(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw
     """
     n_head, vocab = cfg.n_head, len(data["vocab"])
     shapes = init_params(jax.random.PRNGKey(0), cfg, vocab)
-    opt = (make or make_optimizer)(name, lr, steps, adamw_lr, shapes)
+    opt = (make(name, lr, steps, adamw_lr, shapes) if make else
+           make_optimizer(name, lr, steps, adamw_lr, shapes, n_head))
     val = jnp.asarray(data["val"])
 
     def step(params, state, window):
@@ -443,14 +508,26 @@ def load_average() -> str:
 
 
 def measure(names, data, cfg, steps, seeds, target, quiet) -> dict:
-    """Every optimizer over every seed: the runs, their summary and the p-values."""
+    """Every optimizer over every seed: the runs, their summary and the p-values.
+
+    Each result also holds its optimizer's state bytes on the model (:func:`state_bytes`,
+    the learning-rate multiplier's count included), per parameter and over AdamW's.
+    """
     results = {}
+    shapes = jax.eval_shape(lambda: init_params(jax.random.PRNGKey(0), cfg, len(data["vocab"])))
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(shapes))
+    memory = lambda n, lr: state_bytes(  # noqa: E731
+        make_optimizer(n, lr, steps, LEARNING_RATES["adamw"], shapes, cfg.n_head), shapes)
+    adamw_bytes = memory("adamw", LEARNING_RATES["adamw"])
     for name in names:
         runs = train_seeds(name, LEARNING_RATES[name], data, cfg, steps,
                            LEARNING_RATES["adamw"], seeds, target, quiet)
+        nbytes = memory(name, LEARNING_RATES[name])
         results[name] = {"lr": LEARNING_RATES[name], "runs": runs,
                          "summary": results_lib.summarize([r["steps_to_target"] for r in runs],
-                                                          steps)}
+                                                          steps),
+                         "state_bytes": nbytes, "state_bytes_per_param": nbytes / n_params,
+                         "state_vs_adamw": nbytes / adamw_bytes}
         s = results[name]["summary"]
         print(f"{name}: steps to {target} {results_lib.format_steps(s, steps)} "
               f"({s['censored']} of {s['n']} censored)", flush=True)

@@ -248,6 +248,9 @@ def format_p(p: Optional[float]) -> str:
 def results_table(summary: dict) -> str:
     """The markdown table of a speedrun's JSON: one row per optimizer.
 
+    Its columns: the tuned rate, steps to target, censored runs, the p-values, and the
+    optimizer's state on the model in bytes per parameter and as a multiple of AdamW's.
+
     Args:
       summary: the speedrun's JSON (``meta`` and ``results``).
 
@@ -256,12 +259,14 @@ def results_table(summary: dict) -> str:
     """
     budget = summary["meta"]["steps"]
     lines = ["| optimizer | tuned lr | steps to target (mean ± 95% CI) | censored "
-             "| p vs adamw | p vs muon |", "|---|---:|---:|---:|---:|---:|"]
+             "| p vs adamw | p vs muon | state bytes / param | state x adamw |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, res in summary["results"].items():
         s = res["summary"]
         lines.append(f"| {name} | {res['lr']:g} | {format_steps(s, budget)} | "
                      f"{s['censored']}/{s['n']} | {format_p(res['p_vs_adamw'])} | "
-                     f"{format_p(res['p_vs_muon'])} |")
+                     f"{format_p(res['p_vs_muon'])} | {res['state_bytes_per_param']:.2f} | "
+                     f"{res['state_vs_adamw']:.3f} |")
     return "\n".join(lines)
 
 
@@ -368,7 +373,7 @@ DOCS_BEGIN = "<!-- results: written by examples/speedrun.py -->"
 DOCS_END = "<!-- end of results -->"
 DOCS_PLOT = ("![each seed's steps to target, and seed 0's validation curves]"
              "(../benchmarks/results/speedrun.png)")
-README_FIRST, README_LAST = "**Steps to a target, with error bars**", "| p vs adamw / muon |"
+README_FIRST = "**Steps to a target, with error bars**"
 
 
 def docs_block(summary: dict, tuning: dict) -> str:
@@ -402,8 +407,10 @@ def write_docs(summary: dict, root: Path, tuning: dict) -> None:
     readme = root / "README.md"
     lines = readme.read_text().split("\n")
     first = next(i for i, x in enumerate(lines) if x.startswith(README_FIRST))
-    last = next(i for i, x in enumerate(lines) if i > first and x.startswith(README_LAST))
-    lines[first:last + 1] = readme_block(summary).split("\n")
+    end = first + 2  # the paragraph, a blank line, then the table: its rows start with "|"
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    lines[first:end] = readme_block(summary).split("\n")
     readme.write_text("\n".join(lines))
 
 

@@ -66,3 +66,36 @@ def test_matrix_benchmark_counts_loops_conditionals_and_lapack():
     both = jax.make_jaxpr(lambda x: jnp.linalg.eigh(x @ x)[0])(jnp.ones((3, 8, 8)))
     assert flops_by_kind(both) == {"matmul": 3 * 2 * 8 ** 3, "eigh": 3 * 9 * 8 ** 3,
                                    "qr": 0.0, "triangular_solve": 0.0}
+
+
+def test_memory_options_benchmark_runs_and_writes_its_table(tmp_path):
+    # benchmarks/memory_options.py end to end on the speedrun's tiny model (never timed:
+    # make bench). XLA's backend optimizations are off: compiling is most of the time.
+    options = ("adamw float32", "adamw bf16", "adamw 8-bit", "apollo_mini")
+    env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
+                                       + " --xla_backend_optimization_level=0").strip()}
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "memory_options.py"), "--tiny",
+           "--options", ",".join(options), "--seeds", "0,1", "--processes", "1",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads((tmp_path / "memory_options.json").read_text())
+    rows = {r["option"]: r for r in result["rows"]}
+    assert tuple(rows) == options
+    n = result["meta"]["n_params"]
+    # By hand: two moments per parameter (4 or 2 bytes each) and two int32 counts (AdamW's
+    # and the learning-rate multiplier's).
+    assert rows["adamw float32"]["state_bytes"] == 8 * n + 8
+    assert rows["adamw bf16"]["state_bytes"] == 4 * n + 8
+    for r in rows.values():
+        assert r["state_bytes_per_param"] == r["state_bytes"] / n
+        assert r["state_vs_adamw"] == r["state_bytes"] / (8 * n + 8)
+        assert len(r["final_val_loss"]) == 2 and r["final_mean"] == sum(r["final_val_loss"]) / 2
+        assert all(0 < x < 5 for x in r["final_val_loss"])  # trained: below ln(96) + margin
+        assert r["opt_ratios"] and r["opt_step_ms"] > 0
+    assert rows["adamw float32"]["opt_ratio"] == 1.0 == rows["adamw float32"]["train_ratio"]
+    assert rows["adamw 8-bit"]["state_vs_adamw"] < 1
+    assert rows["apollo_mini"]["state_vs_adamw"] < 0.1
+    table = (tmp_path / "memory_options.md").read_text()
+    assert all(f"| {o} |" in table for o in options) and table in proc.stdout
+    assert (tmp_path / "memory_options.png").stat().st_size > 0

@@ -206,3 +206,66 @@ def test_tuning_record_and_committed_results_agree_with_the_docs():
             assert res[f"p_vs_{ref}"] == expected, (name, ref)
     assert results.results_table(summary) in (ROOT / "docs" / "speedrun.md").read_text()
     assert results.readme_block(summary) in (ROOT / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------- memory
+def full_shapes() -> dict:
+    """The FULL model's parameter shapes (the vocabulary of the committed run)."""
+    vocab = json.loads((ROOT / "benchmarks" / "results" / "speedrun.json").read_text())[
+        "meta"]["vocab"]
+    return jax.eval_shape(lambda: speedrun.init_params(jax.random.PRNGKey(0), speedrun.FULL,
+                                                       vocab))
+
+
+def speedrun_state_bytes(name: str, shapes: dict) -> int:
+    lr = speedrun.LEARNING_RATES[name]
+    opt = speedrun.make_optimizer(name, lr, 300, speedrun.LEARNING_RATES["adamw"], shapes,
+                                  speedrun.FULL.n_head)
+    return speedrun.state_bytes(opt, shapes)
+
+
+def test_apollo_rank_is_the_largest_within_a_tenth_of_adamws_state():
+    # By hand: AdamW keeps two float32 moments per parameter, plus two int32 counts (its
+    # own, the multiplier's). APOLLO keeps, per 2-D leaf (m, n), two float32 moments of
+    # r x max(m, n) and one float32 norm; per other leaf AdamW's two moments and an unused
+    # float32 norm; plus the two counts.
+    shapes = full_shapes()
+    leaves = jax.tree.leaves(shapes)
+    n = sum(x.size for x in leaves)
+    adamw = 8 * n + 8
+    assert speedrun_state_bytes("adamw", shapes) == adamw
+
+    def apollo_by_hand(r):
+        return 8 + sum(8 * r * max(x.shape) + 4 if x.ndim == 2 else 8 * x.size + 4
+                       for x in leaves)
+
+    rank = speedrun.APOLLO_RANK
+    with pytest.MonkeyPatch.context() as mp:
+        for r in (rank, rank + 1):
+            mp.setattr(speedrun, "APOLLO_RANK", r)
+            assert speedrun_state_bytes("apollo", shapes) == apollo_by_hand(r), r
+    assert apollo_by_hand(rank) <= 0.1 * adamw < apollo_by_hand(rank + 1)
+    assert speedrun_state_bytes("apollo_mini", shapes) == apollo_by_hand(1)
+
+
+def test_adam_mini_partition_of_the_model_and_its_state():
+    # The official rule by hand for this model's names: one block per head of wq and wk,
+    # per output neuron of wv, wo, w_in, w_out and the head, per token of the embeddings,
+    # one per gain; the state is the momentum (4 bytes per parameter), one float32 per
+    # block and two counts.
+    shapes = full_shapes()
+    cfg, vocab = speedrun.FULL, shapes["head"].shape[1]
+    grids = speedrun.adam_mini_blocks(shapes, cfg.n_head)
+    d = cfg.d_model
+    assert grids["tok_embed"] == (vocab, 1) and grids["pos_embed"] == (cfg.context, 1)
+    assert grids["head"] == (1, vocab) and grids["final_gain"] == (1,)
+    for block in grids["blocks"]:
+        assert block == {"attn_gain": (1,), "mlp_gain": (1,), "wq": (1, cfg.n_head),
+                         "wk": (1, cfg.n_head), "wv": (1, d), "wo": (1, d),
+                         "w_in": (1, 4 * d), "w_out": (1, d)}
+    n = sum(x.size for x in jax.tree.leaves(shapes))
+    n_blocks = sum(int(np.prod(g)) for g in jax.tree.leaves(
+        grids, is_leaf=lambda g: isinstance(g, tuple)))
+    nbytes = speedrun_state_bytes("adam_mini", shapes)
+    assert nbytes == 4 * n + 4 * n_blocks + 8
+    assert nbytes <= 0.55 * (8 * n + 8)
