@@ -27,6 +27,8 @@ from functrain.arg_checks import (check_state_type, check_transformation, needs_
                                   record_parts, sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.engine import recompute
+from functrain.engine.dtypes import (integer_float, integers_as_floats, leaf_compute_dtype,
+                                     state_compute_dtype)
 from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskedState,
                                        OptState, Params, StateIO, Updates, as_array)
@@ -187,9 +189,9 @@ def _integers_as_float(stages: Sequence[LeafStage], steps: Sequence["_StageStep"
     x64), as optax's updates are; leaves only ``any_dtype`` stages touch keep their dtype."""
     cds, outs = list(inputs.compute_dtypes), list(inputs.out_dtypes)
     for i, (g, p) in enumerate(zip(inputs.gs, inputs.ps)):
-        if _is_integer(g) and any(step.active[i] and not stage.any_dtype
-                                  for stage, step in zip(stages, steps)):
-            outs[i] = jnp.result_type(g.dtype, float)
+        if integer_float(g) is not None and any(step.active[i] and not stage.any_dtype
+                                                for stage, step in zip(stages, steps)):
+            outs[i] = integer_float(g)
             cds[i] = leaf_compute_dtype(jax.ShapeDtypeStruct((), outs[i]), p)
     return inputs._replace(compute_dtypes=cds, out_dtypes=outs)
 
@@ -245,16 +247,9 @@ def _whole_updates(stage: LeafStage, active: Sequence[bool], inputs: _BlockInput
     the integer leaves it transforms in the float they are computed in."""
     if not stage.needs_updates:
         return None
-    cast = [on and _is_integer(g) for g, on in zip(inputs.gs, active)]
-    if not any(cast):
+    if not any(on and integer_float(g) is not None for g, on in zip(inputs.gs, active)):
         return updates
-    return inputs.treedef.unflatten([g.astype(jnp.result_type(g.dtype, float)) if c else g
-                                     for g, c in zip(inputs.gs, cast)])
-
-
-def _is_integer(x: jax.Array) -> bool:
-    """Whether ``x`` is an integer (not bool) array."""
-    return jnp.issubdtype(x.dtype, jnp.integer)
+    return inputs.treedef.unflatten(integers_as_floats(inputs.gs, active))
 
 
 def _unfold(treedef: Any, field: Any) -> Optional[tuple]:
@@ -330,42 +325,6 @@ def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs:
         io.leaf_done([x for stage_fields in new_fields for lst in stage_fields
                       for x in (lst[i] if isinstance(lst[i], list) else [lst[i]])])
     return out_updates, new_fields
-
-
-def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
-    """The dtype one leaf's math runs in: grads promoted with params, 16-bit as float32.
-
-    Args:
-      g: the update leaf.
-      p: the parameter leaf, or ``None``.
-
-    Returns:
-      A numpy dtype.
-
-    >>> import jax.numpy as jnp
-    >>> leaf_compute_dtype(jnp.ones(1, jnp.bfloat16), None)
-    dtype('float32')
-    """
-    return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
-
-
-def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
-    """The dtype a state leaf is read in: at least the leaf math's dtype ``cd``.
-
-    Args:
-      x: a state leaf (e.g. a bfloat16 moment).
-      cd: the leaf's compute dtype.
-
-    Returns:
-      A numpy dtype (non-float state keeps its own dtype).
-
-    >>> import jax.numpy as jnp
-    >>> state_compute_dtype(jnp.ones(1, jnp.bfloat16), jnp.float32)
-    dtype('float32')
-    """
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return jnp.promote_types(ft.compute_dtype(x.dtype), cd)
-    return x.dtype
 
 
 def stage_transform(stage: LeafStage) -> GradientTransformation:
@@ -607,4 +566,6 @@ def identity() -> GradientTransformation:
 
 
 __all__ = ["run_block", "run_plan", "stage_transform", "in_masked_state", "chain", "named_chain",
-           "identity", "fusion_plan", "Program", "with_guard", "leaf_compute_dtype", "state_compute_dtype"]
+           "identity", "fusion_plan", "Program", "with_guard",
+           # from engine/dtypes.py, where contrib's own per-leaf loops (shampoo, ...) import them
+           "leaf_compute_dtype", "state_compute_dtype"]
