@@ -338,9 +338,9 @@ def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Seque
             fields = ", ".join(f".{f}" for f in state_fields)
             raise TypeError(
                 f"{owner}: {what} leaf {where} has dtype {dtype.name}, so its state "
-                f"({fields}) would be {dtype.name} too, as in optax, where such state is "
-                f"truncated to integers or turns float after one step. Cast the leaf to a "
-                f"float, or {out} (e.g. a step counter kept in params).")
+                f"({fields}) would be {dtype.name} too, which means nothing (optax's adam "
+                f"truncates its nu to 0 there). Cast the leaf to a float, or {out} (e.g. a "
+                f"step counter kept in params).")
         if (not jnp.issubdtype(dtype, jnp.inexact) and dtype.name != "float0"
                 and not (integers and jnp.issubdtype(dtype, jnp.integer))):
             raise TypeError(

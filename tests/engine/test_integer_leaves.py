@@ -8,6 +8,8 @@ state, bool leaves, and integer leaves of the transformations with their own ``u
 (L-BFGS, prodigy, ...) raise a ``TypeError`` naming the leaf.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,9 @@ import optax
 import pytest
 
 import functrain as ft
+import registry
 from functrain.jax_compat import enable_x64
+from helpers import loss_value
 
 PARAMS = {"w": jnp.asarray([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float32),
           "b": jnp.asarray([0.1, -0.2, 0.3], jnp.float32)}
@@ -50,10 +54,10 @@ OPTIMIZERS = {
 OPTAX_INTEGER_BUGS = {"nadam", "madgrad", "sgd_schedule", "schedule_free_sgd"}
 
 
-def updates(opt, grads, params=PARAMS):
+def updates(opt, grads, params=PARAMS, **extra):
     state, out = opt.init(params), []
     for g in grads:
-        u, state = opt.update(g, state, params)
+        u, state = opt.update(g, state, params, **extra)
         out.append(u)
     return out
 
@@ -189,3 +193,29 @@ def test_own_update_transformations_refuse_integer_gradients(make):
     with pytest.raises(TypeError, match=r"updates leaf \['w'\] has dtype int32, but"):
         opt.update({"w": jnp.asarray([1, 2, 3])}, opt.init(params), params,
                    value=jnp.float32(1.0), grad=params, value_fn=lambda p: jnp.float32(1.0))
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_optimizer_computes_integer_leaves_as_floats_or_refuses_them(name):
+    """No silently wrong number on integer leaves, for every optimizer of tests/registry.py:
+    integer gradients give, bit for bit, the updates of the equal float32 gradients (checked
+    against optax by the parity tests), and integer params those of the equal float32 params;
+    or a TypeError names the leaf. (Found six matrix optimizers whose own update cast its
+    result back to the gradient's integer dtype: now refused.)"""
+    record = registry.REGISTRY.get(name) or registry.default_record(name)
+    int_params = {"w": jnp.asarray([[1, -1, 2], [2, 0, -1]]), "b": jnp.asarray([1, -2, 3])}
+    float_grads = [jax.tree_util.tree_map(lambda x: 0.5 * x.astype(jnp.float32), g)
+                   for g in INT_GRADS]
+    cases = [(INT_GRADS, PARAMS, [as_float32(g) for g in INT_GRADS], PARAMS),
+             (float_grads, int_params, float_grads, as_float32(int_params))]
+    for grads, params, float_grads_, float_params in cases:
+        extra = record.update_kwargs(loss_value, float_params)
+        try:
+            ours = updates(record.make(ft), grads, params, **extra)
+        except TypeError as e:
+            assert re.search(r"leaf \['[wb]'\] has dtype int", str(e)), str(e)
+            continue
+        on_floats = updates(record.make(ft), float_grads_, float_params, **extra)
+        for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(on_floats)):
+            assert a.dtype == b.dtype == jnp.float32, (a.dtype, b.dtype)
+            np.testing.assert_array_equal(a, b)
