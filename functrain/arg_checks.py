@@ -417,6 +417,8 @@ class BuilderRecord(NamedTuple):
         contains whose hyperparameters are reported too: a ``chain``'s members (with the
         path of each one's state) and a wrapper's inner transformations (path ``None``:
         somewhere inside the wrapper's state).
+      labels: empty, or one per part: the label its hyperparameters are reported under
+        (``multi_transform``'s, keys ``'<label>/<name>'``), or ``None`` for none.
 
     >>> import functrain
     >>> builder_record(functrain.sgd(0.1)).values['learning_rate']
@@ -426,6 +428,7 @@ class BuilderRecord(NamedTuple):
     builder: str
     values: dict
     parts: tuple
+    labels: tuple = ()
 
 
 # anchor (see _anchor) -> BuilderRecord; weak, so a record lives as long as its transformation.
@@ -513,13 +516,16 @@ def record_builder(result: Any, builder: str, values: dict, inner: list) -> None
     _RECORDS[anchor] = BuilderRecord(builder, dict(values), parts)
 
 
-def record_parts(result: Any, parts: Iterable[tuple]) -> None:
+def record_parts(result: Any, parts: Iterable[tuple], builder: str = "chain",
+                 labels: Iterable[Any] = ()) -> None:
     """Record that ``result`` (a ``chain``, say) holds ``parts``: ``(state path, tx)`` pairs.
 
     Args:
       result: the transformation made of the parts.
       parts: ``(state path, transformation)`` pairs, the path of each part's state inside
         ``result``'s state.
+      builder: what made ``result`` (``'chain'``, ``'masked'``, ``'multi_transform'``).
+      labels: empty, or per part the label its hyperparameters are reported under.
 
     Returns:
       ``None``.
@@ -530,4 +536,4 @@ def record_parts(result: Any, parts: Iterable[tuple]) -> None:
     """
     anchor = _anchor(result)
     if anchor is not None:
-        _RECORDS[anchor] = BuilderRecord("chain", {}, tuple(parts))
+        _RECORDS[anchor] = BuilderRecord(builder, {}, tuple(parts), tuple(labels))

@@ -34,9 +34,11 @@ The reading is a few scalar operations on the state: call it outside ``jit`` on 
 state the step returned (no recompilation: the step's program is untouched), or inside a
 jitted function. Where two parts declare the same name (``chain(adam(1e-3), sgd(1e-2))``),
 the first keeps it and the later one is reported as ``'<builder>.<name>'`` (``'sgd.
-learning_rate'``). Transformations no declared builder made (optax's own, a hand-written
-``GradientTransformation``) report nothing; an optimizer with nothing to report is an
-error naming it.
+learning_rate'``). ``masked`` reports its inner transformation's names as they are;
+``multi_transform`` (``partition``) each label's under that label, ``'<label>/<name>'``
+(``'a/learning_rate'``), read from that label's state. Transformations no declared builder
+made (optax's own, a hand-written ``GradientTransformation``) report nothing; an optimizer
+with nothing to report is an error naming it.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _step_count(state: Any, builder: str, name: str) -> jax.Array:
     return min(found, key=lambda pair: pair[0])[1]
 
 
-def _collect(tx: Any, state: Any, out: dict, seen: set) -> None:
+def _collect(tx: Any, state: Any, out: dict, seen: set, prefix: str = "") -> None:
     record = builder_record(tx)
     if record is None or id(tx) in seen:
         return
@@ -76,12 +78,14 @@ def _collect(tx: Any, state: Any, out: dict, seen: set) -> None:
         if callable(value):
             count = _step_count(state, record.builder, name)
             value = value(count + 1 if kind.startswith("decay") else count)
-        key, n = name, 1
+        key, n = prefix + name, 1
         while key in out:
-            key, n = f"{record.builder}.{name}" + (f"#{n}" if n > 1 else ""), n + 1
+            key, n = prefix + f"{record.builder}.{name}" + (f"#{n}" if n > 1 else ""), n + 1
         out[key] = jnp.asarray(value)
-    for path, part in record.parts:
-        _collect(part, state if path is None else ft.get_path(state, path), out, seen)
+    labels = record.labels or (None,) * len(record.parts)
+    for (path, part), label in zip(record.parts, labels):
+        _collect(part, state if path is None else ft.get_path(state, path), out, seen,
+                 prefix if label is None else f"{prefix}{label}/")
 
 
 def current_hyperparams(opt: Any, state: Any) -> dict[str, jax.Array]:
@@ -101,7 +105,9 @@ def current_hyperparams(opt: Any, state: Any) -> dict[str, jax.Array]:
       A dict: argument name -> scalar array, for every numeric argument each builder
       declares (``learning_rate``, ``b1``, ``weight_decay``, ...; defaults included;
       ``None`` left out). A name declared again by a later part is keyed
-      ``'<builder>.<name>'``.
+      ``'<builder>.<name>'``; a name inside ``multi_transform`` is keyed
+      ``'<label>/<name>'`` by the label of the transformation that declares it
+      (``masked`` adds nothing to the keys).
 
     Raises:
       ValueError: ``opt`` was not built by functrain's builders (nothing to report), or a

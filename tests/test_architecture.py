@@ -22,7 +22,8 @@
                       projections, microbatching, linalg,         (the "L0 core"; not each
                       param_updates, tree_utils, quantization     other)
   L0_matrix           matrix/*.py (blocks, kron_factors)          L0 core, L0_beside
-  L1_protocol         engine/protocol.py, engine/recompute.py     L0 core
+  L1_protocol         engine/protocol.py, engine/recompute.py,    L0 core
+                      engine/dtypes.py
   L1_engine           engine/program.py                           L0 core, L1_protocol
   L2_stages           transforms/*.py, and every module of        L0 core, L1
                       families/<family>/ but its optimizers.py
@@ -68,6 +69,7 @@ LONG_FILES: dict[str, str] = {}
 
 BASE, ENGINE = "functrain.engine.protocol", "functrain.engine.program"
 RECOMPUTE = "functrain.engine.recompute"
+DTYPES = "functrain.engine.dtypes"
 # The stage modules: transforms/*.py and every module of a family's folder but its
 # optimizers.py (found on disk, so a new family or module needs no entry here).
 STAGES = ({f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").glob("*.py")}
@@ -135,7 +137,7 @@ LAYERS = [
     Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:4]),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE),
     Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
-    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE),
+    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE, DTYPES}, L0_CORE),
     Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_protocol",)),
     Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),

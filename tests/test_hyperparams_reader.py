@@ -133,3 +133,38 @@ def test_errors_name_the_argument():
     plain = functrain.GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s))
     with pytest.raises(ValueError, match="was not built by functrain's builders"):
         functrain.current_hyperparams(plain, ())
+
+
+def test_masked_and_multi_transform_report_their_inner_transforms():
+    """masked: the inner names as they are; multi_transform: '<label>/<name>', each read from
+    its own label's state (checked against the schedules evaluated by hand at t updates)."""
+    params = params_tree()
+    sched = functrain.schedules.linear_schedule(1.0, 0.0, transition_steps=10)
+    masked = functrain.masked(functrain.adamw(sched, weight_decay=0.25),
+                              {"w": True, "b": False})
+    multi = functrain.multi_transform(
+        {"a": functrain.adam(sched, b1=0.8), "b": functrain.sgd(0.1),
+         "c": functrain.sgd(lambda t: 0.5 / (1.0 + t))},
+        {"w": "a", "b": "b"})  # label 'c' has no leaves: its schedule still counts updates
+    in_chain = functrain.chain(functrain.sgd(0.375), multi)
+    for opt in (masked, multi, in_chain):
+        state = opt.init(params)
+        step = jax.jit(lambda s: opt.update(params, s, params)[1])
+        for t in range(1, 4):
+            state = step(state)
+            got = functrain.current_hyperparams(opt, state)
+            if opt is masked:
+                assert sorted(got) == ["b1", "b2", "eps", "eps_root", "learning_rate",
+                                       "weight_decay"]
+                np.testing.assert_allclose(got["learning_rate"], 1.0 - t / 10, rtol=1e-6)
+                assert float(got["weight_decay"]) == 0.25
+            else:
+                assert sorted(k for k in got if "/" in k) == [
+                    "a/b1", "a/b2", "a/eps", "a/eps_root", "a/learning_rate",
+                    "b/learning_rate", "c/learning_rate"]
+                np.testing.assert_allclose(got["a/learning_rate"], 1.0 - t / 10, rtol=1e-6)
+                np.testing.assert_allclose(got["a/b1"], 0.8, rtol=1e-7)
+                np.testing.assert_allclose(got["b/learning_rate"], 0.1, rtol=1e-7)
+                np.testing.assert_allclose(got["c/learning_rate"], 0.5 / (1.0 + t), rtol=1e-6)
+    outside = {k: v for k, v in got.items() if "/" not in k}  # in_chain's sgd, unprefixed
+    assert list(outside) == ["learning_rate"] and float(outside["learning_rate"]) == 0.375

@@ -15,6 +15,7 @@ import pytest
 
 import functrain
 from functrain import tree as ft
+from functrain.jax_compat import enable_x64
 from helpers import make_params
 
 P = make_params()
@@ -92,6 +93,37 @@ def test_reductions_match_optax():
     for eq in (False, True):
         assert (bool(ft.allclose(nan, nan, equal_nan=eq))
                 == bool(optax.tree.allclose(nan, nan, equal_nan=eq)))
+
+
+VDOT_DTYPES = [("complex64", "float32"), ("complex64", "complex64"), ("float32", "complex64"),
+               ("float32", "float32"), ("bfloat16", "bfloat16"), ("bfloat16", "float32")]
+VDOT_DTYPES_X64 = [("complex128", "complex128"), ("complex128", "float64"),
+                   ("float64", "float64")]
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+def test_vdot_gives_optax_bits_eagerly_and_jitted(x64):
+    """optax.tree.vdot calls jnp.vdot (on JAX 0.10.2 too: it compares version strings, and
+    '0.10.2' < '0.7.2'). Complex results computed op by op differ from it in the last bit
+    (XLA fuses the conjugate into the dot only in one program); functrain's per-leaf vdot is
+    jitted, so it gives the same bits eagerly as well as under jit."""
+    rng = np.random.default_rng(7)
+
+    def draw(shape, dtype):
+        x = rng.standard_normal(shape)
+        if np.issubdtype(np.dtype(dtype), np.complexfloating):
+            x = x + 1j * rng.standard_normal(shape)
+        return jnp.asarray(x, dtype)
+
+    with enable_x64(x64):
+        for da, db in VDOT_DTYPES + (VDOT_DTYPES_X64 if x64 else []):
+            for shape in ((20,), (20, 10), (3, 5, 7)):
+                a = {"x": draw(shape, da), "y": draw((4,), da)}
+                b = {"x": draw(shape, db), "y": draw((4,), db)}
+                for run in (lambda f: f(a, b), lambda f: jax.jit(f)(a, b)):
+                    ours, theirs = np.asarray(run(ft.vdot)), np.asarray(run(optax.tree.vdot))
+                    assert ours.dtype == theirs.dtype, (da, db, shape)
+                    assert ours.tobytes() == theirs.tobytes(), (da, db, shape, ours, theirs)
 
 
 def test_16bit_norm_accumulates_in_float32_where_optax_overflows():

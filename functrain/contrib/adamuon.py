@@ -143,7 +143,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
     def update_fn(updates: Updates, state: AdaMuonState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, AdaMuonState]:
         check_state_type(state, AdaMuonState, owner)
-        s, state = momentum.update(in_compute_dtype(updates, params), state, params,
+        s, state = momentum.update(in_compute_dtype(updates, params, owner), state, params,
                                    **extra_args)
         o = orthogonalize_tree(s, dims_of_leaves(spec, s, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,

@@ -263,6 +263,7 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
         if params is not None:
             ft.check_structure(updates, params, "params", "updates")
         paths, gs, treedef, lays = layouts(updates)
+        ft.check_leaf_dtypes(paths, gs, [True] * len(gs), "scale_by_galore", "updates")
         olds = ft.flatten_like(treedef, state.projector, "scale_by_galore state .projector",
                                updates, "updates")
         refresh = state.count % update_proj_gap == 0

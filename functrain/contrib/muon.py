@@ -166,13 +166,17 @@ def _check_leaves_prepare(dims: MuonDimensionNumbers, prepare: Callable, owner: 
     return checked
 
 
-def in_compute_dtype(updates: Updates, params: Optional[Params]) -> Updates:
+def in_compute_dtype(updates: Updates, params: Optional[Params], owner: str) -> Updates:
     """The floating leaves of ``updates`` in the engine's compute dtype (with ``params``).
 
     Fed these, the momentum stage returns its output unrounded (16-bit leaves stay float32)
-    for the whole-tree Newton-Schulz, as in one fused pass. Placeholders, integer leaves and
-    trees that do not fit ``params`` (the engine then names the mismatch) pass as they are.
+    for the whole-tree Newton-Schulz, as in one fused pass. Placeholders and trees that do
+    not fit ``params`` (the engine then names the mismatch) pass as they are; an integer or
+    bool leaf is a ``TypeError`` naming it and ``owner`` (the Muon family's own update
+    casts its result to each gradient's dtype, which would truncate it).
     """
+    paths, gs, _ = ft.flatten_with_paths(updates)
+    ft.check_leaf_dtypes(paths, gs, [True] * len(gs), owner, "updates")
     leaves, treedef = jax.tree_util.tree_flatten(updates, is_leaf=ft.is_placeholder)
     try:
         ps = [None] * len(leaves) if params is None else treedef.flatten_up_to(params)
@@ -368,7 +372,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
     def update_fn(updates: Updates, state: Any, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, Any]:
         check_state_type(state, MuonState, owner)
-        m, new_state = momentum.update(in_compute_dtype(updates, params), state, params,
+        m, new_state = momentum.update(in_compute_dtype(updates, params, owner), state, params,
                                        **extra_args)
         dims = dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
         o = orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,

@@ -170,7 +170,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     def update_fn(updates: Updates, state: NorMuonState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, NorMuonState]:
         check_state_type(state, NorMuonState, owner)
-        m, state = momentum.update(in_compute_dtype(updates, params), state, params,
+        m, state = momentum.update(in_compute_dtype(updates, params, owner), state, params,
                                    **extra_args)
         o = orthogonalize_tree(m, dims_of_leaves(spec, m, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,

@@ -383,7 +383,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     def update_fn(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> tuple:
         run_block((checks,), updates, (state,), params, extra_args)
         ctx, counted = prepare({"count": state.count}, updates)
-        _, gs, treedef = ft.flatten_with_paths(updates)
+        paths, gs, treedef = ft.flatten_with_paths(updates)
+        ft.check_leaf_dtypes(paths, gs, [True] * len(gs), checks.name, "updates")
         gs = [as_array(g) for g in gs]
         views = views_of(updates, len(gs))
         ps = [None] * len(gs) if params is None else treedef.flatten_up_to(params)

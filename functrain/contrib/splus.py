@@ -203,8 +203,8 @@ def scale_by_splus(b1: float = 0.9, b2: float = 0.999, ema_rate: float = 0.999,
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`SplusState`; its ``update``
-      needs ``params`` (the EMA). Complex and integer leaves raise a ``TypeError``
-      naming the leaf.
+      needs ``params`` (the EMA). Complex leaves and integer params raise a ``TypeError``
+      naming the leaf (integer gradients are computed as floats).
 
     >>> import jax.numpy as jnp
     >>> tx = scale_by_splus()
@@ -248,6 +248,7 @@ def scale_by_splus(b1: float = 0.9, b2: float = 0.999, ema_rate: float = 0.999,
                   **extra_args: Any) -> tuple[Updates, SplusState]:
         run_block((checks,), updates, (state,), params, extra_args)
         paths, gs, treedef = ft.flatten_with_paths(updates)
+        ft.check_leaf_dtypes(paths, gs, [True] * len(gs), checks.name, "updates")
         gs = [as_array(g) for g in gs]
         ps = [as_array(p) for p in treedef.flatten_up_to(params)]
         olds = [treedef.flatten_up_to(getattr(state, f)) for f in _FIELDS]

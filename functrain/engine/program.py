@@ -27,6 +27,8 @@ from functrain.arg_checks import (check_state_type, check_transformation, needs_
                                   record_parts, sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.engine import recompute
+from functrain.engine.dtypes import (integer_float, integers_as_floats, leaf_compute_dtype,
+                                     state_compute_dtype)
 from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
                                        GradientTransformationExtraArgs, LeafStage, MaskedState,
                                        OptState, Params, StateIO, Updates, as_array)
@@ -98,6 +100,7 @@ class _BlockInputs(NamedTuple):
     ps: list
     treedef: Any
     compute_dtypes: list
+    out_dtypes: list  # the updates' dtypes: the input's, or the float an integer leaf takes
 
 
 class _StageStep(NamedTuple):
@@ -145,6 +148,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     inputs = _check_inputs(stages, updates, params)
     steps = [_prepare_stage(stage, state, inputs, updates, params, extra_args)
              for stage, state in zip(stages, states)]
+    inputs = _integers_as_float(stages, steps, inputs)
     out_updates, new_fields = _leaf_pass(stages, steps, inputs, io)
     new_states = []
     for stage, state, step, fields in zip(stages, states, steps, new_fields):
@@ -174,23 +178,38 @@ def _check_inputs(stages: Sequence[LeafStage], updates: Updates,
             raise needs_params_error(needing[0])
         ps = [None] * len(gs)
     return _BlockInputs(paths, gs, ps, treedef,
-                        [leaf_compute_dtype(g, p) for g, p in zip(gs, ps)])
+                        [leaf_compute_dtype(g, p) for g, p in zip(gs, ps)],
+                        [g.dtype for g in gs])
+
+
+def _integers_as_float(stages: Sequence[LeafStage], steps: Sequence["_StageStep"],
+                       inputs: _BlockInputs) -> _BlockInputs:
+    """``inputs`` with each integer update leaf that an arithmetic stage transforms computed,
+    and returned, in the float jnp's arithmetic gives it (``0.1 * g``: float32, float64 with
+    x64), as optax's updates are; leaves only ``any_dtype`` stages touch keep their dtype."""
+    cds, outs = list(inputs.compute_dtypes), list(inputs.out_dtypes)
+    for i, (g, p) in enumerate(zip(inputs.gs, inputs.ps)):
+        if integer_float(g) is not None and any(step.active[i] and not stage.any_dtype
+                                                for stage, step in zip(stages, steps)):
+            outs[i] = integer_float(g)
+            cds[i] = leaf_compute_dtype(jax.ShapeDtypeStruct((), outs[i]), p)
+    return inputs._replace(compute_dtypes=cds, out_dtypes=outs)
 
 
 def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, updates: Updates,
                    params: Optional[Params], extra_args: dict) -> _StageStep:
     """One stage's checks (state, mask, dtypes, arguments), then its ``prepare``."""
-    paths, gs, ps, treedef, _ = inputs
+    paths, gs, ps, treedef, _, _ = inputs
     if stage.state_cls is not None:
         check_state_type(state, stage.state_cls, stage.name)
     active = ft.resolve_leaf_mask(stage.mask, params if params is not None else updates,
                                   stage.name)
     if not stage.any_dtype:
         ft.check_leaf_dtypes(paths, gs, active, stage.name, "updates",
-                             real_only=stage.real_only)
+                             real_only=stage.real_only, integers=True)
         if params is not None:
             ft.check_leaf_dtypes(paths, ps, active, stage.name, "params",
-                                 real_only=stage.real_only)
+                                 real_only=stage.real_only, integers=True)
     fields, folds = [], []
     for name in stage.leaf_fields:
         where = f"{stage.name} state .{name}"
@@ -217,9 +236,20 @@ def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, upda
         raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
                          f"update(updates, state, params, {missing[0]}=...).")
     ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
-                                    updates if stage.needs_updates else None,
+                                    _whole_updates(stage, active, inputs, updates),
                                     **{k: extra_args[k] for k in stage.extra_args})
     return _StageStep(active, fields, ctx, new_global, folds)
+
+
+def _whole_updates(stage: LeafStage, active: Sequence[bool], inputs: _BlockInputs,
+                   updates: Updates) -> Optional[Updates]:
+    """What a ``needs_updates`` stage's ``prepare`` reads (else ``None``): the updates, with
+    the integer leaves it transforms in the float they are computed in."""
+    if not stage.needs_updates:
+        return None
+    if not any(on and integer_float(g) is not None for g, on in zip(inputs.gs, active)):
+        return updates
+    return inputs.treedef.unflatten(integers_as_floats(inputs.gs, active))
 
 
 def _unfold(treedef: Any, field: Any) -> Optional[tuple]:
@@ -263,13 +293,13 @@ def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs:
     state is read through ``io`` just before the stage runs and written back just after;
     masked-out leaves keep their state (``MaskedNode``) and pass their update through.
     """
-    _, gs, ps, _, cds = inputs
+    _, gs, ps, _, cds, outs = inputs
     io = io.begin()
     rewrite = recompute.for_block(stages, [s.active for s in steps], [s.ctx for s in steps],
                                   gs, cds)
     out_updates = []
     new_fields: list = [[[] for _ in s.leaf_fields] for s in stages]
-    for i, (g, p, cd) in enumerate(zip(gs, ps, cds)):
+    for i, (g, p, cd, out) in enumerate(zip(gs, ps, cds, outs)):
         x = g.astype(cd)
         pc = None if p is None else p.astype(cd)
         leaf = rewrite.for_leaf(x, pc)
@@ -291,46 +321,10 @@ def _leaf_pass(stages: Sequence[LeafStage], steps: Sequence[_StageStep], inputs:
                              for n, o, st in zip(news, olds, stored))
             for lst, n in zip(new_fields[k], news):
                 lst.append(n)
-        out_updates.append(x.astype(g.dtype))
+        out_updates.append(x.astype(out))
         io.leaf_done([x for stage_fields in new_fields for lst in stage_fields
                       for x in (lst[i] if isinstance(lst[i], list) else [lst[i]])])
     return out_updates, new_fields
-
-
-def leaf_compute_dtype(g: jax.Array, p: Optional[jax.Array]) -> Any:
-    """The dtype one leaf's math runs in: grads promoted with params, 16-bit as float32.
-
-    Args:
-      g: the update leaf.
-      p: the parameter leaf, or ``None``.
-
-    Returns:
-      A numpy dtype.
-
-    >>> import jax.numpy as jnp
-    >>> leaf_compute_dtype(jnp.ones(1, jnp.bfloat16), None)
-    dtype('float32')
-    """
-    return ft.compute_dtype(g.dtype if p is None else jnp.promote_types(g.dtype, p.dtype))
-
-
-def state_compute_dtype(x: jax.Array, cd: Any) -> Any:
-    """The dtype a state leaf is read in: at least the leaf math's dtype ``cd``.
-
-    Args:
-      x: a state leaf (e.g. a bfloat16 moment).
-      cd: the leaf's compute dtype.
-
-    Returns:
-      A numpy dtype (non-float state keeps its own dtype).
-
-    >>> import jax.numpy as jnp
-    >>> state_compute_dtype(jnp.ones(1, jnp.bfloat16), jnp.float32)
-    dtype('float32')
-    """
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return jnp.promote_types(ft.compute_dtype(x.dtype), cd)
-    return x.dtype
 
 
 def stage_transform(stage: LeafStage) -> GradientTransformation:
@@ -572,4 +566,6 @@ def identity() -> GradientTransformation:
 
 
 __all__ = ["run_block", "run_plan", "stage_transform", "in_masked_state", "chain", "named_chain",
-           "identity", "fusion_plan", "Program", "with_guard", "leaf_compute_dtype", "state_compute_dtype"]
+           "identity", "fusion_plan", "Program", "with_guard",
+           # from engine/dtypes.py, where contrib's own per-leaf loops (shampoo, ...) import them
+           "leaf_compute_dtype", "state_compute_dtype"]

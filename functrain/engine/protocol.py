@@ -157,8 +157,10 @@ class LeafStage:
       real_only: the math has no complex version (sign flips, clipping by
         value): complex leaves raise a ``TypeError`` naming the leaf.
       any_dtype: the stage does no arithmetic (``set_to_zero``, ``freeze``,
-        ``identity``), so integer leaves are allowed; every other stage
-        rejects them with a ``TypeError`` naming the leaf.
+        ``identity``): every dtype passes through unchanged. Every other stage
+        computes integer leaves in the float jnp's arithmetic gives them (as optax),
+        refuses integer params where it keeps per-leaf state, and refuses bool
+        leaves, with a ``TypeError`` naming the leaf.
 
     >>> import jax.numpy as jnp
     >>> from functrain.engine.program import stage_transform
@@ -209,7 +211,8 @@ class LeafStage:
         paths, leaves, treedef = ft.flatten_with_paths(params)
         if not self.any_dtype:
             ft.check_leaf_dtypes(paths, leaves, active, self.name, "params",
-                                 real_only=self.real_only)
+                                 real_only=self.real_only, integers=True,
+                                 state_fields=self.leaf_fields)
         if self.state_cls is None:
             return EmptyState()
         leaves = [as_array(p) for p in leaves]

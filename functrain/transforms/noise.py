@@ -88,6 +88,8 @@ def add_noise(eta: float, gamma: float, key: Any = None, *,
     def update_fn(updates: Updates, state: AddNoiseState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, AddNoiseState]:
         check_state_type(state, AddNoiseState, "add_noise")
+        paths, gs, _ = ft.flatten_with_paths(updates)
+        ft.check_leaf_dtypes(paths, gs, [True] * len(gs), "add_noise", "updates")
         count = safe_increment(state.count)
         std = jnp.sqrt(eta / count ** gamma)
         rng_key, sample_key = jax.random.split(state.rng_key)

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import (check_state_type, check_transformation, sorted_labels,
-                                  state_mismatch_error)
+from functrain.arg_checks import (check_state_type, check_transformation, record_parts,
+                                  sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskedState, MaskOrFn,
                                        OptState, Params, Updates, call_update)
@@ -275,7 +275,9 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
     check_transformation(inner, "masked")
     plan = fusion_plan(inner)
     if len(plan) == 1 and plan[0][0] == () and isinstance(plan[0][1], LeafStage):
-        return _masked_single_stage(plan[0][1], mask, "masked")
+        result = _masked_single_stage(plan[0][1], mask, "masked")
+        record_parts(result, [(("inner_state",), inner)], "masked")  # current_hyperparams
+        return result
     part = _masked_part(inner, mask, "masked", mask_compatible_extra_args)
 
     # optax's layout: where the mask switches off a whole subtree with one bool, the inner
@@ -292,7 +294,9 @@ def masked(inner: GradientTransformation, mask: MaskOrFn, *,
         return new_updates, MaskedState(_refold(inner_state, folding, True))
 
     setattr(update_fn, _MASKED, (inner, mask, mask_compatible_extra_args))
-    return GradientTransformation(init_fn, update_fn)
+    result = GradientTransformation(init_fn, update_fn)
+    record_parts(result, [(("inner_state",), inner)], "masked")
+    return result
 
 
 # --------------------------------------------------------------------------
@@ -426,7 +430,11 @@ def _partition(transforms: dict, param_labels: Any, outer: MaskOrFn,
         return updates, PartitionState(new_states)
 
     setattr(update_fn, _PARTITION, (transforms, param_labels, outer, extra))
-    return GradientTransformation(init_fn, update_fn)
+    result = GradientTransformation(init_fn, update_fn)
+    # current_hyperparams: each label's names as '<label>/<name>', read from its state.
+    record_parts(result, [(("inner_states", label, "inner_state"), tx)
+                          for label, tx in transforms.items()], "multi_transform", transforms)
+    return result
 
 
 # --------------------------------------------------------------------------

@@ -122,5 +122,12 @@ def test_normalized_sgd_matches_optax_step_by_step():
 def test_normalize_state_and_integer_leaves():
     tx = functrain.contrib.normalize()
     assert tx.init({"w": jnp.ones(2)}) == functrain.contrib.NormalizeState()
-    with pytest.raises(TypeError, match=r"\['n'\]"):
-        tx.update({"n": jnp.ones(2, jnp.int32)}, tx.init(None))
+    with pytest.raises(TypeError, match=r"\['n'\] has dtype bool"):
+        tx.update({"n": jnp.ones(2, jnp.bool_)}, tx.init(None))
+    # Integer gradients are normalized as the floats they equal, in float32, as optax's.
+    g = {"n": jnp.asarray([3, -4], jnp.int32)}
+    ours = tx.update(g, tx.init(None))[0]["n"]
+    theirs = optax.contrib.normalize().update(g, optax.contrib.normalize().init(None))[0]["n"]
+    assert ours.dtype == theirs.dtype == jnp.float32
+    np.testing.assert_allclose(ours, [0.6, -0.8], rtol=1e-6)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)

@@ -106,5 +106,5 @@ def test_errors():
     params = {"w": jnp.ones(2)}
     with pytest.raises(ValueError, match="value"):
         tx.update(params, tx.init(params), params)
-    with pytest.raises(TypeError, match=r"\['i'\]"):
-        tx.init({"i": jnp.ones(2, jnp.int32)})
+    with pytest.raises(TypeError, match=r"\['i'\] has dtype bool"):
+        tx.init({"i": jnp.ones(2, jnp.bool_)})
