@@ -1,10 +1,10 @@
 """A scanned Flax model, end to end: muon, soap, shampoo and kron with dimension numbers.
 
-The model (tests/scanned_model.py): a 3-layer pre-LN transformer (width 16, 2 heads, a
+The model (tests/scanned_transformer.py): a 3-layer pre-LN transformer (width 16, 2 heads, a
 32-wide MLP) run with ``flax.linen.scan`` over its layers, so each per-layer weight is one
 stacked ``(3, ...)`` leaf, the attention kernels 4-D ``(3, 16, 2, 8)`` / ``(3, 2, 8, 16)``.
-Each optimizer gets dimension numbers (``scanned_model.dimension_numbers``) that make the
-layer axis a batch axis and the attention kernels' head axes part of one matrix.
+Each optimizer gets dimension numbers (``scanned_transformer.dimension_numbers``) that make
+the layer axis a batch axis and the attention kernels' head axes part of one matrix.
 
 Compared with: the unrolled twin (``layers_0`` ... ``layers_2``, each weight a separate
 leaf, sliced from the stacked params), trained with the same optimizer given the per-layer
@@ -16,8 +16,8 @@ back: one entry per stacked leaf, stacked over the layer axis, with the same num
 
 Kron's noise is one flat normal draw per step, cut in leaf order, a stacked leaf's in layer
 order; so Kron's unrolled run hands it the per-layer leaves in the scanned tree's order
-(``scanned_model.by_weight``: per weight, the list of its layers). The others' numbers do not
-depend on the order of the leaves: their unrolled runs use the model's own tree.
+(``scanned_transformer.by_weight``: per weight, the list of its layers). The others' numbers
+do not depend on the order of the leaves: their unrolled runs use the model's own tree.
 
 Tolerance: 1e-9 of each leaf's largest entry. The two programs compute the same gradients in
 different orders (a scan's backward pass against an unrolled one: ~1e-16 apart), which the
@@ -27,13 +27,15 @@ conditioning (~1e-11 after 4 steps here); a wrong layer or axis is off by O(1).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import functrain
-import scanned_model as sm
+import scanned_transformer as sm
 from functrain.jax_compat import enable_x64
 
 LAYERS, STEPS = 3, 4
@@ -52,18 +54,26 @@ OPTIMIZERS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def _problem():
+    """(scanned loss, unrolled loss, scanned params, unrolled params), float64; built once,
+    so the jitted gradients below compile once per model for all optimizers."""
     scanned, unrolled = sm.models(LAYERS)
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.normal(size=(4, 8, 16)))
     y = jnp.asarray(rng.normal(size=(4, 8, 16)))
     params = sm.init_params(scanned, x)
-    return (sm.mse_loss(scanned, x, y), sm.mse_loss(unrolled, x, y), params,
-            sm.unstack(params, LAYERS))
+    return (functools.partial(sm.mse, scanned, x=x, y=y),
+            functools.partial(sm.mse, unrolled, x=x, y=y), params, sm.unstack(params, LAYERS))
+
+
+@functools.lru_cache(maxsize=None)
+def _grad(loss):
+    return jax.jit(jax.grad(loss))
 
 
 def _train(loss, opt, params, to_opt=lambda t: t, from_opt=lambda t: t):
-    grad = jax.jit(jax.grad(loss))
+    grad = _grad(loss)
 
     @jax.jit
     def update(grads, state, params):
@@ -114,8 +124,8 @@ def test_the_two_models_are_twins():
         assert params["layers"]["attn"]["out"]["kernel"].shape == (LAYERS, 2, 8, 16)
         np.testing.assert_allclose(loss_scanned(params), loss_unrolled(layer_params),
                                    rtol=1e-13)
-        grads = jax.grad(loss_scanned)(params)
-        layer_grads = jax.grad(loss_unrolled)(layer_params)
+        grads = _grad(loss_scanned)(params)
+        layer_grads = _grad(loss_unrolled)(layer_params)
     _assert_close(grads, sm.stack_lists(sm.by_weight(layer_grads, LAYERS)), "grads")
 
 

@@ -24,14 +24,13 @@ benchmarks/scanned_model.py (float32, step time).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import functrain
 from functrain.contrib import MuonDimensionNumbers as Dims
 
 
@@ -164,22 +163,12 @@ def dimension_numbers(params: Any, *, muon: bool = False) -> Any:
             return None
         else:
             red, out = (), tuple(range(ndim))
-        shift = lambda a: tuple(x + stacked for x in a) if isinstance(a, tuple) else a + stacked  # noqa: E731
+        def shift(axes: Any) -> Any:
+            return tuple(a + stacked for a in axes) if isinstance(axes, tuple) else axes + stacked
         return Dims(shift(red), shift(out))
     return jax.tree_util.tree_map_with_path(dims, params)
 
 
-def mse_loss(model: nn.Module, x: jax.Array, y: jax.Array) -> Callable[[Any], jax.Array]:
-    """The mean squared error of ``model`` on ``(x, y)``, a function of the params."""
-    return lambda params: jnp.mean((model.apply({"params": params}, x) - y) ** 2)
-
-
-def make_step(loss: Callable, opt: functrain.GradientTransformation,
-              to_opt: Callable = lambda t: t, from_opt: Callable = lambda t: t) -> Callable:
-    """A jitted train step; ``to_opt`` / ``from_opt`` map params-shaped trees to and from the
-    layout the optimizer sees."""
-    def step(params, state):
-        grads = jax.grad(loss)(params)
-        updates, state = opt.update(to_opt(grads), state, to_opt(params))
-        return functrain.apply_updates(params, from_opt(updates)), state
-    return jax.jit(step)
+def mse(model: nn.Module, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+    """The mean squared error of ``model`` with ``params`` on ``(x, y)``."""
+    return jnp.mean((model.apply({"params": params}, x) - y) ** 2)
