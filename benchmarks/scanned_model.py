@@ -3,7 +3,7 @@
 
 The model is tests/scanned_transformer.py's (pre-LN blocks: causal multi-head attention and
 a Dense-gelu-Dense MLP), in float32, at ``--layers`` layers of width ``--width`` (4 heads, a
-4x MLP), a batch of 8 sequences of 64 vectors. ``scanned``: ``flax.linen.scan`` over the
+4x MLP), a batch of 8 sequences of 32 vectors. ``scanned``: ``flax.linen.scan`` over the
 layers, each weight one stacked ``(L, ...)`` leaf, the matrix optimizers given dimension
 numbers (the layer axis a batch axis); ``unrolled``: ``layers_0`` ... ``layers_{L-1}``, a
 leaf per layer and weight, the same dimension numbers per layer. Both compute the same
@@ -16,7 +16,7 @@ interleaved block by block, so both share the machine's drift). The claim is the
 scanned / unrolled, measured in one run.
 
 Needs flax (the ``flax`` extra; ``make bench``'s venv has it).
-Usage: ``python benchmarks/scanned_model.py [--layers 4] [--width 128] [--blocks 5]``
+Usage: ``python benchmarks/scanned_model.py [--layers 4] [--width 64] [--blocks 3]``
 (prints the table); ``benchmarks/stacked_compile.py`` runs it and writes it with its own.
 """
 
@@ -52,7 +52,7 @@ OPTIMIZERS: dict[str, Callable[[Any], functrain.GradientTransformation]] = {
     "kron": lambda params: functrain.contrib.kron(
         LR, weight_dimension_numbers=sm.dimension_numbers(params)),
 }
-BATCH, SEQ, HEADS = 8, 64, 4
+BATCH, SEQ, HEADS = 8, 32, 4
 
 
 def build(model: Any, opt: functrain.GradientTransformation, params: Any, x: jax.Array,
@@ -148,8 +148,8 @@ def add_arguments(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     """This benchmark's flags (``--{prefix}layers`` ...), for its main and stacked_compile's."""
     ap.add_argument(f"--{prefix}opts", default=",".join(OPTIMIZERS))
     ap.add_argument(f"--{prefix}layers", type=int, default=4)
-    ap.add_argument(f"--{prefix}width", type=int, default=128)
-    ap.add_argument(f"--{prefix}blocks", type=int, default=5)
+    ap.add_argument(f"--{prefix}width", type=int, default=64)
+    ap.add_argument(f"--{prefix}blocks", type=int, default=3)
 
 
 def from_arguments(args: argparse.Namespace, ap: argparse.ArgumentParser,

@@ -1,6 +1,7 @@
 """Compile time of the matrix optimizers against depth: one stacked ``(L, 64, 64)`` leaf
 (``weight_dimension_numbers=MuonDimensionNumbers(-2, -1)``, a scanned model's weight)
-against the same ``L`` layers as separate ``(64, 64)`` leaves, for L = 4, 16, 64.
+against the same ``L`` layers as separate ``(64, 64)`` leaves, for L = 4 and 32 (``--layers 4 16
+64`` for more).
 
 Times ``lower`` (tracing: Python work per leaf) and ``compile`` (XLA) of one jitted
 ``update`` + ``apply_updates`` step, each the best of ``--repeats`` fresh compiles, and
@@ -11,8 +12,8 @@ transformer against its unrolled twin, per optimizer (benchmarks/scanned_model.p
 Prints the tables and writes them with the machine, the load average and every number to
 ``results/stacked_compile.{md,json}`` (``--out``, ``--name``); ``make bench`` runs it (about
 3 minutes on 2 quiet cores).
-Usage: ``python benchmarks/stacked_compile.py [--repeats 1] [--layers 4 16 64] [--opts adam,soap]
-[--scanned-layers 4] [--scanned-width 128] [--scanned-blocks 5] [--no-scanned]``.
+Usage: ``python benchmarks/stacked_compile.py [--repeats 1] [--layers 4 32] [--opts adam,soap]
+[--scanned-layers 4] [--scanned-width 64] [--scanned-blocks 3] [--no-scanned]``.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def markdown(results: dict) -> str:
 def main(argv: list | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--layers", type=int, nargs="+", default=[4, 16, 64])
+    ap.add_argument("--layers", type=int, nargs="+", default=[4, 32])
     ap.add_argument("--opts", default=",".join(OPTIMIZERS))
     ap.add_argument("--no-scanned", action="store_true",
                     help="skip the scanned model's train-step times")
