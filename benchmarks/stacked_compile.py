@@ -13,7 +13,7 @@ Prints the tables and writes them with the machine, the load average and every n
 ``results/stacked_compile.{md,json}`` (``--out``, ``--name``); ``make bench`` runs it (about
 3 minutes on 2 quiet cores).
 Usage: ``python benchmarks/stacked_compile.py [--repeats 1] [--layers 4 32] [--opts adam,soap]
-[--scanned-layers 4] [--scanned-width 64] [--scanned-blocks 3] [--no-scanned]``.
+[--scanned-layers 4] [--scanned-width 64] [--scanned-steps 30] [--no-scanned]``.
 """
 
 from __future__ import annotations

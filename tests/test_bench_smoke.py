@@ -72,7 +72,7 @@ def test_stacked_compile_benchmark_writes_depth_and_scanned_model_tables(tmp_pat
     # benchmarks/stacked_compile.py at tiny sizes: its tables and JSON (never timed here).
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "stacked_compile.py"),
            "--layers", "2", "--opts", "adam,soap", "--scanned-layers", "2",
-           "--scanned-width", "8", "--scanned-blocks", "1", "--scanned-opts", "adamw,muon",
+           "--scanned-width", "8", "--scanned-steps", "2", "--scanned-opts", "adamw,muon",
            "--out", str(tmp_path), "--name", "smoke"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
