@@ -19,10 +19,11 @@ order; so Kron's unrolled run hands it the per-layer leaves in the scanned tree'
 (``scanned_transformer.by_weight``: per weight, the list of its layers). The others' numbers
 do not depend on the order of the leaves: their unrolled runs use the model's own tree.
 
-Tolerance: 1e-9 of each leaf's largest entry. The two programs compute the same gradients in
+Tolerance: 1e-8 of each leaf's largest entry. The two programs compute the same gradients in
 different orders (a scan's backward pass against an unrolled one: ~1e-16 apart), which the
 eigendecompositions, inverse roots and Newton-Schulz iterations pass on amplified by their
-conditioning (~1e-11 after 4 steps here); a wrong layer or axis is off by O(1).
+conditioning: after 4 steps up to ~1e-11 of the largest entry with JAX 0.10, ~3e-9 with JAX
+0.5.3 (SOAP's attention-output kernel); a wrong layer or axis is off by O(1).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def _assert_close(got, want, what):
             # unstacked), restacked from the unrolled layers: each layer's must be it
             a = np.broadcast_to(a, b.shape)
         assert a.shape == b.shape, (where, a.shape, b.shape)
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * np.max(np.abs(b), initial=1e-3),
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-8 * np.max(np.abs(b), initial=1e-3),
                                    err_msg=where)
 
 
@@ -126,7 +127,8 @@ def test_the_two_models_are_twins():
                                    rtol=1e-13)
         grads = _grad(loss_scanned)(params)
         layer_grads = _grad(loss_unrolled)(layer_params)
-    _assert_close(grads, sm.stack_lists(sm.by_weight(layer_grads, LAYERS)), "grads")
+        # restacked inside the context: JAX before 0.6 makes float64 float32 outside it
+        _assert_close(grads, sm.stack_lists(sm.by_weight(layer_grads, LAYERS)), "grads")
 
 
 def test_dimension_numbers_of_the_stacked_leaves():
@@ -159,12 +161,13 @@ def test_scanned_model_trains_as_its_unrolled_twin_float64(name):
         theirs, layer_state = _train(loss_unrolled, make(dims), layer_params, to_opt,
                                      from_opt)
         assert float(loss_scanned(ours)) < float(loss_scanned(params))
-    _assert_close(ours, sm.stack_lists(sm.by_weight(theirs, LAYERS)), f"{name} params")
+        _assert_close(ours, sm.stack_lists(sm.by_weight(theirs, LAYERS)), f"{name} params")
+        # The state: one entry per stacked leaf, stacked over the layer axis, the same
+        # numbers.
+        _assert_close(state, _restack(layer_state), f"{name} state")
     moved = [not np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(params),
                                                    jax.tree_util.tree_leaves(ours))]
     assert all(moved), moved
-    # The state: one entry per stacked leaf, stacked over the layer axis, the same numbers.
-    _assert_close(state, _restack(layer_state), f"{name} state")
     stacked = [x for x in jax.tree_util.tree_leaves(state)
                if np.ndim(x) >= 3 and np.shape(x)[0] == LAYERS]
     assert stacked, "no state stacked over the layers"
