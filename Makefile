@@ -92,6 +92,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/memory_options.py
 	$(PY) benchmarks/newton_schulz.py
 	$(PY) benchmarks/accumulation_memory.py
+	$(PY) benchmarks/stacked_compile.py
 
 # On a machine with a GPU and a CUDA JAX: the parity smoke on the GPU and the key benchmark
 # tables, under 8 minutes, into benchmarks/results/device/ (benchmarks/device_check.sh).

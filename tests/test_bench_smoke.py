@@ -99,3 +99,30 @@ def test_memory_options_benchmark_runs_and_writes_its_table(tmp_path):
     table = (tmp_path / "memory_options.md").read_text()
     assert all(f"| {o} |" in table for o in options) and table in proc.stdout
     assert (tmp_path / "memory_options.png").stat().st_size > 0
+
+
+def test_stacked_compile_benchmark_writes_depth_and_scanned_model_tables(tmp_path):
+    # benchmarks/stacked_compile.py at tiny sizes: its tables and JSON (never timed here).
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "stacked_compile.py"),
+           "--layers", "2", "--opts", "adam,soap", "--scanned-layers", "2",
+           "--scanned-width", "8", "--scanned-steps", "2", "--scanned-opts", "adamw,muon",
+           "--out", str(tmp_path), "--name", "smoke"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    with open(tmp_path / "smoke.json") as f:
+        results = json.load(f)
+    assert {"date", "machine", "repeats", "depth", "scanned_model", "loadavg_at_end"} <= set(
+        results)
+    assert "loadavg_at_start" in results["machine"]
+    assert [(r["optimizer"], r["layers"]) for r in results["depth"]] == [("adam", 2),
+                                                                         ("soap", 2)]
+    for r in results["depth"]:
+        assert len(r["unstacked"]) == len(r["stacked"]) == 3  # lower s, compile s, computations
+    rows = results["scanned_model"]["rows"]
+    assert list(rows) == ["adamw", "muon"]
+    for r in rows.values():
+        assert r["scanned"]["step_s"] > 0 and r["unrolled"]["step_s"] > 0
+        # 2 layers: each per-layer weight's state is one stacked array instead of two
+        assert r["scanned"]["state_leaves"] < r["unrolled"]["state_leaves"]
+    text = (tmp_path / "smoke.md").read_text()
+    assert "Compile time against depth" in text and "Scanned model: train step" in text
