@@ -382,7 +382,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
       group_same_shapes: run the leaves that share a shape, dtypes, dimension numbers and
         state layout as one stack, one batched program per group (the compiled program
         does not grow with the number of such leaves; ``functrain.matrix.shape_groups``):
-        the same numbers (in float64 to rounding, ``tests/contrib/test_shape_groups.py``)
+        the same numbers (in float64 to rounding, ``tests/contrib/test_same_shape_groups.py``)
         and the same per-leaf state. ``False``: one program per leaf.
 
     Returns:
