@@ -78,7 +78,8 @@ def test_grouped_equals_per_leaf_over_refreshes(name, dtype):
     with enable_x64(dtype == "float64"):
         params = _tree(jnp.dtype(dtype), seed=1)
         grads = [_tree(jnp.dtype(dtype), seed=10 + t) for t in range(STEPS)]
-        grouped, state = _run(SCALE_BY[name](weight_dimension_numbers=DIMS), params, grads)
+        grouped, state = _run(SCALE_BY[name](weight_dimension_numbers=DIMS,
+                                             group_same_shapes=True), params, grads)
         per_leaf, want_state = _run(SCALE_BY[name](weight_dimension_numbers=DIMS,
                                                    group_same_shapes=False), params, grads)
     moved = set()
@@ -157,7 +158,8 @@ def test_groups_split_by_dtype_and_dimension_numbers():
     grads = [jax.tree_util.tree_map(lambda x, t=t: (x * (t + 1) + jnp.arange(x.size).reshape(
         x.shape) % 3).astype(x.dtype), params) for t in range(4)]
     for name in SCALE_BY:
-        ours, _ = _run(SCALE_BY[name](weight_dimension_numbers=dims), params, grads)
+        ours, _ = _run(SCALE_BY[name](weight_dimension_numbers=dims, group_same_shapes=True),
+                       params, grads)
         theirs, _ = _run(SCALE_BY[name](weight_dimension_numbers=dims,
                                         group_same_shapes=False), params, grads)
         for t, (u, v) in enumerate(zip(ours, theirs)):
@@ -175,7 +177,7 @@ def test_mesh_and_grouping_give_the_same_numbers():
         params = _tree(jnp.float64, seed=4, shapes=shapes)
         grads = [_tree(jnp.float64, seed=40 + t, shapes=shapes) for t in range(7)]
         for name in SCALE_BY:
-            ours, _ = _run(SCALE_BY[name](mesh=mesh), params, grads)
+            ours, _ = _run(SCALE_BY[name](mesh=mesh, group_same_shapes=True), params, grads)
             theirs, _ = _run(SCALE_BY[name](mesh=mesh, group_same_shapes=False), params,
                              grads)
             for t, (u, v) in enumerate(zip(ours, theirs)):
