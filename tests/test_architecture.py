@@ -21,7 +21,8 @@
   L0_beside           grad, compat, sharding, schedules,          L0_checks .. L0_numerics
                       projections, microbatching, linalg,         (the "L0 core"; not each
                       param_updates, tree_utils, quantization     other)
-  L0_matrix           matrix/*.py (blocks, kron_factors)          L0 core, L0_beside
+  L0_matrix           matrix/*.py (blocks, kron_factors,          L0 core, L0_beside
+                      shape_groups, ...)
   L1_protocol         engine/protocol.py, engine/recompute.py,    L0 core
                       engine/dtypes.py
   L1_engine           engine/program.py                           L0 core, L1_protocol

@@ -22,13 +22,15 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from functrain import tree as ft
 from functrain.matrix.blocks import (block_grid, check_block_size, from_blocks,
                                      from_layer_blocks, to_blocks, to_layer_blocks)
 from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
                                                 from_layers, layer_views, stacked_shape,
-                                                to_layers)
+                                                stacked_view, to_layers)
+from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
 from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.declarations import declare_optimizer, state_value_kinds
@@ -109,12 +111,17 @@ def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
     """The leaf's layout, or ``None`` for the diagonal fallback (rank < 2, or no side fits)."""
     if len(shape) < 2:
         return None
-    rows, cols = math.prod(shape[:-1]), shape[-1]
+    rows, cols = _matrix(shape)
     left, right = rows <= max_precond_dim, cols <= max_precond_dim
     if not (left or right) or rows * cols == 0:
         return None
     (kr, br), (kc, bc) = block_grid((rows, cols), block_size, split=(left, right))
     return _Layout(rows, cols, left, right, kr, br, kc, bc)
+
+
+def _matrix(shape: tuple) -> tuple:
+    """The matrix a leaf of ``shape`` is seen as: ``(prod(shape[:-1]), shape[-1])``."""
+    return (math.prod(shape[:-1]), shape[-1]) if len(shape) >= 2 else tuple(shape)
 
 
 def _stat_shapes(lay: Optional[_Layout], view: Optional[LayerView] = None
@@ -176,7 +183,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                      start_preconditioning_step: int = 5, graft_type: Optional[str] = "adam",
                      nesterov: bool = True, mu_dtype: Optional[Any] = None,
                      mesh: Optional[jax.sharding.Mesh] = None,
-                     weight_dimension_numbers: Any = None) -> GradientTransformation:
+                     weight_dimension_numbers: Any = None,
+                     group_same_shapes: bool = False) -> GradientTransformation:
     """Shampoo's preconditioned, grafted, momentum direction (Gupta et al., 2018; Anil et al., 2020).
 
     Per leaf viewed as a matrix ``G`` (``prod(shape[:-1]) x shape[-1]``), and
@@ -251,6 +259,9 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         as leaves of their own, the statistics stacked over the layer axes (``(layers,
         blocks, b, b)``), all layers' blocks batched with the tree's
         (``functrain.matrix.dimension_numbers``). ``None``: every leaf as it is.
+      group_same_shapes: run same-shape leaves as one stacked leaf, the state kept per
+        leaf: the same numbers, fewer computations, but on XLA:CPU no shorter compile
+        (``functrain.matrix.shape_groups``). ``False`` (default): per leaf.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ShampooState`.
@@ -271,6 +282,9 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     _check_int(owner, "max_precond_dim", max_precond_dim, 1)
     check_range("precondition_frequency", precondition_frequency, 1.0, owner=owner)
     check_range("start_preconditioning_step", start_preconditioning_step, 1.0, owner=owner)
+    if not isinstance(group_same_shapes, (bool, np.bool_)):
+        raise TypeError(f"{owner}: group_same_shapes must be a bool, got "
+                        f"{type(group_same_shapes).__name__} {group_same_shapes!r:.40}.")
     if graft_type not in _GRAFT_TYPES:
         raise ValueError(f"{owner}: graft_type must be one of {list(_GRAFT_TYPES)}, got "
                          f"{graft_type!r}.")
@@ -389,6 +403,19 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         views = views_of(updates, len(gs))
         ps = [None] * len(gs) if params is None else treedef.flatten_up_to(params)
         olds = [treedef.flatten_up_to(getattr(state, f)) for f in fields]
+        for g, view, *old in zip(gs, views, *olds):
+            _check_state_shapes(checks.leaf_state(old), tuple(g.shape), layout(g, view), view)
+        # same-shape leaves as one stacked leaf (functrain.matrix.shape_groups)
+        leaf_gs, leaf_olds = gs, olds
+        grouping = shape_groups([group_key(g, p, *old, static=view) if group_same_shapes
+                               else None for g, p, view, *old in zip(gs, ps, views, *olds)])
+        views = [stacked_view(views[m[0]], gs[m[0]].shape, len(m), _matrix(gs[m[0]].shape))
+                 for m in grouping.units]
+        gs, ps = stack_units(grouping, gs), stack_units(grouping, ps)
+        want = [_stat_shapes(layout(g, v), v) for g, v in zip(gs, views)]
+        olds = [stack_units(grouping, o, None if k == 0 or (k == 1 and uses_nu) else
+                            [(1,) if k == 1 else w[k % 2] for w in want])
+                for k, o in enumerate(olds)]
         # per leaf: (x, layout, direction, [mu, nu, sl, sr, pl, pr], group key, (start, count),
         # layer view)
         leaves = []
@@ -398,7 +425,6 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             cd = leaf_compute_dtype(g, None if p is None else as_array(p))
             s = [o.astype(state_compute_dtype(o, cd)) for o in old]
             lay = layout(g, view)
-            _check_state_shapes(checks.leaf_state(s), tuple(g.shape), lay, view)
             x = g.astype(cd)
             direction, s[1] = diagonal(x, s[1], ctx)
             key = slot = None
@@ -448,8 +474,9 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
             out.append(o.astype(g.dtype))
             for lst, n, o_ in zip(new, s, old):
                 lst.append(n.astype(o_.dtype))
-        new_state = ShampooState(counted["count"], *(treedef.unflatten(v) for v in new))
-        return treedef.unflatten(out), new_state
+        new_state = ShampooState(counted["count"], *(
+            treedef.unflatten(unstack_units(grouping, v, o)) for v, o in zip(new, leaf_olds)))
+        return treedef.unflatten(unstack_units(grouping, out, leaf_gs)), new_state
 
     return GradientTransformation(init_fn, update_fn)
 
@@ -478,7 +505,8 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             graft_type: Optional[str] = "adam", nesterov: bool = True,
             mu_dtype: Optional[Any] = None,
             mesh: Optional[jax.sharding.Mesh] = None,
-            weight_dimension_numbers: Any = None) -> GradientTransformation:
+            weight_dimension_numbers: Any = None,
+            group_same_shapes: bool = False) -> GradientTransformation:
     """Shampoo (Gupta et al., 2018), as scaled by Anil et al. (2020): Kronecker-factored preconditioning.
 
     Update rule: ``p <- p - learning_rate * (s + weight_decay * p)`` with ``s``
@@ -516,6 +544,8 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
       weight_dimension_numbers: stacked layers: each layer of a leaf given
         ``MuonDimensionNumbers`` is preconditioned as a leaf of its own (see
         :func:`scale_by_shampoo`); ``None``: every leaf as it is.
+      group_same_shapes: run same-shape leaves as one stack (see
+        :func:`scale_by_shampoo`).
 
     Returns:
       A ``GradientTransformation`` whose state is ``(ShampooState, EmptyState,
@@ -536,13 +566,15 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                          precondition_frequency=precondition_frequency,
                          start_preconditioning_step=start_preconditioning_step,
                          graft_type=graft_type, nesterov=nesterov, mu_dtype=mu_dtype,
-                         mesh=mesh, weight_dimension_numbers=weight_dimension_numbers),
+                         mesh=mesh, weight_dimension_numbers=weight_dimension_numbers,
+                         group_same_shapes=group_same_shapes),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate))
 
 
 # Shapes of the state depend on these: inject_hyperparams keeps them as Python values.
-_STATIC = ("block_size", "max_precond_dim", "mesh", "weight_dimension_numbers")
+_STATIC = ("block_size", "max_precond_dim", "mesh", "weight_dimension_numbers",
+           "group_same_shapes")
 scale_by_shampoo.static_hyperparams = _STATIC  # type: ignore[attr-defined]
 shampoo.static_hyperparams = _STATIC  # type: ignore[attr-defined]
 

@@ -16,7 +16,8 @@ the tree, they are:
 * turned into a ``(batch, rows, cols)`` stack: Muon's :func:`matrix_view` (rows <= cols
   after an optional transpose), or SOAP's, Shampoo's and Kron's :func:`to_layers` /
   :func:`from_layers` with per-layer state stacked over the layer axes
-  (:func:`stacked_shape`).
+  (:func:`stacked_shape`); :func:`stacked_view` is the view of same-shape leaves stacked
+  on a new leading axis (``functrain.matrix.shape_groups``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ Array = jax.Array
 __all__ = ["DIMS_FIELDS", "is_dims", "dims_key", "check_dims_type", "check_dimension_numbers",
            "leaf_axes", "dims_of_slots", "dims_of_leaves", "MatrixView", "matrix_view",
            "LayerView", "layer_view", "layer_views", "to_layers", "from_layers",
-           "stacked_shape"]
+           "stacked_shape", "stacked_view"]
 
 #: The fields of dimension numbers (``MuonDimensionNumbers``, optax's alike).
 DIMS_FIELDS = ("reduction_axis", "output_axis")
@@ -445,3 +446,43 @@ def stacked_shape(view: Optional[LayerView], shape: tuple) -> tuple:
     """
     return tuple(shape) if view is None else tuple(view.layers) + tuple(shape)
 
+
+
+def stacked_view(view: Optional[LayerView], shape: tuple, n: int,
+                 whole: Optional[tuple] = None) -> Optional[LayerView]:
+    """The :class:`LayerView` of ``n`` leaves of ``shape`` stacked on a new leading axis.
+
+    Each stacked leaf is seen as it was: through its own ``view`` (its layers become
+    layers of the stack, after the new axis), or, with ``view=None``, whole: its layer
+    shape is ``whole`` (by default its own shape, of any rank), which the optimizer cuts
+    as it cuts such a leaf. A leaf seen this way runs the same math as that leaf alone
+    (``functrain.matrix.shape_groups``).
+
+    Args:
+      view: the leaves' common :class:`LayerView`, or ``None``.
+      shape: one leaf's shape.
+      n: the number of leaves.
+      whole: with ``view=None``, the shape the optimizer sees a leaf as, a reshape of
+        ``shape`` (Shampoo's ``(prod(shape[:-1]), shape[-1])``); ``None``: ``shape``.
+
+    Returns:
+      A view of an array ``(n,) + shape``: layers ``(n,) + view.layers``; for ``n == 1``,
+      ``view`` itself (one leaf is not stacked).
+
+    >>> stacked_view(None, (3, 4, 5), 2)
+    LayerView(shape=(2, 3, 4, 5), perm=(0, 1, 2, 3), layers=(2,), layer_shape=(3, 4, 5))
+    >>> stacked_view(None, (3, 4, 5), 2, whole=(12, 5)).layer_shape
+    (12, 5)
+    >>> from functrain.contrib import MuonDimensionNumbers
+    >>> stacked_view(layer_view(MuonDimensionNumbers(0, 2), (4, 3, 5), "w", "demo"),
+    ...              (4, 3, 5), 2).perm
+    (0, 2, 1, 3)
+    """
+    shape = tuple(int(d) for d in shape)
+    if n == 1:
+        return view
+    if view is None:
+        return LayerView((n,) + shape, tuple(range(len(shape) + 1)), (n,),
+                         shape if whole is None else tuple(int(d) for d in whole))
+    return LayerView((n,) + tuple(view.shape), (0,) + tuple(a + 1 for a in view.perm),
+                     (n,) + tuple(view.layers), tuple(view.layer_shape))
