@@ -52,3 +52,21 @@ def step_jaxpr(opt, params, grads):
     """The jaxpr of one ``opt.update`` step from ``opt.init(params)``, as text: two builders'
     programs compared to see that an argument reaches them."""
     return str(jax.make_jaxpr(opt.update)(grads, opt.init(params), params))
+
+
+def check_gram_gives_the_reference(make, reference):
+    """``make(ns_method)`` with ``"gram"`` against ``reference(params, grads)`` (the official,
+    standard Newton-Schulz rule in numpy) over ``STEPS`` float64 steps, at the standard form's
+    tolerance; and the gram program differs from the standard one (the method reaches
+    Newton-Schulz)."""
+    from functrain.jax_compat import enable_x64
+    with enable_x64(True):
+        params, grads = problem()
+        ours, _ = run_jitted(make("gram"), params, grads)
+        ref = reference(params, grads)
+        for t in range(STEPS):
+            for k in params:
+                np.testing.assert_allclose(np.asarray(ours[t][k]), ref[t][k], rtol=1e-9,
+                                           atol=1e-12, err_msg=f"step {t} {k}")
+        assert (step_jaxpr(make("gram"), params, grads[0])
+                != step_jaxpr(make("standard"), params, grads[0]))
