@@ -25,6 +25,7 @@ from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformationExtraArgs, LeafStage, OptState,
                                        Params, safe_increment)
 from functrain.engine.program import stage_transform, with_guard
+from functrain.engine.dtypes import params_float_dtype
 
 Array = jax.Array
 
@@ -177,8 +178,8 @@ def reduce_on_plateau(factor: float = 0.1, patience: int = 10, rtol: float = 1e-
 
 def _initial(params: Optional[Params]) -> dict:
     """The initial fields: scale in the params' lowest dtype, values in their highest."""
-    lowest = ft.dtype(params, "lowest") if params is not None else jnp.float32
-    highest = ft.dtype(params, "highest") if params is not None else jnp.float32
+    lowest = params_float_dtype(params, "lowest") if params is not None else jnp.float32
+    highest = params_float_dtype(params, "highest") if params is not None else jnp.float32
     if not jax.tree_util.tree_leaves(params):
         lowest = highest = jnp.float32
     return dict(scale=jnp.ones([], lowest), best_value=jnp.full([], jnp.inf, highest),

@@ -128,13 +128,21 @@ def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation
     """
     check_transformation(optimizer, "sam", "optimizer")
     check_transformation(adv_optimizer, "sam", "adv_optimizer")
-    if isinstance(sync_period, bool) or not isinstance(sync_period, numbers.Integral):
-        raise TypeError(f"sam: sync_period must be an int, got "
+    # optax takes an integer-valued float (2.0) too; 2.5 would never sync there.
+    if (isinstance(sync_period, bool) or not isinstance(sync_period, numbers.Real)
+            or not float(sync_period).is_integer()):
+        raise TypeError(f"sam: sync_period must be a whole number of calls (an int), got "
                         f"{type(sync_period).__name__} {sync_period!r}.")
     check_range("sync_period", sync_period, 1.0, owner="sam")
     sync_period = int(sync_period)
 
+    def check_float_params(params: Params) -> None:
+        # The adversarial point p - a(g) is not an integer: an integer param cannot hold it.
+        paths, leaves, _ = ft.flatten_with_paths(params)
+        ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), "sam", "params")
+
     def init_fn(params: Params) -> SAMState:
+        check_float_params(params)
         cache = None if opaque_mode else jax.tree_util.tree_map(jnp.copy, params)
         return SAMState(steps_since_sync=jnp.zeros([], jnp.int32),
                         opt_state=optimizer.init(params),
@@ -145,6 +153,7 @@ def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation
         if params is None:
             raise needs_params_error("sam")
         ft.check_structure(updates, params, "params", "updates")
+        check_float_params(params)
         paths, gs, treedef = ft.flatten_with_paths(updates)
         ft.check_shapes(paths, treedef.flatten_up_to(params), gs, "updates", "params")
 

@@ -28,6 +28,7 @@ from functrain.engine.protocol import (GradientTransformation, GradientTransform
                                        LeafStage, OptState, Params, ScalarOrSchedule, Updates,
                                        call_update, safe_increment)
 from functrain.engine.program import chain, run_block
+from functrain.engine.dtypes import params_float_dtype
 from functrain.families.rms.stages import scale_by_rms
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.families.momentum.optimizers import sgd
@@ -185,7 +186,7 @@ def schedule_free(base_optimizer: GradientTransformation, learning_rate: ScalarO
                       prepare=lambda glob, _, ck: (ck, glob), extra_args=("ck",))
 
     def init_fn(params: Params) -> ScheduleFreeState:
-        dtype = ft.dtype(params, "lowest")
+        dtype = params_float_dtype(params, "lowest")
         return ScheduleFreeState(
             b1=jnp.asarray(b1, dtype), weight_sum=jnp.zeros([], dtype),
             step_count=jnp.ones([], jnp.int32), max_lr=jnp.zeros([], dtype),

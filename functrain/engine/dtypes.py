@@ -4,6 +4,9 @@ and its update comes out in.
 * :func:`leaf_compute_dtype`: grads promoted with params, 16-bit floats as float32.
 * :func:`state_compute_dtype`: a state leaf is read in at least that dtype (bfloat16
   moments computed in float32, stored in bfloat16); non-float state keeps its dtype.
+* :func:`params_float_dtype`: the dtype of a transformation's scalar state kept "in the
+  params' dtype" (schedule-free's ``b1``, reduce_on_plateau's ``scale``), integer params
+  counted as their float (optax's would round ``b1 = 0.9`` to 0).
 * :func:`integer_float`: an integer leaf that a stage does arithmetic on is computed, and
   its update returned, in the float jnp's arithmetic gives it (``0.1 * g``: float32,
   float64 with x64), as optax's updates come out. Which integer leaves a stage accepts at
@@ -18,11 +21,12 @@ from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from functrain import tree as ft
 
 __all__ = ["leaf_compute_dtype", "state_compute_dtype", "integer_float",
-           "integers_as_floats"]
+           "integers_as_floats", "params_float_dtype"]
 
 
 def leaf_compute_dtype(g: Any, p: Optional[Any]) -> Any:
@@ -95,3 +99,31 @@ def integers_as_floats(leaves: Sequence[Any], which: Sequence[bool]) -> list:
     """
     return [x.astype(integer_float(x)) if on and integer_float(x) is not None else x
             for x, on in zip(leaves, which)]
+
+
+def params_float_dtype(params: Any, mixed_dtype_handler: str) -> Any:
+    """:func:`functrain.tree.dtype` of ``params``, each integer leaf counted as the float
+    it is computed in (:func:`integer_float`): the dtype of scalar state kept in the params'
+    dtype, which an integer would truncate.
+
+    Args:
+      params: a tree of arrays or Python numbers.
+      mixed_dtype_handler: ``'lowest'``, ``'highest'`` or ``'promote'``.
+
+    Returns:
+      A numpy dtype.
+
+    >>> import jax.numpy as jnp
+    >>> params_float_dtype({'n': jnp.ones(2, jnp.int32), 'h': jnp.ones(2, jnp.float16)},
+    ...                    'lowest')
+    dtype('float16')
+    >>> params_float_dtype({'n': 1}, 'lowest')
+    dtype('float32')
+    """
+    def as_float(x: Any) -> np.ndarray:
+        dtype = np.dtype(x.dtype) if hasattr(x, "dtype") else jnp.result_type(x)
+        if jnp.issubdtype(dtype, jnp.integer):
+            dtype = jnp.result_type(dtype, float)
+        return np.zeros((), dtype)
+
+    return ft.dtype(jax.tree_util.tree_map(as_float, params), mixed_dtype_handler)

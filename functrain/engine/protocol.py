@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 import jax.numpy as jnp
 
 from functrain import tree as ft
+from functrain.engine.dtypes import integers_as_floats
 from functrain.arg_checks import check_transformation
 from functrain.numerics import safe_int32_increment
 
@@ -211,11 +212,14 @@ class LeafStage:
         paths, leaves, treedef = ft.flatten_with_paths(params)
         if not self.any_dtype:
             ft.check_leaf_dtypes(paths, leaves, active, self.name, "params",
-                                 real_only=self.real_only, integers=True,
-                                 state_fields=self.leaf_fields)
+                                 real_only=self.real_only, integers=True)
         if self.state_cls is None:
             return EmptyState()
+        # An integer param's state is kept in the float its arithmetic runs in (float32,
+        # float64 with x64), not in its own dtype (optax's int32 nu is truncated to 0).
         leaves = [as_array(p) for p in leaves]
+        if not self.any_dtype:
+            leaves = integers_as_floats(leaves, active)
         per_field: list[list[Any]] = [[] for _ in self.leaf_fields]
         for p, on in zip(leaves, active):
             values = self.init_leaf(p) if on else (ft.MaskedNode(),) * len(self.leaf_fields)

@@ -292,16 +292,13 @@ def is_params_placeholder(tree: Any) -> bool:
 
 def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Sequence[bool],
                       owner: str, what: str, *, real_only: bool = False,
-                      integers: bool = False, state_fields: Sequence[str] = ()) -> None:
+                      integers: bool = False) -> None:
     """Raise ``TypeError`` naming the first active leaf whose dtype ``owner`` cannot take.
 
     Floating and complex leaves always fit (complex ones unless ``real_only``); bool
-    leaves never do. Integer leaves fit where ``integers`` is set (the engine computes
-    them in the float jnp's arithmetic gives them, as optax does), except as params of
-    a transformation that keeps per-leaf state (``state_fields``): that state would
-    take the integer dtype, which optax's does too (adam's ``nu`` is then truncated to
-    an integer each step, sgd's momentum trace turns float after the first step), so
-    there is no meaningful answer to give.
+    leaves never do. Integer leaves fit where ``integers`` is set: the engine computes
+    them, and keeps their per-leaf state, in the float jnp's arithmetic gives them
+    (float32, float64 with x64).
 
     Args:
       paths: the key paths of the leaves.
@@ -311,8 +308,6 @@ def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Seque
       what: what the leaves are ("params", "updates"), for the message.
       real_only: reject complex leaves too (``owner`` has no complex version).
       integers: accept integer (not bool) leaves.
-      state_fields: with ``integers``, the per-leaf state fields that an integer
-        ``params`` leaf would give its dtype; non-empty refuses integer leaves, saying so.
 
     Returns:
       ``None``; raises ``TypeError`` when a leaf does not fit.
@@ -334,13 +329,6 @@ def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Seque
         if dtype == np.bool_:
             raise TypeError(f"{owner}: {what} leaf {where} has dtype bool, which is not a "
                             f"number to optimize (jax.grad refuses bool inputs too). {out.capitalize()}.")
-        if jnp.issubdtype(dtype, jnp.integer) and integers and state_fields:
-            fields = ", ".join(f".{f}" for f in state_fields)
-            raise TypeError(
-                f"{owner}: {what} leaf {where} has dtype {dtype.name}, so its state "
-                f"({fields}) would be {dtype.name} too, which means nothing (optax's adam "
-                f"truncates its nu to 0 there). Cast the leaf to a float, or {out} (e.g. a "
-                f"step counter kept in params).")
         if (not jnp.issubdtype(dtype, jnp.inexact) and dtype.name != "float0"
                 and not (integers and jnp.issubdtype(dtype, jnp.integer))):
             raise TypeError(

@@ -74,6 +74,30 @@ def test_matches_optax_contrib(settings, opaque_mode):
     assert isinstance(state, SAMState) and (state.cache is None) == opaque_mode
 
 
+def test_whole_float_sync_period_matches_optax():
+    """optax takes sync_period=3.0 in transparent mode (it compares and takes a modulo);
+    functrain gives the same trajectory as with 3 (and refuses 2.5, above)."""
+    params = make_params()
+    a, _ = trajectory(build(functrain, "adam", sync_period=3.0), functrain.apply_updates, params)
+    b, _ = trajectory(build(optax, "adam", sync_period=3.0), optax.apply_updates, params)
+    c, _ = trajectory(build(functrain, "adam", sync_period=3), functrain.apply_updates, params)
+    assert_same(a, b)
+    assert_same(a, c, rtol=0, atol=0)
+
+
+def test_integer_params_are_refused_naming_the_leaf():
+    """The adversarial point p + rho g/|g| does not fit an integer param (optax's
+    apply_updates truncates it there, silently); functrain says so before any math."""
+    params = {"w": jnp.ones(3), "n": jnp.asarray([1, 2], jnp.int32)}
+    for opaque in (False, True):
+        opt = sam(functrain.sgd(0.1), functrain.sgd(0.1), opaque_mode=opaque)
+        with pytest.raises(TypeError, match=r"sam: params leaf \['n'\] has dtype int32"):
+            opt.init(params)
+        state = opt.init({"w": jnp.ones(3), "n": jnp.ones(2)})
+        with pytest.raises(TypeError, match=r"sam: params leaf \['n'\] has dtype int32"):
+            opt.update(params, state, params, grad_fn=lambda q, i: q)
+
+
 def test_complex_params_match_optax():
     params = {"c": jnp.array([1.0 + 2.0j, -0.5 + 0.1j, 0.3 - 1.0j], jnp.complex64)}
 
@@ -125,6 +149,8 @@ def test_errors():
         sam(functrain.sgd(0.1), functrain.sgd(0.1), sync_period=0)
     with pytest.raises(TypeError, match="sync_period"):
         sam(functrain.sgd(0.1), functrain.sgd(0.1), sync_period=2.5)
+    with pytest.raises(ValueError, match="sync_period must be finite"):
+        sam(functrain.sgd(0.1), functrain.sgd(0.1), sync_period=float("inf"))
     with pytest.raises(TypeError, match="adv_optimizer"):
         sam(functrain.sgd(0.1), "sgd")
     opaque = sam(functrain.sgd(0.1), functrain.sgd(0.1), opaque_mode=True)

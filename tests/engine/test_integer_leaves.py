@@ -4,8 +4,9 @@ against optax 0.2.8 on the same integer inputs.
 The rule (docs/design.md, "Dtypes"): a stage computes an integer leaf in the float jnp's
 arithmetic gives it (``0.1 * g``: float32, float64 with x64) and returns its update in
 that float, as optax's updates come out; integer params of a stage that keeps per-leaf
-state, bool leaves, and integer leaves of the transformations with their own ``update``
-(L-BFGS, prodigy, ...) raise a ``TypeError`` naming the leaf.
+state get that state in the same float (optax's is integer, and its adam's nu truncated);
+bool leaves, and integer leaves of the transformations with their own ``update`` (L-BFGS,
+prodigy, ...) raise a ``TypeError`` naming the leaf.
 """
 
 import re
@@ -116,24 +117,33 @@ def test_integer_params_of_stateless_stages_give_optax_answer():
     assert_same(new, optax.apply_updates(params, theirs[0]))
 
 
-@pytest.mark.parametrize("make", [lambda m: m.adam(1e-3), lambda m: m.sgd(0.1, momentum=0.9)],
-                         ids=["adam", "sgd_momentum"])
-def test_integer_params_of_stateful_stages_are_refused_saying_why(make):
-    """optax's state for integer params is integer: adam's nu is truncated (0 here, where
-    (1 - b2) g^2 is 0.001 and 0.004), sgd's trace turns float32 after one step; there is
-    no meaningful answer to give."""
-    params = {"a": 1, "b": 2}
-    with pytest.raises(TypeError, match=r"params leaf \['a'\] has dtype int32, so its state "
-                                        r"\(\.(mu, \.nu|trace)\) would be int32"):
-        make(ft).init(params)
-    opt = make(optax)
-    state = opt.init(params)
-    _, new_state = opt.update(params, state)
-    init_dtypes = {x.dtype for x in jax.tree_util.tree_leaves(state)}
-    new_dtypes = {x.dtype for x in jax.tree_util.tree_leaves(new_state)}
-    assert init_dtypes == {jnp.dtype(jnp.int32)} and jnp.dtype(jnp.float32) in new_dtypes
-    if isinstance(new_state[0], optax.ScaleByAdamState):
-        np.testing.assert_array_equal(jax.tree_util.tree_leaves(new_state[0].nu), [0, 0])
+@pytest.mark.parametrize("make", [lambda m: m.adam(1e-3), lambda m: m.sgd(0.1, momentum=0.9),
+                                  lambda m: m.adamw(1e-3, weight_decay=0.1)],
+                         ids=["adam", "sgd_momentum", "adamw"])
+def test_integer_params_of_stateful_stages_keep_float_state(make):
+    """optax's test_extra_args's Python-int params to a stage with per-leaf state: the state
+    is float32 (the float ``0.1 * p`` gives), the first update is optax's, and every update
+    is optax's on the equal float params. optax's own state is int32 at init, and its adam
+    truncates nu to 0 (where (1 - b2) g^2 is 0.001 and 0.004), so from the second step on
+    its updates differ from its answer on floats; the test asserts that too, so that it
+    notices if optax changes."""
+    params, floats = {"a": 1, "b": 2}, {"a": 1.0, "b": 2.0}
+    state = make(ft).init(params)
+    assert {x.dtype for x in jax.tree_util.tree_leaves(state)} <= {
+        jnp.dtype(jnp.float32), jnp.dtype(jnp.int32)}  # int32: adam's count
+    per_leaf = [x for x in jax.tree_util.tree_leaves(state) if x.dtype != jnp.int32]
+    assert per_leaf and all(x.dtype == jnp.float32 for x in per_leaf)
+    ours = updates(make(ft), [params] * 3, params)
+    theirs = updates(make(optax), [params] * 3, params)
+    on_floats = updates(make(optax), [floats] * 3, floats)
+    assert_same(ours, on_floats)
+    assert_same(ours[:1], theirs[:1])
+    if isinstance(make(optax).init(params)[0], optax.ScaleByAdamState):
+        with pytest.raises(AssertionError):  # optax's nu truncated to 0 from the first update
+            assert_same(theirs[1:], on_floats[1:], rtol=1e-3, atol=1e-6)
+    with enable_x64():
+        state = make(ft).init({"a": jnp.asarray(1, jnp.int64)})
+        assert any(x.dtype == jnp.float64 for x in jax.tree_util.tree_leaves(state))
 
 
 def test_needs_updates_stage_reads_integer_updates_as_floats():
@@ -219,3 +229,19 @@ def test_every_optimizer_computes_integer_leaves_as_floats_or_refuses_them(name)
         for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(on_floats)):
             assert a.dtype == b.dtype == jnp.float32, (a.dtype, b.dtype)
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("make", [lambda: ft.contrib.schedule_free_sgd(0.1),
+                                  lambda: ft.contrib.reduce_on_plateau(),
+                                  lambda: ft.inject_hyperparams(ft.adam)(learning_rate=0.1)],
+                         ids=["schedule_free", "reduce_on_plateau", "inject_hyperparams"])
+def test_scalar_state_in_the_params_dtype_is_float_for_integer_params(make):
+    """Scalars kept "in the params' dtype" (schedule-free's b1 = 0.9, reduce_on_plateau's
+    scale = 1 and best_value = inf, the injected learning rate) are the float the integer
+    params compute in: the same state as for the equal float32 params. (optax's would be
+    int32: b1 0, learning rate 0, and inf does not convert.)"""
+    ints, floats = {"a": 1, "b": jnp.asarray([2, 3])}, {"a": 1.0, "b": jnp.asarray([2.0, 3.0])}
+    a, b = make().init(ints), make().init(floats)
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        assert x.dtype == y.dtype and np.array_equal(x, y), (x, y)
