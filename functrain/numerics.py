@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from functrain.tree import leaf_norm, sum_of_squares
 # Written beside optax.tree's moment functions, which use them; part of this module's API.
-from functrain.tree.ops import abs_sq, bias_correction_factor, ema_update
+from functrain.tree.moments import abs_sq, bias_correction_factor, ema_update
 
 Array = jax.Array
 

@@ -13,9 +13,12 @@
   ==================  ==========================================  ============================
   L0_checks           tree/checks, arg_checks, jax_compat,        nothing
                       declarations
-  L0_tree_parts       tree/ops, tree/state (optax.tree's          L0_checks
+  L0_tree_moments     tree/moments (optax.tree's moments,         nothing
+                      abs_sq, ema_update)
+  L0_tree_parts       tree/ops, tree/state (optax.tree's          L0_checks, L0_tree_moments
                       arithmetic, its state helpers)
-  L0_tree_basics      tree/basics                                 L0_checks, L0_tree_parts
+  L0_tree_basics      tree/basics                                 L0_checks, L0_tree_moments,
+                                                                  L0_tree_parts
   L0_tree             tree (the package: re-exports)              the L0 layers above
   L0_numerics         numerics                                    the L0 layers above
   L0_beside           grad, compat, sharding, schedules,          L0_checks .. L0_numerics
@@ -23,9 +26,10 @@
                       param_updates, tree_utils, quantization     other)
   L0_matrix           matrix/*.py (blocks, kron_factors,          L0 core, L0_beside
                       shape_groups, ...)
-  L1_protocol         engine/protocol.py, engine/recompute.py,    L0 core
-                      engine/dtypes.py
-  L1_engine           engine/program.py                           L0 core, L1_protocol
+  L1_dtypes           engine/dtypes.py (the dtype policy)         L0 core
+  L1_protocol         engine/protocol.py, engine/recompute.py     L0 core, L1_dtypes
+  L1_engine           engine/program.py                           L0 core, L1_dtypes,
+                                                                  L1_protocol
   L2_stages           transforms/*.py, and every module of        L0 core, L1
                       families/<family>/ but its optimizers.py
   L3_wrappers         wrappers/*.py                               L0 core, L1
@@ -122,24 +126,27 @@ class Layer:
     imports: tuple[str, ...]
 
 
-L0_CORE = ("L0_checks", "L0_tree_parts", "L0_tree_basics", "L0_tree", "L0_numerics")
+L0_CORE = ("L0_checks", "L0_tree_moments", "L0_tree_parts", "L0_tree_basics", "L0_tree",
+           "L0_numerics")
 L0 = L0_CORE + ("L0_beside", "L0_matrix")
-L1 = ("L1_protocol", "L1_engine")
+L1 = ("L1_dtypes", "L1_protocol", "L1_engine")
 
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
     Layer("L0_checks", lambda m: m in {"functrain.tree.checks", "functrain.arg_checks",
                                        "functrain.jax_compat", "functrain.declarations"}, ()),
+    Layer("L0_tree_moments", lambda m: m == "functrain.tree.moments", ()),
     Layer("L0_tree_parts", lambda m: m in {"functrain.tree.ops", "functrain.tree.state"},
-          ("L0_checks",)),
+          ("L0_checks", "L0_tree_moments")),
     Layer("L0_tree_basics", lambda m: m == "functrain.tree.basics",
-          ("L0_checks", "L0_tree_parts")),
-    Layer("L0_tree", lambda m: m == "functrain.tree", L0_CORE[:3]),
-    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:4]),
+          ("L0_checks", "L0_tree_moments", "L0_tree_parts")),
+    Layer("L0_tree", lambda m: m == "functrain.tree", L0_CORE[:4]),
+    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:5]),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE),
     Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
-    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE, DTYPES}, L0_CORE),
-    Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_protocol",)),
+    Layer("L1_dtypes", lambda m: m == DTYPES, L0_CORE),
+    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE + ("L1_dtypes",)),
+    Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_dtypes", "L1_protocol")),
     Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
     Layer("L3_readers", lambda m: m == "functrain.hyperparams_reader", L0_CORE + L1),

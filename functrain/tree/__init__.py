@@ -1,6 +1,6 @@
 """Public pytree math, ``functrain.tree``: every function of ``optax.tree``, and the ones
 functrain uses itself. Users import this package; its ``__init__`` only re-exports, from
-four modules:
+five modules:
 
 * from :mod:`functrain.tree.basics`: ``map``, ``leaves``, ``add_scaled``, ``leaf_norm`` (of
   one array), ``zeros_like`` / ``ones_like`` / ``full_like``, the casts and dtypes (``cast``,
@@ -8,9 +8,10 @@ four modules:
   (``random_like``, ``split_key_like``, ``unwrap_random_key_data``), sub-trees by path
   (``get_path`` / ``set_path``), ``is_single_leaf``, ``map_broadcast`` for Ivy-style
   arguments that may or may not be trees, ``distinct_buffers`` and ``explicit_spec``;
-* from :mod:`functrain.tree.ops`: optax.tree's arithmetic, reductions and moments
-  (``add``, ``scale``, ``vdot``, ``norm``, ``update_moment``, ...) and
-  ``sum_of_squares`` of one array;
+* from :mod:`functrain.tree.ops`: optax.tree's arithmetic and reductions (``add``,
+  ``scale``, ``vdot``, ``norm``, ...) and ``sum_of_squares`` of one array;
+* from :mod:`functrain.tree.moments`: optax.tree's moments (``update_moment``,
+  ``bias_correction``, ...);
 * from :mod:`functrain.tree.state`: optax.tree's state helpers (``get``, ``set``,
   ``get_all_with_path``, ``map_params``, ``NamedTupleKey``);
 * from :mod:`functrain.tree.checks`: the key-path checks (``check_structure``,
@@ -32,10 +33,11 @@ from functrain.tree.checks import (MaskedNode, check_leaf_dtypes, check_shapes,
                                    is_placeholder, key_paths, resolve_leaf_mask, resolve_mask)
 from functrain.tree.state import (NamedTupleKey, get, get_all_with_path, is_named_tuple,
                                   map_params, set)
-from functrain.tree.ops import (add, add_scale, allclose, batch_shape, bias_correction, clip,
-                                conj, div, max, min, mul, norm, real, scale, size, sub, sum,
-                                sum_of_squares, update_infinity_moment, update_moment,
-                                update_moment_per_elem_norm, vdot, where)
+from functrain.tree.ops import (add, add_scale, allclose, batch_shape, clip, conj, div, max,
+                                min, mul, norm, real, scale, size, sub, sum, sum_of_squares,
+                                vdot, where)
+from functrain.tree.moments import (bias_correction, update_infinity_moment, update_moment,
+                                    update_moment_per_elem_norm)
 
 
 __all__ = [
