@@ -25,6 +25,7 @@ __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
            "check_nonnegative", "check_positive", "check_hyperparameter", "hyperparameters",
            "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
+           "MissingArgumentError", "missing_argument_error",
            "state_mismatch_error", "sorted_labels", "BuilderRecord", "record_builder",
            "record_parts", "builder_record", "is_transformation"]
 
@@ -365,6 +366,31 @@ def needs_params_error(owner: str, call: str = "update(updates, state, params)")
     """
     return ValueError(f"{owner} needs the current parameters: call {call} with params, a "
                       f"tree like the updates.")
+
+
+class MissingArgumentError(TypeError, ValueError):
+    """An ``update`` called without a keyword argument it needs (``value=``, ``grad_fn=``).
+
+    A ``TypeError``, as Python's own for a missing argument (and optax's, whose ``update``
+    declares them keyword-only); a ``ValueError`` too, as functrain raised before.
+    """
+
+
+def missing_argument_error(owner: str, name: str) -> MissingArgumentError:
+    """The error for an ``update`` called without its keyword argument ``name``.
+
+    Args:
+      owner: the transformation's name.
+      name: the missing keyword argument.
+
+    Returns:
+      A :class:`MissingArgumentError` to raise.
+
+    >>> print(missing_argument_error('momo', 'value'))
+    momo needs the keyword argument 'value': call update(updates, state, params, value=...).
+    """
+    return MissingArgumentError(f"{owner} needs the keyword argument {name!r}: call "
+                                f"update(updates, state, params, {name}=...).")
 
 
 def state_mismatch_error(owner: str, problem: str, made_by: str = "this transformation",

@@ -6,7 +6,9 @@ are unique, so pytest's default import mode needs no ``__init__.py``. This file
 puts ``tests/`` on ``sys.path`` so that every one of them can import ``helpers``.
 """
 
+import fcntl
 import os
+import pickle
 import sys
 
 import pytest
@@ -36,3 +38,39 @@ def _fresh_jit_cache():
     import jax
     jax.clear_caches()
     yield
+
+
+@pytest.fixture(scope="session")
+def run_once(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
+    """``run_once(key, fn)``: ``fn()``'s result, computed by one pytest-xdist worker and read
+    by the others (pickled, behind a file lock in the run's shared temporary directory).
+
+    For the module fixtures that run checks in fresh processes (8 simulated devices, two
+    processes): under ``-n 2`` each worker that runs one of the module's tests would
+    otherwise run the whole subprocess again (test_sharding's: 170 s). A failure is
+    recorded too, and raised again in every worker, so a broken check is not run twice.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if worker_id != "master" else base) / "run_once"
+    shared.mkdir(exist_ok=True)
+
+    def run(key: str, fn):
+        result_file = shared / f"{key}.pickle"
+        with open(shared / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait here, idle
+            try:
+                if not result_file.exists():
+                    try:
+                        outcome = ("ok", fn())
+                    except Exception as e:  # noqa: BLE001 -- raised again below, everywhere
+                        outcome = ("error", f"{type(e).__name__}: {e}")
+                    result_file.write_bytes(pickle.dumps(outcome))
+                status, value = pickle.loads(result_file.read_bytes())
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if status == "error":
+            raise AssertionError(f"run_once({key!r}) failed (in whichever worker ran it): "
+                                 f"{value}")
+        return value
+
+    return run

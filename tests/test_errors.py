@@ -148,12 +148,12 @@ import optax  # noqa: E402
 INT_PARAMS = {"w": jnp.ones((2, 3)), "step": jnp.zeros((), jnp.int32)}
 
 
-@pytest.mark.parametrize("make", [lambda: ft.adam(0.1), lambda: ft.sgd(0.1, momentum=0.9),
-                                  lambda: ft.lamb(0.1), lambda: ft.add_noise(0.1, 0.5)],
-                         ids=["adam", "sgd_momentum", "lamb", "add_noise"])
+@pytest.mark.parametrize("make", [lambda: ft.add_noise(0.1, 0.5), lambda: ft.contrib.soap(0.1),
+                                  lambda: ft.contrib.sam(ft.sgd(0.1), ft.sgd(0.1))],
+                         ids=["add_noise", "soap", "sam"])
 def test_integer_params_are_rejected_at_init_naming_the_leaf(make):
-    """By the stages that keep per-leaf state, and the transformations with their own update
-    (tests/engine/test_integer_leaves.py: which integer leaves are computed, against optax)."""
+    """By the transformations with their own update (the engine's stages compute integer
+    params as floats, their state in that float: tests/engine/test_integer_leaves.py)."""
     with pytest.raises(TypeError, match=r"\['step'\] has dtype int32.*masked or multi_transform"):
         make().init(INT_PARAMS)
 

@@ -26,27 +26,34 @@ CASES = [(name, where) for name in OPTIMIZERS for where in SPECS]
 
 
 @pytest.fixture(scope="module")
-def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("stacked") / "result.npz"
-    with run_two_processes(WORKER, str(out), timeout=400) as got:
-        return {k: got[k] for k in got.files}
+def two_process_results(tmp_path_factory: pytest.TempPathFactory, run_once) -> dict:
+    def run() -> dict:
+        out = tmp_path_factory.mktemp("stacked") / "result.npz"
+        with run_two_processes(WORKER, str(out), timeout=400) as got:
+            return {k: got[k] for k in got.files}
+
+    return run_once("multiprocess_stacked", run)
 
 
 @pytest.fixture(scope="module")
-def one_device_results() -> dict:
+def one_device_results(run_once) -> dict:
     """Each optimizer's parameters after three steps on one device, without ``mesh=``, and
     its compiled step's loop trip counts (under ``"trips"``)."""
     import jax.numpy as jnp
 
     from functrain.jax_compat import enable_x64
-    results = {}
-    with enable_x64(True):
-        for name, make in OPTIMIZERS.items():
-            params = {k: jnp.asarray(v) for k, v in host_params(name).items()}
-            params, hlo = three_steps(make(None), params)
-            results[name] = {k: np.asarray(v) for k, v in params.items()}
-            results[name]["trips"] = loop_trip_counts(hlo)
-    return results
+
+    def run() -> dict:
+        results = {}
+        with enable_x64(True):
+            for name, make in OPTIMIZERS.items():
+                params = {k: jnp.asarray(v) for k, v in host_params(name).items()}
+                params, hlo = three_steps(make(None), params)
+                results[name] = {k: np.asarray(v) for k, v in params.items()}
+                results[name]["trips"] = loop_trip_counts(hlo)
+        return results
+
+    return run_once("multiprocess_stacked_one_device", run)
 
 
 @pytest.mark.parametrize("name, where", CASES)

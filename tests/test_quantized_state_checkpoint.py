@@ -336,8 +336,9 @@ def run_checks() -> dict:
 
 
 @pytest.fixture(scope="module")
-def eight_device_results() -> dict:
-    return run_on_eight_devices(Path(__file__).resolve())
+def eight_device_results(run_once) -> dict:
+    return run_once("quantized_state_checkpoint",
+                    lambda: run_on_eight_devices(Path(__file__).resolve()))
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))

@@ -36,8 +36,8 @@ CHECK_NAMES = _load_check_names()
 
 
 @pytest.fixture(scope="module")
-def eight_device_results() -> dict:
-    return run_on_eight_devices(CHECKS_FILE)
+def eight_device_results(run_once) -> dict:
+    return run_once("sharding_checks", lambda: run_on_eight_devices(CHECKS_FILE))
 
 
 @pytest.mark.parametrize("name", CHECK_NAMES)

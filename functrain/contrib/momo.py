@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import (check_betas, check_nonnegative, check_state_type,
-                                  hyperparameters, needs_params_error)
+from functrain.arg_checks import (MissingArgumentError, check_betas, check_nonnegative,
+                                  check_state_type, hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.declarations import declare_optimizer
@@ -108,8 +108,9 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
         if params is None:
             raise needs_params_error(owner, "update(updates, state, params, value=loss)")
         if value is None:
-            raise ValueError(f"{owner} needs the loss at params: call update(updates, state, "
-                             f"params, value=loss), e.g. with jax.value_and_grad.")
+            raise MissingArgumentError(f"{owner} needs the loss at params: call update(updates, "
+                                       f"state, params, value=loss), e.g. with "
+                                       f"jax.value_and_grad.")
         paths, gs, treedef = ft.flatten_with_paths(updates)
         ft.check_structure(updates, params, "params", "updates")
         ps = treedef.flatten_up_to(params)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, hyperparameters
+from functrain.arg_checks import MissingArgumentError, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformationExtraArgs, LeafStage, OptState,
@@ -142,8 +142,8 @@ def reduce_on_plateau(factor: float = 0.1, patience: int = 10, rtol: float = 1e-
 
     def prepare(glob: dict, updates: Any, value: Any) -> tuple:
         if value is None:
-            raise ValueError(f"{owner} needs the loss value: call update(updates, state, "
-                             f"params, value=loss).")
+            raise MissingArgumentError(f"{owner} needs the loss value: call update(updates, state, "
+                                       f"params, value=loss).")
         count = safe_increment(glob["count"])
         avg_dtype = glob["avg_value"].dtype
         avg = ((glob["count"] * glob["avg_value"] + jnp.asarray(value).astype(avg_dtype))

@@ -26,8 +26,8 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters, needs_params_error)
+from functrain.arg_checks import (MissingArgumentError, check_range, check_state_type,
+                                  check_transformation, hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
@@ -189,9 +189,9 @@ def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation
                       *, grad_fn: Optional[Callable] = None, **extra_args: Any
                       ) -> tuple[Updates, SAMState]:
         if grad_fn is None:
-            raise ValueError("sam: grad_fn must be given when opaque_mode=True: call "
-                             "update(updates, state, params, grad_fn=lambda params, i: "
-                             "grads).")
+            raise MissingArgumentError("sam: grad_fn must be given when opaque_mode=True: "
+                                       "call update(updates, state, params, grad_fn=lambda "
+                                       "params, i: grads).")
         if not callable(grad_fn):
             raise TypeError(f"sam: grad_fn must be a function (params, i) -> grads, got "
                             f"{type(grad_fn).__name__}.")

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+from functrain.arg_checks import (MissingArgumentError, check_betas, check_nonnegative, check_range,
                                   check_state_type, check_transformation, hyperparameters,
                                   needs_params_error)
 from functrain import tree as ft
@@ -94,8 +94,8 @@ def hutchinson_estimator_diag_hessian(random_seed: Optional[Array] = None
             raise needs_params_error(owner, "update(updates, state, params, "
                                             "obj_fn=loss_of_params)")
         if obj_fn is None:
-            raise ValueError(f"{owner} needs the objective: call update(updates, state, "
-                             f"params, obj_fn=f) with f(params) -> scalar loss.")
+            raise MissingArgumentError(f"{owner} needs the objective: call update(updates, state, "
+                                       f"params, obj_fn=f) with f(params) -> scalar loss.")
         if not callable(obj_fn):
             raise TypeError(f"{owner}: obj_fn must be a function params -> scalar loss, got "
                             f"{type(obj_fn).__name__}.")

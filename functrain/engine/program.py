@@ -23,8 +23,9 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_state_type, check_transformation, needs_params_error,
-                                  record_parts, sorted_labels, state_mismatch_error)
+from functrain.arg_checks import (check_state_type, check_transformation,
+                                  missing_argument_error, needs_params_error, record_parts,
+                                  sorted_labels, state_mismatch_error)
 from functrain import tree as ft
 from functrain.engine import recompute
 from functrain.engine.dtypes import (integer_float, integers_as_floats, leaf_compute_dtype,
@@ -145,6 +146,10 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
     {'w': Array([1.], dtype=float32)}
     """
     extra_args = extra_args or {}
+    for stage in stages:  # first, as Python checks a call's arguments before its body runs
+        missing = [k for k in stage.extra_args if k not in extra_args]
+        if missing:
+            raise missing_argument_error(stage.name, missing[0])
     inputs = _check_inputs(stages, updates, params)
     steps = [_prepare_stage(stage, state, inputs, updates, params, extra_args)
              for stage, state in zip(stages, states)]
@@ -231,10 +236,6 @@ def _prepare_stage(stage: LeafStage, state: OptState, inputs: _BlockInputs, upda
         if stage.shaped_fields is None or name in stage.shaped_fields:
             ft.check_shapes(paths, leaves, gs, "updates", f"{stage.name} state .{name}")
         fields.append(leaves)
-    missing = [k for k in stage.extra_args if k not in extra_args]
-    if missing:
-        raise ValueError(f"{stage.name} needs the keyword argument {missing[0]!r}: call "
-                         f"update(updates, state, params, {missing[0]}=...).")
     ctx, new_global = stage.prepare({k: getattr(state, k) for k in stage.global_fields},
                                     _whole_updates(stage, active, inputs, updates),
                                     **{k: extra_args[k] for k in stage.extra_args})

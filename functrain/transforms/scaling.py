@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_range, check_state_type, hyperparameters
+from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
+                                  missing_argument_error)
 from functrain import tree as ft
 from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
                                        OptState, Params, ScalarOrSchedule, Updates,
@@ -329,8 +330,8 @@ def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: flo
 
     Returns:
       A ``GradientTransformation`` that keeps no state (``ScaleByPolyakState``,
-      i.e. ``EmptyState``); its ``update`` raises ``ValueError`` without
-      ``value``.
+      i.e. ``EmptyState``); its ``update`` raises a ``TypeError`` (a
+      ``MissingArgumentError``, a ``ValueError`` too) without ``value``.
 
     >>> import jax.numpy as jnp, functrain
     >>> tx = functrain.scale_by_polyak()
@@ -343,8 +344,7 @@ def scale_by_polyak(f_min: float = 0.0, max_learning_rate: float = 1.0, eps: flo
 
     def prepare(glob: dict, updates: Any, value: Any) -> tuple:
         if value is None:
-            raise ValueError("scale_by_polyak needs the loss value: call "
-                             "update(updates, state, params, value=loss).")
+            raise missing_argument_error("scale_by_polyak", "value")
         sq = ft.norm(updates, squared=True)
         gap = jnp.asarray(value - f_min).astype(sq.dtype)
         if variant == "sps+":

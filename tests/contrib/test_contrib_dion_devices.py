@@ -22,8 +22,8 @@ import dion_worker  # noqa: E402  (defines functions only; runs nothing)
 
 
 @pytest.fixture(scope="module")
-def eight_device_results() -> dict:
-    return run_on_eight_devices(WORKER, timeout=600)
+def eight_device_results(run_once) -> dict:
+    return run_once("dion_devices", lambda: run_on_eight_devices(WORKER, timeout=600))
 
 
 @pytest.mark.parametrize("name", sorted(dion_worker.CHECKS))

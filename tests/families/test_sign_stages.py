@@ -52,3 +52,21 @@ def test_scale_by_rprop_by_hand():
     assert_updates(ours, ref)
     np.testing.assert_array_equal(ours[0], 0.0)  # the first update is always zero
     assert any(np.any(u != 0) for u in ours[1:])
+
+
+
+def test_scale_by_lion_invalid_mode_raises_in_update_as_optax():
+    """optax's test_lion_invalid_mode_raises: build and init pass, update raises ValueError
+    (functrain's names the allowed modes) when traced, before any array math."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    updates = jnp.array([0.1, -0.2])
+    for lib in (ft, optax):
+        tx = lib.scale_by_lion(mode="invalid_mode")
+        with pytest.raises(ValueError):
+            tx.update(updates, tx.init(updates))
+    tx = ft.scale_by_lion(mode="invalid_mode")
+    with pytest.raises(ValueError, match="mode must be 'hard', 'smooth' or 'refined', got "
+                                         "'invalid_mode'"):
+        jax.eval_shape(tx.update, updates, tx.init(updates))

@@ -27,8 +27,8 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
-                                  needs_params_error)
+from functrain.arg_checks import (MissingArgumentError, check_range, check_state_type,
+                                  hyperparameters, needs_params_error)
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformationExtraArgs, OptState, Params,
                                        Updates, as_array, safe_increment)
@@ -165,9 +165,10 @@ def _checked_inputs(owner: str, updates: Updates, params: Optional[Params], valu
     needed = {"value": value, "grad": grad, "value_fn": value_fn}
     missing = [k for k, v in needed.items() if v is None]
     if missing:
-        raise ValueError(f"{owner} needs the keyword argument {missing[0]!r}: call "
-                         f"update(updates, state, params, value=..., grad=..., "
-                         f"value_fn=...) with the objective's value and gradient at params.")
+        raise MissingArgumentError(f"{owner} needs the keyword argument {missing[0]!r}: call "
+                                   f"update(updates, state, params, value=..., grad=..., "
+                                   f"value_fn=...) with the objective's value and gradient "
+                                   f"at params.")
     if not callable(value_fn):
         raise TypeError(f"{owner}: value_fn must be the objective, a function of the "
                         f"params, got {type(value_fn).__name__}.")

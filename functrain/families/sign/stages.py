@@ -99,7 +99,8 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
       mode: (keyword only, as optax) how the interpolation ``x = (1-b1) g + b1 mu``
         becomes the update: ``'hard'`` (default, the paper's rule) ``sign(x)``; ``'smooth'``
         ``tanh(smooth_beta x)``; ``'refined'`` ``x`` where ``|x| < 1`` and
-        ``sign(x)`` elsewhere. Any other value raises ``ValueError``.
+        ``sign(x)`` elsewhere. Any other value makes ``update`` raise ``ValueError``
+        (as optax's, whose tests build and init it first).
       smooth_beta: the sharpness of ``tanh`` in ``'smooth'`` mode (larger is closer
         to ``sign``); unused in the other modes. Default 1.
 
@@ -113,9 +114,14 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
     [Array([ 1., -1.], dtype=float32)]
     """
     check_betas("scale_by_lion", b1=b1, b2=b2)
-    if mode not in ("hard", "smooth", "refined"):
-        raise ValueError(f"scale_by_lion: mode must be 'hard', 'smooth' or 'refined', "
-                         f"got {mode!r}.")
+
+    def prepare(glob: dict, updates: Any) -> tuple:
+        # checked when update is traced, before any array math, as optax checks it (its
+        # test builds and inits an invalid mode, and expects update to raise)
+        if mode not in ("hard", "smooth", "refined"):
+            raise ValueError(f"scale_by_lion: mode must be 'hard', 'smooth' or 'refined', "
+                             f"got {mode!r}.")
+        return count_only(glob, updates)
 
     def leaf(g: Array, state: tuple, p: Any, ctx: Any) -> tuple:
         x = ema_update(g, state.mu, b1)
@@ -130,7 +136,7 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
     return stage_transform(LeafStage(
         name="scale_by_lion", update_leaf=leaf, state_cls=ScaleByLionState, leaf_fields=("mu",),
         init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),), init_global=zero_count,
-        prepare=count_only))
+        prepare=prepare))
 
 
 @hyperparameters(learning_rate="number", eta_minus="number", eta_plus="number",
