@@ -235,7 +235,7 @@ def test_errors_name_the_argument_or_leaf():
     with pytest.raises(ValueError, match=r"\['w'\]"):
         opt.update(bad, state, bad)
     with pytest.raises(TypeError, match=r"\['i'\]"):
-        opt.init({"i": jnp.ones((2, 2), jnp.int32)})
+        opt.init({"i": jnp.ones((2, 2), jnp.bool_)})  # (integer params train, as floats)
 
 
 def test_zero_size_leaves_pass_through_and_keep_finite_state():

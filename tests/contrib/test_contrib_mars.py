@@ -210,4 +210,4 @@ def test_errors_name_the_argument_or_leaf():
         opt.update({"w": jnp.ones((2, 2)), "b": jnp.ones(3)}, state,
                    {"w": jnp.ones((2, 2)), "b": jnp.ones(3)})
     with pytest.raises(TypeError, match=r"\['i'\]"):
-        opt.init({"i": jnp.ones(2, jnp.int32)})
+        opt.init({"i": jnp.ones(2, jnp.bool_)})  # (integer params train, as floats)
