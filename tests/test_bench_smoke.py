@@ -10,9 +10,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.long
 def test_bench_script_runs_and_writes_json(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"),
            "--sizes", "4k", "--trees", "1,10", "--opts", "adam,lamb",
@@ -68,6 +71,7 @@ def test_matrix_benchmark_counts_loops_conditionals_and_lapack():
                                    "qr": 0.0, "triangular_solve": 0.0}
 
 
+@pytest.mark.long
 def test_memory_options_benchmark_runs_and_writes_its_table(tmp_path):
     # benchmarks/memory_options.py end to end on the speedrun's tiny model (never timed:
     # make bench). XLA's backend optimizations are off: compiling is most of the time.
@@ -101,6 +105,7 @@ def test_memory_options_benchmark_runs_and_writes_its_table(tmp_path):
     assert (tmp_path / "memory_options.png").stat().st_size > 0
 
 
+@pytest.mark.long
 def test_stacked_compile_benchmark_writes_depth_and_scanned_model_tables(tmp_path):
     # benchmarks/stacked_compile.py at tiny sizes: its tables and JSON (never timed here).
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "stacked_compile.py"),

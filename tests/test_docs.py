@@ -122,6 +122,7 @@ def test_reference_entries_are_not_repeated():
             seen[path] = name
 
 
+@pytest.mark.long
 def test_site_builds_strictly(tmp_path):
     env = dict(os.environ, FUNCTRAIN_DOCS_EXECUTE="0")
     result = subprocess.run(

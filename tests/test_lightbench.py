@@ -29,6 +29,7 @@ KNOWN_OPTIMA = {
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
+@pytest.mark.long
 def test_tasks_start_unsolved(task):
     assert float(task.evaluate(task.init())) > task.target, task.name
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from helpers import run_two_processes
+
+# Fresh processes or a whole model: a long check (make test-long, not make test).
+pytestmark = pytest.mark.long
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess",
                       "shampoo_worker.py")

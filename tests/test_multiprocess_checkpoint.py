@@ -54,6 +54,9 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess"
 sys.path.insert(0, os.path.dirname(WORKER))
 from train_worker import K, M, OPTIMIZERS  # noqa: E402
 
+# Fresh processes or a whole model: a long check (make test-long, not make test).
+pytestmark = pytest.mark.long
+
 TIMEOUT = 240  # seconds for one run of processes (about 10 s each on a quiet machine)
 TOL = 2e-6  # max|a - b| / max|b| per buffer, against one process (see the docstring)
 

@@ -20,6 +20,9 @@ from helpers import run_two_processes
 from stacked_sharding_checks import (OPTIMIZERS, SHAPES, SPECS, host_params, loop_trip_counts,
                                      three_steps)
 
+# Fresh processes or a whole model: a long check (make test-long, not make test).
+pytestmark = pytest.mark.long
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess",
                       "stacked_worker.py")
 CASES = [(name, where) for name in OPTIMIZERS for where in SPECS]

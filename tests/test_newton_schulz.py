@@ -138,6 +138,7 @@ def test_polar_express_is_closer_to_the_polar_factor_than_the_standard_coefficie
 
 @enable_x64()
 @pytest.mark.parametrize("preconditioning", linalg.PRECONDITIONINGS)
+@pytest.mark.long
 def test_gram_equals_standard_in_float64(preconditioning):
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.standard_normal((3, 8, 24)))

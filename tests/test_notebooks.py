@@ -88,6 +88,7 @@ def test_notebook_is_stored_clean(name):
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.long
 def test_notebook_runs_top_to_bottom(name, monkeypatch):
     if name == "04_scaling_out.ipynb" and not jax_compat.jax_at_least(LAYOUTS_JAX):
         pytest.skip(f"needs JAX >= {LAYOUTS_JAX} (this is {jax.__version__}): its cells assert "

@@ -593,6 +593,7 @@ def test_properties_real_only(subject, spec):
 @given(spec=F64_TREES)
 @example(spec=MIXED_F64)
 @_profile(scale=0.5)
+@pytest.mark.long
 def test_properties_float64(subject, spec):
     """The same properties on float64 (and mixed float64/float32) trees, with x64 on."""
     with enable_x64(True):

@@ -467,6 +467,7 @@ SHAPES = [(1024, 32), (1024, 1024), (1024, 4097)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.long
 def test_8bit_adamw_meets_bitsandbytes_bars(shape):
     """bitsandbytes' bars: mean |p - p32| < 6e-5; state close at atol 3e-3, rtol 1e-3.
 
@@ -479,6 +480,7 @@ def test_8bit_adamw_meets_bitsandbytes_bars(shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.long
 def test_4bit_adamw_against_float32(shape):
     """4-bit (Li et al. 2023's codes: blocks of 128 for the first moment, rank-1 scales
     for the second), bars just above the measurements.
@@ -500,6 +502,7 @@ def test_4bit_adamw_against_float32(shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.long
 def test_fp8_adamw_against_float32(shape):
     """float8_e4m3fn state, blocks of 256, bars just above the measurements.
 
@@ -538,6 +541,7 @@ def test_state_bytes_per_parameter(bits, per_value, block, target):
 
 
 @pytest.mark.parametrize("bits", [8, 4, "fp8"])
+@pytest.mark.long
 def test_explicit_mesh_axes_give_the_same_numbers(bits):
     """On a mesh with explicit axes (jax.make_mesh's default) the block reshapes run with
     the axes made automatic (a split leaf's reshape is refused otherwise: the 8-device

@@ -39,6 +39,9 @@ import functrain
 import scanned_transformer as sm
 from functrain.jax_compat import enable_x64
 
+# Fresh processes or a whole model: a long check (make test-long, not make test).
+pytestmark = pytest.mark.long
+
 LAYERS, STEPS = 3, 4
 OPTIMIZERS = {
     "muon": lambda dims: functrain.contrib.muon(0.02, adam_learning_rate=0.01,

@@ -41,6 +41,7 @@ def eight_device_results(run_once) -> dict:
 
 
 @pytest.mark.parametrize("name", CHECK_NAMES)
+@pytest.mark.long
 def test_on_eight_devices(eight_device_results: dict, name: str) -> None:
     result = eight_device_results.get(name)
     assert result is not None, f"{name} did not run"

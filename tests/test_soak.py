@@ -9,6 +9,11 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+# Fresh processes or a whole model: a long check (make test-long, not make test).
+pytestmark = pytest.mark.long
+
 SCRIPT = pathlib.Path(__file__).resolve().parent / "soak" / "run_soak.py"
 
 

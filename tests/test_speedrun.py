@@ -114,6 +114,7 @@ def test_the_statistics_module_examples_run():
 
 
 # ----------------------------------------------------------------------------- harness
+@pytest.mark.long
 def test_steps_to_target_is_exact_to_the_step_and_deterministic():
     # Evaluated every 4 steps (then step by step where the target was crossed) against
     # evaluated at every step: the same count and the same losses, run after run.
@@ -146,6 +147,7 @@ def test_every_optimizer_is_built_on_the_model_with_its_split():
                    zip(jax.tree.leaves(updates), jax.tree.leaves(params))), name
 
 
+@pytest.mark.long
 def test_tiny_run_writes_table_plot_and_json(tmp_path):
     # A subprocess, run as `make speedrun` runs it; XLA's backend optimizations are
     # switched off there: compilation is most of this test's time (same numbers).

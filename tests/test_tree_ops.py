@@ -102,6 +102,7 @@ VDOT_DTYPES_X64 = [("complex128", "complex128"), ("complex128", "float64"),
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+@pytest.mark.long
 def test_vdot_gives_optax_bits_eagerly_and_jitted(x64):
     """optax.tree.vdot calls jnp.vdot (on JAX 0.10.2 too: it compares version strings, and
     '0.10.2' < '0.7.2'). Complex results computed op by op differ from it in the last bit

@@ -20,6 +20,9 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(WORKER))
 import dion_worker  # noqa: E402  (defines functions only; runs nothing)
 
+# Fresh processes or a whole model: a long check (make test-long, not make test).
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(scope="module")
 def eight_device_results(run_once) -> dict:

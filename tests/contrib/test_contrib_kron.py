@@ -423,6 +423,7 @@ def _run_grouped_or_not(monkeypatch, grouped, params, grads, **kw):
 
 
 @pytest.mark.parametrize("gather_rows", [1 << 16, 0])  # 0: the noise cut by slices
+@pytest.mark.long
 def test_groups_equal_per_leaf_float64(monkeypatch, gather_rows):
     monkeypatch.setattr(KRON, "_MAX_GATHER_ROWS", gather_rows)
     kw = dict(learning_rate=0.05, max_size_triangular=8, preconditioner_update_probability=1.0,

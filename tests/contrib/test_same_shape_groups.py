@@ -74,6 +74,7 @@ def _assert_close(got, want, dtype, where):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", list(SCALE_BY))
+@pytest.mark.long
 def test_grouped_equals_per_leaf_over_refreshes(name, dtype):
     with enable_x64(dtype == "float64"):
         params = _tree(jnp.dtype(dtype), seed=1)
@@ -144,6 +145,7 @@ def test_grouped_program_does_not_grow_with_the_leaves(name):
         assert _program_counts(name, 12, True)[1] == 1
 
 
+@pytest.mark.long
 def test_groups_split_by_dtype_and_dimension_numbers():
     """Leaves of one shape but another dtype, or other dimension numbers, are other groups:
     a bfloat16 pair and a float32 pair, and a (3, 4, 4) pair stacked over axis 0 next to

@@ -109,6 +109,7 @@ def _close(got, want, where):
 
 
 @pytest.mark.parametrize("name, case", PAIRS)
+@pytest.mark.long
 def test_stacked_leaf_equals_its_layers_as_leaves_float64(name, case):
     stacked, kwargs = CASES[case]
     dims = {"plain": None, "v": None, **{k: d for k, (_, d, _, _) in stacked.items()}}
@@ -170,6 +171,7 @@ def _stacked_tree():
 
 
 @pytest.mark.parametrize("name", ["soap", "shampoo", "kron"])
+@pytest.mark.long
 def test_a_function_of_the_params_gives_the_same_numbers_as_a_tree(name):
     make = OPTIMIZERS[name]
     by_tree = make(weight_dimension_numbers={"w": Dims(-2, -1), "b": None})

@@ -126,6 +126,7 @@ def test_trust_ratio_recompute_changes_only_rounding(make_opt, monkeypatch):
                                    rtol=tol, atol=tol * 1e-2)
 
 
+@pytest.mark.long
 def test_trust_ratio_recompute_under_grad_and_vmap(monkeypatch):
     """The recomputed input works under jax.grad and jax.vmap too."""
     monkeypatch.setattr(recompute, "MIN_BYTES", 0)
