@@ -209,6 +209,9 @@ def breakdown(n: int = 2 ** 22, reps: int = 15) -> list:
     q = jax.jit(lambda v: quantize_blockwise(v, "linear4_unsigned_rank1", 128))
     fns["linear4_unsigned_rank1 dequantize"] = (jax.jit(dequantize_blockwise), (q(x),))
     fns["linear4_unsigned_rank1 quantize"] = (q, (x,))
+    # the 4-bit first moment's default since stochastic rounding (a hash dither per value)
+    fns["dynamic4_signed_sr quantize"] = (
+        jax.jit(lambda v: quantize_blockwise(v, "dynamic4_signed_sr", DEFAULT_BLOCK[4])), (g,))
     times = {k: [] for k in fns}
     for f, a in fns.values():
         jax.block_until_ready(f(*a))
