@@ -41,7 +41,7 @@ def _fresh_jit_cache():
 
 
 @pytest.fixture(scope="session")
-def run_once(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
+def run_once(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """``run_once(key, fn)``: ``fn()``'s result, computed by one pytest-xdist worker and read
     by the others (pickled, behind a file lock in the run's shared temporary directory).
 
@@ -51,7 +51,8 @@ def run_once(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
     recorded too, and raised again in every worker, so a broken check is not run twice.
     """
     base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if worker_id != "master" else base) / "run_once"
+    worker = getattr(request.config, "workerinput", None)  # set in pytest-xdist's workers only
+    shared = (base.parent if worker is not None else base) / "run_once"
     shared.mkdir(exist_ok=True)
 
     def run(key: str, fn):
