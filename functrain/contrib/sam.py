@@ -136,13 +136,12 @@ def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation
     check_range("sync_period", sync_period, 1.0, owner="sam")
     sync_period = int(sync_period)
 
-    def check_float_params(params: Params) -> None:
-        # The adversarial point p - a(g) is not an integer: an integer param cannot hold it.
-        paths, leaves, _ = ft.flatten_with_paths(params)
-        ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), "sam", "params")
+    # The adversarial point p - a(g) is not an integer: an integer param cannot hold it, so
+    # init and update refuse integer params (check_leaf_dtypes without integers=True).
 
     def init_fn(params: Params) -> SAMState:
-        check_float_params(params)
+        paths, leaves, _ = ft.flatten_with_paths(params)
+        ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), "sam", "params")
         cache = None if opaque_mode else jax.tree_util.tree_map(jnp.copy, params)
         return SAMState(steps_since_sync=jnp.zeros([], jnp.int32),
                         opt_state=optimizer.init(params),
@@ -153,9 +152,10 @@ def sam(optimizer: GradientTransformation, adv_optimizer: GradientTransformation
         if params is None:
             raise needs_params_error("sam")
         ft.check_structure(updates, params, "params", "updates")
-        check_float_params(params)
         paths, gs, treedef = ft.flatten_with_paths(updates)
-        ft.check_shapes(paths, treedef.flatten_up_to(params), gs, "updates", "params")
+        ps = treedef.flatten_up_to(params)
+        ft.check_leaf_dtypes(paths, ps, [True] * len(ps), "sam", "params")
+        ft.check_shapes(paths, ps, gs, "updates", "params")
 
     def transparent_update(updates: Updates, state: SAMState, params: Optional[Params] = None,
                            *, grad_fn: Optional[Callable] = None, **extra_args: Any

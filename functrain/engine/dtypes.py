@@ -122,8 +122,6 @@ def params_float_dtype(params: Any, mixed_dtype_handler: str) -> Any:
     """
     def as_float(x: Any) -> np.ndarray:
         dtype = np.dtype(x.dtype) if hasattr(x, "dtype") else jnp.result_type(x)
-        if jnp.issubdtype(dtype, jnp.integer):
-            dtype = jnp.result_type(dtype, float)
-        return np.zeros((), dtype)
+        return np.zeros((), integer_float(jax.ShapeDtypeStruct((), dtype)) or dtype)
 
     return ft.dtype(jax.tree_util.tree_map(as_float, params), mixed_dtype_handler)

@@ -1,6 +1,9 @@
 """functrain.families.sign.stages: scale_by_sign, scale_by_lion and scale_by_rprop by hand."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import functrain as ft
@@ -58,9 +61,6 @@ def test_scale_by_rprop_by_hand():
 def test_scale_by_lion_invalid_mode_raises_in_update_as_optax():
     """optax's test_lion_invalid_mode_raises: build and init pass, update raises ValueError
     (functrain's names the allowed modes) when traced, before any array math."""
-    import jax
-    import jax.numpy as jnp
-    import optax
     updates = jnp.array([0.1, -0.2])
     for lib in (ft, optax):
         tx = lib.scale_by_lion(mode="invalid_mode")
