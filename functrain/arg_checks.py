@@ -27,7 +27,7 @@ __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
            "check_transformation", "check_state_type", "needs_params_error",
            "MissingArgumentError", "missing_argument_error",
            "state_mismatch_error", "sorted_labels", "BuilderRecord", "record_builder",
-           "record_parts", "builder_record", "is_transformation"]
+           "record_parts", "record_reader", "builder_record", "is_transformation"]
 
 
 # --------------------------------------------------------------------------
@@ -445,6 +445,9 @@ class BuilderRecord(NamedTuple):
         somewhere inside the wrapper's state).
       labels: empty, or one per part: the label its hyperparameters are reported under
         (``multi_transform``'s, keys ``'<label>/<name>'``), or ``None`` for none.
+      read: ``None``, or ``read(state) -> ((part state, transformation), ...)``: parts
+        made from the state itself (``inject_hyperparams`` builds its inner optimizer
+        from the values its state holds), reported after ``parts``.
 
     >>> import functrain
     >>> builder_record(functrain.sgd(0.1)).values['learning_rate']
@@ -455,6 +458,7 @@ class BuilderRecord(NamedTuple):
     values: dict
     parts: tuple
     labels: tuple = ()
+    read: Optional[Callable] = None
 
 
 # anchor (see _anchor) -> BuilderRecord; weak, so a record lives as long as its transformation.
@@ -540,6 +544,28 @@ def record_builder(result: Any, builder: str, values: dict, inner: list) -> None
         # It returned what it was given (a no-op wrapper): keep what that holds.
         values, parts = {**old.values, **values}, old.parts + parts
     _RECORDS[anchor] = BuilderRecord(builder, dict(values), parts)
+
+
+def record_reader(result: Any, builder: str, read: Callable) -> None:
+    """Record that ``result``'s hyperparameters are those of parts built from its state.
+
+    Args:
+      result: the transformation (``inject_hyperparams(adam)(...)``, say).
+      builder: what made it (``'inject_hyperparams'``).
+      read: ``read(state) -> ((part state, transformation), ...)``: the inner
+        transformations as ``result``'s next ``update`` builds them, with their states.
+
+    Returns:
+      ``None``.
+
+    >>> import functrain
+    >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)
+    >>> builder_record(opt).builder
+    'inject_hyperparams'
+    """
+    anchor = _anchor(result)
+    if anchor is not None:
+        _RECORDS[anchor] = BuilderRecord(builder, {}, (), (), read)
 
 
 def record_parts(result: Any, parts: Iterable[tuple], builder: str = "chain",

@@ -86,6 +86,8 @@ def _collect(tx: Any, state: Any, out: dict, seen: set, prefix: str = "") -> Non
     for (path, part), label in zip(record.parts, labels):
         _collect(part, state if path is None else ft.get_path(state, path), out, seen,
                  prefix if label is None else f"{prefix}{label}/")
+    for part_state, part in record.read(state) if record.read is not None else ():
+        _collect(part, part_state, out, seen, prefix)
 
 
 def current_hyperparams(opt: Any, state: Any) -> dict[str, jax.Array]:

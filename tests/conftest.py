@@ -20,6 +20,23 @@ if TESTS not in sys.path:
 from helpers import make_params  # noqa: E402
 
 
+# The test cases make test leaves to make test-long by measured duration (tests/
+# plan_fast_suite.py writes the list; FUNCTRAIN_LONG_BY_DURATION=off ignores it, to measure).
+LONG_BY_DURATION = os.path.join(TESTS, "long_by_duration.txt")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Marks ``long`` the test cases listed in tests/long_by_duration.txt."""
+    if os.environ.get("FUNCTRAIN_LONG_BY_DURATION") == "off" or not os.path.exists(
+            LONG_BY_DURATION):
+        return
+    with open(LONG_BY_DURATION) as f:
+        listed = {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.long)
+
+
 @pytest.fixture
 def params():
     return make_params()

@@ -66,6 +66,7 @@ CHECKS = {
     "zero_gradient": "all-zero gradients (properties: zero entries made 1)",
     "degenerate": "gradients with all-equal entries (properties: distinct offsets added)",
     "zero_size": "zero-size leaves (properties: given one entry instead)",
+    "float16": "float16 leaves (properties: made bfloat16)",
     "complex_error": "a real_only optimizer refuses complex leaves with an error naming one",
 }
 
@@ -99,6 +100,14 @@ class Optimizer:
         needs besides the gradients (``value=`` for Polyak and momo, ``obj_fn=`` for
         sophia, ...); ``None``: none.
       real_only: why complex leaves are refused (empty: complex supported).
+      decomposed: which decomposition or matrix iteration its step runs (a QR, an
+        eigendecomposition, an SVD, a triangular solve, a power or Newton-Schulz iteration;
+        empty: none). Two programs that round differently (jit and eager, one device and
+        eight) differ in such outputs by the rounding times the decomposition's
+        amplification, which no fixed float32 tolerance bounds: tests/test_properties.py
+        compares its jit and eager steps on the float64 twin of each drawn tree.
+        tests/test_registry.py checks that every step whose program holds a decomposition
+        primitive says so here.
       skip: check (a key of ``CHECKS``) -> why it does not apply, for every setting.
     """
 
@@ -110,6 +119,7 @@ class Optimizer:
     settings: tuple = ()
     extra: Optional[Callable[[Callable, Any], dict]] = None
     real_only: str = ""
+    decomposed: str = ""
     skip: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def make(self, m: Any, **kwargs: Any) -> Any:
@@ -278,7 +288,8 @@ _LOWEST = {"mixed_16bit": "a tree-wide scalar is kept in the tree's lowest float
 
 
 # The 2-D leaves go to Muon, the others to AdamW.
-_contrib("muon", dict(learning_rate=1e-2), settings={
+_NEWTON_SCHULZ = "Newton-Schulz iterations orthogonalize each matrix's momentum"
+_contrib("muon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ, settings={
     "muon(nesterov=False)": dict(learning_rate=1e-2, nesterov=False),
     "muon(adaptive=True)": dict(learning_rate=1e-2, adaptive=True),
     "muon(aol, consistent_rms=0.2, weight_decay)": dict(
@@ -298,7 +309,11 @@ _contrib("schedule_free", dict(learning_rate=1e-2), skip={"inject": _WRAPS, **_L
          build=lambda m, **kw: m.contrib.schedule_free(m.sgd(1e-2), **kw))
 _DISTANCE = "its step-size estimate is a real inner product of gradients and distances"
 _ZERO_D = {"zero_gradient": "its distance estimate divides 0 by 0 when every gradient and "
-                            "the params are 0: NaN, in optax.contrib as here"}
+                            "the params are 0: NaN, in optax.contrib as here",
+           "float16": "its distance estimate starts at d0 = 1e-6, below float16's smallest "
+                      "normal (6.1e-5), and is kept in the params' dtype: in float16 the "
+                      "estimate's sums underflow to 0 / 0, NaN at every step (measured on "
+                      "random trees), in optax.contrib as here"}
 _contrib("prodigy", dict(learning_rate=1e-1), real_only=_DISTANCE, skip={**_LOWEST, **_ZERO_D})
 _contrib("dadapt_adamw", dict(learning_rate=1e-1), real_only=_DISTANCE,
          skip={**_LOWEST, **_ZERO_D})
@@ -336,6 +351,7 @@ _contrib("acprop", dict(learning_rate=1e-3, b1=0.5, eps=1e-3), settings={
                     "differs the same way there); the eps=1e-3 setting checks the state's "
                     "sharding"})})
 _contrib("galore", dict(learning_rate=1e-2, rank=8), real_only="its SVD projection is real",
+         decomposed="an SVD of each matrix's gradient gives its projection",
          settings={
     "galore(rank=1, update_proj_gap=7, scale=0.5)": dict(
         learning_rate=1e-2, rank=1, update_proj_gap=7, scale=0.5)})
@@ -445,11 +461,13 @@ _OWN_SHARDING = ("its own 8-device check in tests/sharding_checks.py (check_soap
                  "false match")
 _OWN_CHECK = "its own 8-device check: {} (the generic one would repeat it, at 8-device cost)"
 _EIGH = "its preconditioners are real symmetric matrices (G G^T, their roots or eigenbases)"
-_beyond("shampoo", dict(learning_rate=1e-2), own={
+_beyond("shampoo", dict(learning_rate=1e-2), decomposed="eigh of each statistic for its "
+        "inverse root", own={
     "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
     "multisteps": "test_multisteps_equals_the_mean_gradient"}, skip={
     "sharding": _OWN_CHECK.format("tests/matrix_sharding_checks.py, check_shampoo_*")})
-_beyond("soap", dict(learning_rate=1e-2), real_only=_EIGH, own={
+_beyond("soap", dict(learning_rate=1e-2), real_only=_EIGH,
+        decomposed="eigh, then QR power steps, of each statistic for its eigenbasis", own={
     "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
     "multisteps": "test_multisteps_averages_gradients"}, skip={"sharding": _OWN_SHARDING,
     "degenerate": "a rank-1 gradient (all entries equal) has a repeated eigenvalue: its "
@@ -461,13 +479,14 @@ _beyond("soap", dict(learning_rate=1e-2), real_only=_EIGH, own={
 # With the constant 1 and no decay they are (measured: 0.041 from Rosenbrock's minimum at
 # lr=1e-3; at lr=1e-2 sign steps zig-zag across the valley and end 0.13 away).
 _beyond("splus", dict(learning_rate=1e-3, weight_decay=0.0, nonstandard_constant=1.0),
-        real_only=_EIGH, skip={
+        real_only=_EIGH, decomposed="eigh of each statistic for its eigenbasis", skip={
     "sharding": _OWN_CHECK.format("tests/matrix_sharding_checks.py, check_splus_*") + "; and "
                 "on this check's model the first statistics of w1 (16, 32) and w2 (32, 8) are "
                 "rank-deficient: eigh's basis of their null space is arbitrary, rounding (4x2 "
                 "vs 1 device) picks it, and the signs taken in it differ (measured: 485 of "
                 "w1's 512 entries)"})
-_beyond("kron", dict(learning_rate=1e-2), own={
+_beyond("kron", dict(learning_rate=1e-2),
+        decomposed="triangular solves against its Kronecker factors", own={
     "dtypes": "test_bfloat16_params_keep_bfloat16_updates",
     "multisteps": "test_multisteps_equals_kron_on_mean_gradients"}, skip={
     "sharding": "FINDING, reported: on the 4x2 mesh (plain jit) the momentum of the (8,) "
@@ -490,7 +509,8 @@ _beyond("trust_region_clip", dict(lerp=0.9, scale=1.5), tests=_MODIFIERS,
         build=lambda m, **kw: m.chain(m.adam(1e-2), m.contrib.trust_region_clip(**kw)))
 _beyond("came", dict(learning_rate=1e-2), skip={
     "sharding": _OWN_CHECK.format("tests/sharding_checks.py, check_mars_came")})
-_beyond("dion", dict(learning_rate=1e-2), skip={
+_beyond("dion", dict(learning_rate=1e-2),
+        decomposed="a power iteration with a QR of each matrix's momentum", skip={
     "sharding": "its own 8-device checks in tests/multiprocess/dion_worker.py (run by "
                 "tests/contrib/test_contrib_dion_devices.py); here the right factor Q (16, 16) "
                 "of 'proj' is taken for proj's own state by its shape, a false match (without "
@@ -511,6 +531,9 @@ _beyond("adam_accumulation", dict(learning_rate=1e-2, num_micro_batches=2), own=
     "multisteps": "test_first_moment_is_multisteps_adamw_and_second_larger_by_the_variance"})
 # apollo_mini: apollo's test file checks it (adam_mini, apollo, laprop: their default records).
 _beyond("apollo_mini", dict(learning_rate=1e-2), tests="tests/contrib/test_contrib_apollo.py")
+# The Muon family's other members: their default records, with Newton-Schulz marked.
+_beyond("normuon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ)
+_beyond("adamuon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ)
 
 
 # --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ the constant. Builders without a learning rate: every numeric argument the recor
 is read back as given. Also: chains, MultiSteps, jit, name clashes, errors.
 """
 
+import dataclasses
 import inspect
 
 import jax
@@ -86,6 +87,34 @@ def test_every_registry_optimizer_reports_its_learning_rate(name):
         opt, state = run(record, kwargs)
         got = functrain.current_hyperparams(opt, state)["learning_rate"]
         np.testing.assert_allclose(got, lr / (1.0 + NEXT_STEP.get(name, STEPS)), rtol=1e-6)
+
+
+INJECTABLE = sorted(n for n, r in registry.REGISTRY.items() if r.factory(functrain) is not None)
+
+
+@pytest.mark.parametrize("name", INJECTABLE)
+def test_inject_hyperparams_of_every_factory_reports_its_values(name):
+    """``inject_hyperparams(factory)(**args)`` with the learning rate a schedule: the
+    reading, alone and inside a ``chain``, is the schedule at the number of updates made
+    (the injected count) and every other numeric argument as given."""
+    record = registry.REGISTRY[name]
+    kwargs = dict(record.args)
+    if "learning_rate" in kwargs:
+        lr = float(kwargs["learning_rate"])
+        kwargs["learning_rate"] = lambda count: lr / (1.0 + count)
+    factory = functrain.inject_hyperparams(record.factory(functrain))
+    for build in (lambda m, **kw: factory(**kw),
+                  lambda m, **kw: m.chain(m.clip(1e3), factory(**kw))):
+        injected = dataclasses.replace(record, build=build)
+        opt, state = run(injected, kwargs, steps=2)
+        got = functrain.current_hyperparams(opt, state)
+        for key, value in record.args.items():
+            if key == "learning_rate":
+                np.testing.assert_allclose(got[key], value / 3.0, rtol=1e-6, err_msg=name)
+            elif key in declared(record) and isinstance(value, (int, float)) and not (
+                    isinstance(value, bool)):
+                np.testing.assert_allclose(got[key], value, rtol=1e-6,
+                                           err_msg=f"{name}.{key}")
 
 
 def test_chains_wrappers_clashes_and_jit():

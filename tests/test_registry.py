@@ -5,6 +5,9 @@ import dataclasses
 import inspect
 import pathlib
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 import optax.contrib  # noqa: F401  (the references)
 import pytest
@@ -12,6 +15,7 @@ import pytest
 import functrain
 import registry
 from functrain.declarations import OPTIMIZERS as DECLARED, Declared
+from helpers import all_equations
 from registry import CHECKS, REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -122,3 +126,37 @@ def test_a_declared_optimizer_without_a_record_gets_the_default_or_is_named(monk
     assert REGISTRY["laprop"].skip.keys() == {"parity", "inject"}
     assert REGISTRY["adan"].args == {"learning_rate": 1e-2} and not REGISTRY["adan"].skip
     assert not registry.NO_RECORD, registry.NO_RECORD
+
+
+# Primitive names of the decompositions (their names across the supported JAX versions).
+DECOMPOSITIONS = ("eigh", "qr", "geqrf", "householder_product", "svd", "triangular_solve",
+                  "cholesky", "lu")
+
+
+def test_steps_with_a_decomposition_are_marked():
+    """Every record whose step's program holds a decomposition primitive (an eigh, a QR, an
+    SVD, a triangular solve, ...) says so in ``decomposed`` (its jit-vs-eager property is
+    then compared in float64), and a marked record says which; found on the jaxpr of one
+    step on a tree with a (4, 3) matrix, so a new optimizer cannot be left unmarked."""
+    params = {"w": jnp.asarray(np.arange(12.0).reshape(4, 3) / 7 - 0.6, jnp.float32),
+              "b": jnp.linspace(-1.0, 1.0, 3, dtype=jnp.float32)}
+    grads = jax.tree_util.tree_map(lambda x: jnp.cos(3 * x), params)
+
+    def loss_fn(p):
+        return sum(jnp.sum(x ** 2) for x in jax.tree_util.tree_leaves(p))
+
+    unmarked = []
+    for name, record in sorted(REGISTRY.items()):
+        opt = record.make(functrain)
+        extra = record.update_kwargs(loss_fn, params)
+        jaxpr = jax.make_jaxpr(lambda g, p, opt=opt, extra=extra: opt.update(
+            g, opt.init(p), p, **extra))(grads, params)
+        found = sorted({e.primitive.name for e in all_equations(jaxpr)
+                        if e.primitive.name in DECOMPOSITIONS})
+        if found and not record.decomposed:
+            unmarked.append(f"{name}: {found}")
+        assert record.decomposed == "" or len(record.decomposed) > 10, name
+    assert not unmarked, ("steps with a decomposition but no decomposed= in tests/registry.py: "
+                          f"{unmarked}")
+    assert {"dion", "soap", "shampoo", "splus", "kron", "galore", "muon"} <= {
+        n for n, r in REGISTRY.items() if r.decomposed}

@@ -159,3 +159,10 @@ def adopt(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9999,
     return chain(scale_by_adopt(b1, b2, eps, mu_dtype, nesterov=nesterov,
                                 use_clipping=use_clipping, clip_value_fn=clip_value_fn),
                  scale_by_learning_rate(learning_rate))
+
+
+# clip_value_fn is a function of the step count that adopt calls itself, not a schedule for
+# inject_hyperparams to evaluate (optax's inject_hyperparams(adopt) evaluates it, then fails
+# calling the array).
+scale_by_adopt.static_hyperparams = ("clip_value_fn",)  # type: ignore[attr-defined]
+adopt.static_hyperparams = ("clip_value_fn",)  # type: ignore[attr-defined]

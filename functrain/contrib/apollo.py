@@ -467,3 +467,10 @@ def apollo_mini(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 1,
                   weight_decay, mask, norm_growth_limit=norm_growth_limit,
                   scale_front=scale_front, seed=seed,
                   weight_dimension_numbers=weight_dimension_numbers, mu_dtype=mu_dtype)
+
+
+# Python values at build time, never injected as arrays (inject_hyperparams reads these):
+# the rank sets the projected moments' shapes, the seed the projections' PRNG keys.
+for _builder in (scale_by_apollo, apollo, apollo_mini):
+    _builder.static_hyperparams = ("rank", "seed")  # type: ignore[attr-defined]
+del _builder

@@ -361,3 +361,9 @@ def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: in
                                  weight_dimension_numbers),
                  add_decayed_weights(weight_decay, mask),
                  scale_by_learning_rate(learning_rate))
+
+
+# The rank sets the projected state's shapes: a Python value at build time, never injected
+# as an array (inject_hyperparams reads this).
+scale_by_galore.static_hyperparams = ("rank",)  # type: ignore[attr-defined]
+galore.static_hyperparams = ("rank",)  # type: ignore[attr-defined]

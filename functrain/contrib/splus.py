@@ -419,8 +419,10 @@ def splus_get_eval_params(state: Any) -> Params:
     ``E / (1 - ema_rate^t)`` after ``t`` updates: the bias-corrected exponential moving
     average of the parameters given to ``update`` (the paper's iterate averaging; the
     official helper of the same name). The divisor is the state's ``ema_weight``, the
-    EMA of the constant 1 computed in the same arithmetic as ``E``, so a constant
-    parameter comes back exactly. Use it for validation, test and the final model,
+    EMA of the constant 1. A constant parameter comes back to within rounding, not
+    exactly: each update rounds ``E`` and the weight once, so after ``t`` updates the
+    average of a constant is within ``2 t`` ulps of the EMA's dtype (measured: the last
+    digit differs on about half of the entries). Use it for validation, test and the final model,
     and keep training from the parameters themselves. Before the first update (``t = 0``)
     it is undefined (NaN). Its dtype is the EMA's, at least float32: cast it for
     low-precision models.

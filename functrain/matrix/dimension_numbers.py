@@ -110,7 +110,7 @@ def check_dims_type(dims: Any, owner: str, name: str) -> None:
 
 
 def _is_spec_leaf(x: Any) -> bool:
-    return x is None or isinstance(x, ft.MaskedNode) or is_dims(x)
+    return ft.is_placeholder(x) or is_dims(x)
 
 
 def check_dimension_numbers(spec: Any, owner: str, name: str = "weight_dimension_numbers"
@@ -134,7 +134,7 @@ def check_dimension_numbers(spec: Any, owner: str, name: str = "weight_dimension
     if spec is None or callable(spec):
         return
     for leaf in jax.tree_util.tree_leaves(spec, is_leaf=_is_spec_leaf):
-        if leaf is not None and not isinstance(leaf, ft.MaskedNode):
+        if not ft.is_placeholder(leaf):
             check_dims_type(leaf, owner, name)
 
 

@@ -321,7 +321,7 @@ def check_leaf_dtypes(paths: Sequence[str], leaves: Sequence[Any], active: Seque
     ...                   integers=True)
     """
     for path, x, on in zip(paths, leaves, active):
-        if not on or x is None or isinstance(x, MaskedNode):
+        if not on or is_placeholder(x):
             continue
         dtype = jnp.result_type(x) if not hasattr(x, "dtype") else np.dtype(x.dtype)
         where = path or "<root>"

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type, sorted_labels
+from functrain.arg_checks import check_state_type, record_reader, sorted_labels
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        Params, Updates, call_update, safe_increment)
@@ -490,7 +490,17 @@ def _inject(inner_factory: Callable[..., GradientTransformation],
             return new_updates, InjectStatefulHyperparamsState(
                 safe_increment(state.count), HyperparamsDict(hparams), new_states, inner_state)
 
-        return GradientTransformationExtraArgs(init_fn, update_fn)
+        def read(state: InjectStatefulHyperparamsState) -> tuple:
+            """The inner optimizer as the next ``update`` builds it, and its state: the
+            injected numbers the state holds, each schedule at its current state."""
+            hparams = {k: state.hyperparams[k] for k in numeric}
+            hparams.update({k: _like(f(state.hyperparams_states[k]), state.hyperparams[k])
+                            for k, f in schedules.items()})
+            return ((state.inner_state, inner_factory(**other, **hparams)),)
+
+        tx = GradientTransformationExtraArgs(init_fn, update_fn)
+        record_reader(tx, owner, read)
+        return tx
 
     wrapped.__name__ = getattr(inner_factory, "__name__", "wrapped")
     wrapped.__doc__ = getattr(inner_factory, "__doc__", None)

@@ -9,7 +9,9 @@ import pytest
 
 import functrain as ft
 from functrain.tree import MaskedNode
-from helpers import assert_empty_params_step, assert_state_donatable, matrices_only
+import registry
+from helpers import (assert_empty_params_step, assert_state_donatable, loss_value,
+                     matrices_only)
 
 
 def test_masked_weight_decay_by_hand():
@@ -219,3 +221,29 @@ def test_full_mask_reads_optax_state():
     u, _ = ft.masked(ft.sgd(0.1, momentum=0.9), m).update(p, state, p)
     np.testing.assert_allclose(u["a"], -0.1 * p["a"])
     np.testing.assert_array_equal(u["b"], p["b"])
+
+
+BEYOND_OPTAX = sorted(n for n, r in registry.REGISTRY.items()
+                      if not r.reference.startswith("optax."))
+
+
+@pytest.mark.parametrize("name", BEYOND_OPTAX)
+def test_optax_masked_takes_every_optimizer_optax_lacks(name):
+    """``optax.masked(opt, mask)`` of every optimizer optax lacks (each with its own init)
+    inits and steps, giving functrain.masked's updates; the masked-out matrix passes
+    through. (apollo's init read optax's MaskedNode as a leaf: "Cannot determine dtype".)"""
+    record = registry.REGISTRY[name]
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.standard_normal((4, 3)), jnp.float32),
+              "v": jnp.asarray(rng.standard_normal((5, 4)), jnp.float32),
+              "b": jnp.asarray(rng.standard_normal(3), jnp.float32)}
+    mask = {"w": True, "v": False, "b": True}
+    grads = jax.tree.map(lambda x: jnp.cos(2 * x), params)
+    extra = record.update_kwargs(loss_value, params)
+    ours, theirs = ft.masked(record.make(ft), mask), optax.masked(record.make(ft), mask)
+    u_ft, _ = ours.update(grads, ours.init(params), params, **extra)
+    u_ox, _ = theirs.update(grads, theirs.init(params), params, **extra)
+    np.testing.assert_array_equal(u_ox["v"], grads["v"])
+    for key in ("w", "b"):
+        np.testing.assert_allclose(u_ox[key], u_ft[key], rtol=1e-6, atol=1e-9,
+                                   err_msg=f"{name} {key}")
