@@ -15,7 +15,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import importlib.util
 import inspect
+import os
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import jax.numpy as jnp
@@ -41,11 +43,43 @@ TransformUpdateFn = Callable[..., tuple]
 TransformUpdateExtraArgsFn = Callable[..., tuple]
 
 
-class GradientTransformation(NamedTuple):
+def _optax_protocol() -> tuple:
+    """optax's ``(GradientTransformation, GradientTransformationExtraArgs)`` classes when an
+    optax is installed, else ``None``: functrain's two classes subclass them, so libraries
+    that check ``isinstance(tx, optax.GradientTransformation)`` (numpyro's ``SVI``) take
+    functrain's optimizers. optax is never required: without it the classes are plain
+    NamedTuples of the same two fields. ``FUNCTRAIN_OPTAX_TYPES=0`` keeps them plain."""
+    if os.environ.get("FUNCTRAIN_OPTAX_TYPES", "1") == "0":
+        return None
+    try:
+        if importlib.util.find_spec("optax") is None:
+            return None
+        import optax
+        base, extra = optax.GradientTransformation, optax.GradientTransformationExtraArgs
+    except Exception:  # noqa: BLE001 -- a broken optax install: keep functrain's own classes
+        return None
+    fields = getattr(base, "_fields", None)
+    return (base, extra) if fields == ("init", "update") and issubclass(extra, base) else None
+
+
+class _TransformationPair(NamedTuple):
+    """The two fields, for a functrain without optax (see :func:`_optax_protocol`)."""
+
+    init: Callable[[Params], OptState]
+    update: Callable[..., tuple[Updates, OptState]]
+
+
+_OPTAX_PROTOCOL = _optax_protocol()
+
+
+class GradientTransformation(_OPTAX_PROTOCOL[0] if _OPTAX_PROTOCOL else _TransformationPair):
     """An optimizer as a pair of pure functions, optax's protocol.
 
-    It is a plain two-field NamedTuple, so functrain and optax transformations
-    compose in both libraries' ``chain``.
+    It is a two-field NamedTuple, so functrain and optax transformations compose in both
+    libraries' ``chain``. Where optax is installed it is a subclass of
+    ``optax.GradientTransformation`` (and :class:`GradientTransformationExtraArgs` of
+    ``optax.GradientTransformationExtraArgs``), so code that checks optax's types takes
+    functrain's transformations; without optax it is a plain NamedTuple of the same fields.
 
     Attributes:
       init: ``init(params) -> state``.
@@ -56,20 +90,23 @@ class GradientTransformation(NamedTuple):
     >>> tx = GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s))
     >>> tx.update({'w': jnp.ones(1)}, tx.init({'w': jnp.ones(1)}))[0]
     {'w': Array([1.], dtype=float32)}
+    >>> tx._fields
+    ('init', 'update')
     """
 
-    init: Callable[[Params], OptState]
-    update: Callable[..., tuple[Updates, OptState]]
+    __slots__ = ()
 
 
-class GradientTransformationExtraArgs(GradientTransformation):
+class GradientTransformationExtraArgs(GradientTransformation,
+                                      *(_OPTAX_PROTOCOL[1:] if _OPTAX_PROTOCOL else ())):
     """A ``GradientTransformation`` whose ``update`` takes extra keyword arguments.
 
     optax's protocol for transformations that need more than the gradients,
     e.g. a line search's ``value=``, ``grad=`` and ``value_fn=``: ``update(updates,
     state, params=None, **extra_args)`` uses the keywords it needs and ignores
     the others. It is still a ``GradientTransformation`` (a subclass, the same
-    two fields), so ``chain`` passes the extra keywords on to it.
+    two fields), so ``chain`` passes the extra keywords on to it (optax's ``chain``
+    too, where optax is installed: it is then an ``optax.GradientTransformationExtraArgs``).
     :func:`with_extra_args_support` makes one from any transformation.
 
     Attributes:

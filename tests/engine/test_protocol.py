@@ -75,3 +75,48 @@ def test_call_update_passes_extras_only_when_accepted():
     np.testing.assert_array_equal(u[0], [1.0])
     base.call_update(keen, [jnp.ones(1)], (), None, {"value": 2.0})
     assert seen == [{"value": 2.0}]
+
+
+def test_functrain_transformations_are_optax_transformations_where_optax_is_installed():
+    """With optax installed, every functrain transformation is an optax.GradientTransformation
+    (an ExtraArgs one is optax's ExtraArgs), so libraries that check optax's types (numpyro's
+    SVI) take it; optax's chain then passes extra keywords (Polyak's value=) on to it."""
+    import optax
+    for tx in (ft.adam(0.1), ft.chain(ft.clip(1.0), ft.sgd(0.1)), ft.contrib.muon(1e-2),
+               ft.inject_hyperparams(ft.adam)(learning_rate=0.1),
+               GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s))):
+        assert isinstance(tx, optax.GradientTransformation), type(tx).__mro__
+    assert isinstance(ft.adam(0.1), optax.GradientTransformationExtraArgs)
+    params = {"w": jnp.asarray([1.0, -2.0, 0.5])}
+    both = optax.chain(ft.polyak_sgd(max_learning_rate=10.0), optax.scale(1.0))
+    updates, _ = both.update(params, both.init(params), params, value=jnp.asarray(2.0))
+    # Polyak's step: value / ||g||^2 (f_min = 0), times -g.
+    np.testing.assert_allclose(updates["w"], -2.0 / 5.25 * params["w"], rtol=1e-6)
+
+
+SCRIPT_WITHOUT_OPTAX = """
+import sys
+sys.modules["optax"] = None  # import optax fails, as where it is not installed
+import jax.numpy as jnp, functrain
+assert functrain.GradientTransformation.__mro__[1].__module__ == "functrain.engine.protocol"
+opt = functrain.adam(0.5)
+params = {"w": jnp.ones(2)}
+updates, _ = opt.update(params, opt.init(params), params)
+print(float(updates["w"][0]))
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"FUNCTRAIN_OPTAX_TYPES": "0"}])
+def test_without_optax_the_classes_are_plain_named_tuples(env):
+    """Without optax (hidden from the import, or switched off), functrain's classes are
+    plain two-field NamedTuples of its own and an optimizer steps as before."""
+    import os
+    import subprocess
+    import sys
+    script = SCRIPT_WITHOUT_OPTAX if not env else SCRIPT_WITHOUT_OPTAX.replace(
+        'sys.modules["optax"] = None', "import optax")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Adam's first step is -lr g / |g| up to float32's bias-correction roundings (1 - 0.999).
+    assert abs(float(out.stdout.split()[-1]) + 0.5) < 1e-5
