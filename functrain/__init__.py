@@ -110,9 +110,17 @@ from functrain.schedules import (Schedule, constant_schedule, cosine_decay_sched
                                  polynomial_schedule, sgdr_schedule, warmup_constant_schedule,
                                  warmup_cosine_decay_schedule, warmup_exponential_decay_schedule)
 
+# --- losses: the ones optax has at its top level (all of optax.losses' in functrain.losses) ---
+from functrain.losses import (convex_kl_divergence, cosine_distance, cosine_similarity, ctc_loss,
+                              ctc_loss_with_forward_probs, generalized_kl_divergence,
+                              hinge_loss, huber_loss, kl_divergence, l2_loss, log_cosh, ntxent,
+                              safe_softmax_cross_entropy, sigmoid_binary_cross_entropy,
+                              sigmoid_focal_loss, smooth_labels, softmax_cross_entropy,
+                              softmax_cross_entropy_with_integer_labels, squared_error)
+
 # --- trees, numerics and linear algebra ---
-from functrain import (contrib, linalg, microbatching, numerics, projections, sharding, tree,
-                       tree_utils)
+from functrain import (contrib, linalg, losses, microbatching, numerics, projections, sharding,
+                       tree, tree_utils)
 from functrain.linalg import global_norm, matrix_inverse_pth_root, power_iteration
 from functrain.microbatching import microbatch
 from functrain.numerics import safe_int32_increment, safe_norm, safe_root_mean_squares

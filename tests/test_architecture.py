@@ -26,6 +26,10 @@
                       param_updates, tree_utils, quantization     other)
   L0_matrix           matrix/*.py (blocks, kron_factors,          L0 core, L0_beside
                       shape_groups, ...)
+  L0_loss_parts       losses/checks, losses/primitives (the       L0 core
+                      losses' input checks and shared math)
+  L0_losses           every other losses/*.py (optax.losses'      L0 core, L0_beside,
+                      functions, by kind)                         L0_loss_parts
   L1_dtypes           engine/dtypes.py (the dtype policy)         L0 core
   L1_protocol         engine/protocol.py, engine/recompute.py     L0 core, L1_dtypes
   L1_engine           engine/program.py                           L0 core, L1_dtypes,
@@ -51,7 +55,9 @@ The modules "beside the stack" (L0_beside) use only the L0 core, the matrix help
   (L0_matrix) that and ``linalg``; the engine stack (L1 - L3) uses neither, the optimizers
   and contrib above it may (contrib's ``sam`` takes its ascent step with
   ``param_updates.apply_updates``, Shampoo calls ``linalg``, ``schedule_free``
-  ``schedules``, Kron ``matrix``).
+  ``schedules``, Kron ``matrix``). The losses (L0_losses) use the L0 core, their own
+  checks and math (L0_loss_parts) and ``projections`` (the multiclass sparsemax loss), never
+  each other; nothing but ``functrain/__init__.py`` uses them.
 * (c) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
 
 Each failure names the file and the offending import or name.
@@ -88,6 +94,8 @@ CONTRIB_BASES = {"functrain.contrib.muon"}
 # Packages whose __init__ is a layer of its own (a public face over modules of lower
 # layers), not a re-export of its own modules only.
 FACES = {"functrain.tree", "functrain.transforms"}
+# The losses' input checks and shared math, below the loss modules that use them.
+LOSS_PARTS = {"functrain.losses.checks", "functrain.losses.primitives"}
 BESIDE = {f"functrain.{name}" for name in (
     "grad", "compat", "sharding", "schedules", "projections", "microbatching", "linalg",
     "param_updates", "tree_utils", "quantization")}
@@ -144,6 +152,9 @@ LAYERS = [
     Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:5]),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE),
     Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
+    Layer("L0_loss_parts", lambda m: m in LOSS_PARTS, L0_CORE),
+    Layer("L0_losses", lambda m: in_package("losses")(m) and m not in LOSS_PARTS,
+          L0_CORE + ("L0_beside", "L0_loss_parts")),
     Layer("L1_dtypes", lambda m: m == DTYPES, L0_CORE),
     Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE + ("L1_dtypes",)),
     Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_dtypes", "L1_protocol")),
@@ -347,6 +358,12 @@ def test_the_rules_reject_upward_and_sideways_imports():
     assert allows("functrain.matrix.blocks", "functrain.linalg")
     assert allows("functrain.families.adam.optimizers", "functrain.families.adam.stages")
     assert allows("functrain.families.adam.stages", ENGINE)
+    assert not allows("functrain.losses.regression", "functrain.losses.classification")
+    assert not allows("functrain.losses.primitives", "functrain.losses.checks")
+    assert not allows("functrain.losses.checks", "functrain.projections")
+    assert not allows("functrain.losses.classification", BASE)
+    assert allows("functrain.losses.margin", "functrain.projections")
+    assert allows("functrain.losses.classification", "functrain.losses.primitives")
     assert allows("functrain.contrib", "functrain.contrib.kron")
     assert allows("functrain", "functrain.contrib.kron")
 

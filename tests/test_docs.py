@@ -44,7 +44,7 @@ NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.sch
               "functrain.numerics", "functrain.linalg", "functrain.projections",
               "functrain.microbatching", "functrain.sharding", "functrain.grad",
               "functrain.compat", "functrain.matrix.blocks",
-              "functrain.matrix.kron_factors"]
+              "functrain.matrix.kron_factors", "functrain.losses"]
 DIRECTIVE = re.compile(r"^\s*\.\. (?:auto(?:function|class|data)|py:(?:function|class|data))"
                        r"::\s+([\w.]+)", re.MULTILINE)
 

@@ -88,7 +88,8 @@ SUBMODULES = ["functrain.tree", "functrain.numerics", "functrain.sharding",
               "functrain.contrib.mars", "functrain.contrib.came",
               "functrain.contrib.sophia", "functrain.contrib.sam", "functrain.contrib.momo",
               "functrain.contrib.reduce_on_plateau", "functrain.contrib.privacy",
-              "functrain.contrib.soap"]
+              "functrain.contrib.soap", "functrain.losses", "functrain.losses.checks",
+              "functrain.losses.primitives"]
 # ... and every module that defines a declared optimizer (a new one is included by itself).
 SUBMODULES += sorted({d.module for d in DECLARED.values()} - set(SUBMODULES))
 
