@@ -10,6 +10,9 @@ Test files anywhere under ``tests/`` import them as ``from helpers import ...``
 * Wrappers and combinators: :func:`assert_empty_params_step`, :func:`assert_state_donatable`.
 * Multi-device checks: :func:`run_on_eight_devices`, a script's JSON results from a subprocess
   with 8 simulated CPU devices.
+* Losses against optax: :func:`loss_case`, :func:`assert_losses_like_optax` (many cases, one
+  compilation) and :func:`assert_loss_like_optax` (one), values and gradients to a bound
+  derived from the arithmetic (:func:`rounding_bound`).
 
 Elsewhere: every optimizer is declared once in ``tests/registry.py``; the checks each
 ``tests/families/`` family file runs on its optimizers are in ``tests/optimizer_checks.py``.
@@ -17,7 +20,7 @@ Elsewhere: every optimizer is declared once in ``tests/registry.py``; the checks
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -433,3 +436,101 @@ def api_pages() -> dict[str, str]:
     import declared_modules
     return {page.name: declared_modules.expand(page.read_text())
             for page in sorted((docs / "api").glob("*.rst"))}
+
+
+# --------------------------------------------------------------------------
+# Losses against optax
+# --------------------------------------------------------------------------
+
+def rounding_bound(dtype: Any, steps: float, magnitude: Any) -> float:
+    """How far two correct computations of the same quantity may differ: ``steps`` roundings,
+    each at most one unit of ``dtype``'s epsilon relative to the largest intermediate value
+    ``magnitude`` (a sum of ``n`` terms counts ``n`` steps, an ``exp`` or ``log`` one, ...)."""
+    return float(steps) * float(jnp.finfo(dtype).eps) * float(magnitude)
+
+
+class LossCase(NamedTuple):
+    """One comparison of a functrain loss with optax's: see :func:`loss_case`."""
+
+    ours: Callable
+    theirs: Callable
+    args: tuple
+    kwargs: dict
+    steps: float
+    magnitude: Optional[float]
+    grad_argnums: tuple
+    grad_magnitude: Optional[float]
+
+
+def loss_case(ours: Callable, theirs: Callable, *args: Any, steps: float,
+              magnitude: Optional[float] = None, grad_argnums: tuple = (),
+              grad_magnitude: Optional[float] = None, **kwargs: Any) -> LossCase:
+    """``ours(*args, **kwargs)`` against ``theirs(*args, **kwargs)`` (``args`` arrays,
+    ``kwargs`` anything): values within ``steps`` roundings (:func:`rounding_bound`) of
+    ``magnitude`` (default: the largest finite value of optax's, at least 1); the gradient of
+    the sum of the (first) output with respect to ``args[i]``, ``i`` in ``grad_argnums``,
+    within ``2 * steps`` roundings (the backward pass rounds as often again) of
+    ``grad_magnitude`` (default: the largest finite entry of optax's gradient, at least 1)."""
+    return LossCase(ours, theirs, args, kwargs, steps, magnitude, tuple(grad_argnums),
+                    grad_magnitude)
+
+
+def _evaluate(fn: Callable, case: LossCase, args: tuple) -> tuple:
+    def value(*a: Any) -> Any:
+        return fn(*a, **case.kwargs)
+
+    out = value(*args)
+    if not case.grad_argnums:
+        return out, ()
+    grads = jax.grad(lambda *b: jnp.sum(jax.tree_util.tree_leaves(value(*b))[0]),
+                     argnums=case.grad_argnums)(*args)
+    return out, grads
+
+
+def assert_losses_like_optax(*cases: LossCase, jit: bool = True) -> list:
+    """Every case's values and gradients are optax's (shape, dtype, NaNs, infinities, and the
+    numbers to the case's rounding bound). All cases run in one function, jitted unless
+    ``jit=False`` (then eager, op by op): one compilation for the lot. Returns functrain's
+    outputs, case by case."""
+    def run(all_args: list) -> list:
+        return [(_evaluate(c.ours, c, a), _evaluate(c.theirs, c, a))
+                for c, a in zip(cases, all_args)]
+
+    results = (jax.jit(run) if jit else run)([c.args for c in cases])
+    for n, (c, ((got, got_grads), (want, want_grads))) in enumerate(zip(cases, results)):
+        name = f"case {n} ({getattr(c.ours, '__name__', c.ours)}, {c.kwargs or ''})"
+        got_leaves, want_leaves = (jax.tree_util.tree_leaves(got),
+                                   jax.tree_util.tree_leaves(want))
+        assert len(got_leaves) == len(want_leaves), name
+        for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+            assert g.dtype == w.dtype, f"{name} output {i}: dtype {g.dtype}, optax's {w.dtype}"
+            _same_numbers(g, w, w.dtype, c.steps, c.magnitude, f"{name} output {i}")
+        for i, g, w in zip(c.grad_argnums, got_grads, want_grads):
+            assert g.dtype == w.dtype, f"{name} gradient {i}: dtype {g.dtype}, optax's {w.dtype}"
+            _same_numbers(g, w, w.dtype, 2 * c.steps, c.grad_magnitude,
+                          f"{name} gradient in argument {i}")
+    return [got for (got, _), _ in results]
+
+
+def assert_loss_like_optax(ours: Callable, theirs: Callable, *args: Any, jit: bool = True,
+                           **options: Any) -> None:
+    """One :func:`loss_case` (same arguments), checked by :func:`assert_losses_like_optax`."""
+    assert_losses_like_optax(loss_case(ours, theirs, *args, **options), jit=jit)
+
+
+def _same_numbers(got: Any, want: Any, dtype: Any, steps: float, magnitude: Optional[float],
+                  what: str) -> None:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, optax's {want.shape}"
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{what}: NaNs")
+    infinite = np.isinf(want)
+    np.testing.assert_array_equal(got[infinite], want[infinite], err_msg=f"{what}: infinities")
+    finite = np.isfinite(want)
+    if not jnp.issubdtype(dtype, jnp.inexact):      # integers: no rounding at all
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    if magnitude is None:
+        magnitude = max(1.0, float(np.abs(want[finite]).max(initial=0.0)))
+    bound = rounding_bound(dtype, steps, magnitude)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=bound,
+                               err_msg=f"{what}: beyond {steps} roundings of {magnitude:.3g}")

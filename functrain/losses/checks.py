@@ -352,7 +352,7 @@ def check_probabilities(owner: str, name: str, p: Array, flag: str) -> None:
     ...                     'apply_softmax=False')
     Traceback (most recent call last):
     ...
-    functrain.losses.checks.LossInputError: dice_loss: with apply_softmax=False, predictions must hold probabilities that sum to 1 over the class axis (the last); the sums range over [1.1, 1.1].
+    functrain.losses.checks.LossInputError: dice_loss: with apply_softmax=False, predictions must be valid probability distributions that sum to 1 over the class axis (the last); the sums range over [1.1, 1.1].
     """
     if isinstance(p, jax.core.Tracer) or p.size == 0:
         return
@@ -365,9 +365,9 @@ def check_probabilities(owner: str, name: str, p: Array, flag: str) -> None:
         return
     sums = values.sum(axis=-1)
     if not np.allclose(sums, 1.0):
-        raise LossInputError(f"{owner}: with {flag}, {name} must hold probabilities that sum "
-                             f"to 1 over the class axis (the last); the sums range over "
-                             f"[{sums.min():.6g}, {sums.max():.6g}].")
+        raise LossInputError(f"{owner}: with {flag}, {name} must be valid probability "
+                             f"distributions that sum to 1 over the class axis (the last); "
+                             f"the sums range over [{sums.min():.6g}, {sums.max():.6g}].")
 
 
 def positive_number(owner: str, name: str, value: Any) -> None:

@@ -73,7 +73,8 @@ def ctc_loss_with_forward_probs(logits: Any, logit_paddings: Any, labels: Any,
     Args:
       logits: ``(B, T, K)`` logits: batch, frames, classes (the blank among them).
       logit_paddings: ``(B, T)``, 1.0 for a padded frame and 0.0 for a real one.
-      labels: ``(B, N)`` integer labels in ``[0, K)``, padded on the right.
+      labels: ``(B, N)`` integer labels in ``[0, K)``, padded on the right (one out of
+        range gives NaN).
       label_paddings: ``(B, N)``, 1.0 for a padded label and 0.0 for a real one; each row
         zeros then ones (labels right-padded).
       blank_id: the class of the blank symbol.
@@ -171,10 +172,10 @@ def ctc_loss(logits: Any, logit_paddings: Any, labels: Any, label_paddings: Any,
       TypeError: ``logits`` or ``labels`` are booleans or complex.
       LossInputError: the shapes or ``blank_id`` do not fit.
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from functrain.losses import ctc_loss
     >>> logits = jnp.log(jnp.array([[[0.6, 0.4], [0.6, 0.4]]]))
-    >>> ctc_loss(logits, jnp.zeros((1, 2)), jnp.array([[1]]), jnp.zeros((1, 1)))
+    >>> jax.jit(ctc_loss)(logits, jnp.zeros((1, 2)), jnp.array([[1]]), jnp.zeros((1, 1)))
     Array([0.4462871], dtype=float32)
     """
     loss, _, _ = ctc_loss_with_forward_probs(logits, logit_paddings, labels, label_paddings,

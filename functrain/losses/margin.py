@@ -98,7 +98,9 @@ def _multiclass(owner: str, scores: Any, labels: Any) -> tuple:
         raise checks.LossInputError(
             f"{owner}: scores must have shape [..., num_classes] and labels the shape [...] "
             f"of one label per row; got scores {scores.shape} and labels {labels.shape}.")
-    return scores, jax.nn.one_hot(labels, scores.shape[-1])
+    # One-hot rows, by comparison (float labels too: 2.0 is class 2, 2.5 no class).
+    classes = jnp.arange(scores.shape[-1])
+    return scores, (labels[..., None] == classes).astype(jnp.result_type(float))
 
 
 def multiclass_hinge_loss(scores: Any, labels: Any) -> Array:
@@ -205,10 +207,10 @@ def multiclass_sparsemax_loss(scores: Any, labels: Any) -> Array:
       TypeError: ``scores`` are booleans or complex, or ``labels`` not integers.
       LossInputError: the shapes do not fit.
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from functrain.losses import multiclass_sparsemax_loss
-    >>> multiclass_sparsemax_loss(jnp.array([[1.2, -0.8, -0.5], [0.9, -1.2, 1.1]]),
-    ...                           jnp.array([0, 2]))
+    >>> jax.jit(multiclass_sparsemax_loss)(jnp.array([[1.2, -0.8, -0.5], [0.9, -1.2, 1.1]]),
+    ...                                    jnp.array([0, 2]))
     Array([0.  , 0.16], dtype=float32)
     """
     owner = "multiclass_sparsemax_loss"

@@ -30,6 +30,8 @@ _VOLUME_FLOOR = 1e-7
 def _probabilities(owner: str, predictions: Array, apply: bool, flag: str) -> Array:
     """Softmax over the last axis (sigmoid for one channel), or a check of given ones."""
     if apply:
+        if not jnp.issubdtype(predictions.dtype, jnp.floating):   # integer logits
+            predictions = predictions.astype(jnp.result_type(float))
         if predictions.shape[-1] == 1:
             return jax.nn.sigmoid(predictions)
         return jax.nn.softmax(predictions, axis=-1)
@@ -38,10 +40,16 @@ def _probabilities(owner: str, predictions: Array, apply: bool, flag: str) -> Ar
 
 
 def _per_class_dice(owner: str, predictions: Any, targets: Any, smooth: Any, alpha: Any,
-                    beta: Any, apply_softmax: bool, axis: Any, flag: str) -> Array:
-    """``[..., num_classes]`` Dice losses, one per example and class."""
+                    beta: Any, apply_softmax: bool, axis: Any, flag: str,
+                    add_channel: bool = False) -> Array:
+    """``[..., num_classes]`` Dice losses, one per example and class. With ``add_channel``,
+    an input with one axis fewer than the other gets a channel axis ``[..., 1]``."""
     predictions = checks.numbers(owner, "predictions", predictions)
     targets = checks.numbers(owner, "targets", targets)
+    if add_channel and predictions.ndim + 1 == targets.ndim:
+        predictions = predictions[..., None]
+    elif add_channel and targets.ndim + 1 == predictions.ndim:
+        targets = targets[..., None]
     checks.has_last_axis(owner, "predictions", predictions)
     checks.same_shape(owner, "predictions", predictions, "targets", targets)
     ndim = predictions.ndim
@@ -80,7 +88,8 @@ def dice_loss(predictions: Any, targets: Any, *, class_weights: Optional[Any] = 
       predictions: logits of shape ``[..., num_classes]`` (a softmax over the last axis
         gives ``p``; a sigmoid for a single channel ``[..., 1]``), or probabilities with
         ``apply_softmax=False``.
-      targets: one-hot (or soft) targets of the same shape.
+      targets: one-hot (or soft) targets of the same shape (binary maps: one of the two
+        may be ``[...]`` and the other ``[..., 1]``).
       class_weights: ``None`` or a weight per class, shape ``[num_classes]``.
       smooth: added to the numerator and denominator (no division by zero, smoother
         gradients).
@@ -113,7 +122,7 @@ def dice_loss(predictions: Any, targets: Any, *, class_weights: Optional[Any] = 
         raise checks.LossInputError(f"{owner}: reduction must be one of {_REDUCTIONS}, got "
                                     f"{reduction!r}.")
     dice = _per_class_dice(owner, predictions, targets, smooth, alpha, beta, apply_softmax,
-                           axis, "apply_softmax=False")
+                           axis, "apply_softmax=False", add_channel=True)
     num_classes = dice.shape[-1]
     if class_weights is not None:
         class_weights = checks.numbers(owner, "class_weights", class_weights)
@@ -145,7 +154,7 @@ def binary_dice_loss(predictions: Any, targets: Any, *, smooth: Any = 1.0,
     Args:
       predictions: logits of shape ``[...]`` or ``[..., 1]`` (floats), or probabilities in
         ``[0, 1]`` with ``apply_sigmoid=False``.
-      targets: 0/1 (or soft) targets of the same shape.
+      targets: 0/1 (or soft) targets of shape ``[...]`` or ``[..., 1]``.
       smooth: added to the numerator and denominator.
       apply_sigmoid: whether ``predictions`` are logits.
 
@@ -166,9 +175,11 @@ def binary_dice_loss(predictions: Any, targets: Any, *, smooth: Any = 1.0,
     predictions = checks.floats(owner, "predictions", predictions)
     targets = checks.numbers(owner, "targets", targets)
     checks.has_last_axis(owner, "predictions", predictions, "batch or channel")
-    checks.same_shape(owner, "predictions", predictions, "targets", targets)
+    checks.has_last_axis(owner, "targets", targets, "batch or channel")
     if predictions.shape[-1] != 1:
-        predictions, targets = predictions[..., None], targets[..., None]
+        predictions = predictions[..., None]
+    if targets.shape[-1] != 1:
+        targets = targets[..., None]
     dice = _per_class_dice(owner, predictions, targets, smooth, 0.5, 0.5, apply_sigmoid, None,
                            "apply_sigmoid=False")
     return dice[..., 0]

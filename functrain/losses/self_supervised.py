@@ -43,10 +43,10 @@ def ntxent(embeddings: Any, labels: Any, temperature: Any = 0.07) -> Array:
       TypeError: ``embeddings`` are not floats.
       LossInputError: the shapes do not fit.
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from functrain.losses import ntxent
     >>> embeddings = jnp.array([[1.0, 0.0], [0.8, 0.3], [0.0, 1.0], [0.4, 0.9]])
-    >>> ntxent(embeddings, jnp.array([0, 0, 1, 1]), temperature=0.5)
+    >>> jax.jit(ntxent)(embeddings, jnp.array([0, 0, 1, 1]), 0.5)
     Array(0.54056543, dtype=float32)
     """
     owner = "ntxent"

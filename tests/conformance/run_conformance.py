@@ -4,9 +4,9 @@ What it runs: the test files that ship in the installed optax wheel (optax 0.2.8
 peer in the test extra), read where pip put them (``site-packages/optax/**/*_test.py``);
 nothing of optax's is copied into this repository. The files are those of the parts
 functrain mirrors (``SUBPACKAGES``: ``_src``, ``contrib``, ``projections``,
-``microbatching``, ``schedules``, ``transforms``, ``tree_utils`` and the top-level
-``optax_test.py``); ``losses``, ``assignment``, ``perturbations`` and ``experimental``
-are left out, since functrain has none of them (tests/test_optax_coverage.py).
+``microbatching``, ``schedules``, ``transforms``, ``tree_utils``, ``losses`` and the
+top-level ``optax_test.py``); ``assignment``, ``perturbations`` and ``experimental`` are
+left out, since functrain has none of them (tests/test_optax_coverage.py).
 
 How functrain gets in: pytest loads ``swap_plugin.py`` (this directory) with ``-p``.
 Before any optax test module is imported, the plugin replaces every public function and
@@ -60,10 +60,9 @@ LIST_FILE = HERE / "known_differences.toml"
 
 # optax sub-packages whose test files run (functrain mirrors them), and those left out.
 SUBPACKAGES = ("_src", "contrib", "projections", "microbatching", "schedules", "transforms",
-               "tree_utils")
+               "tree_utils", "losses")
 TOP_LEVEL_FILES = ("optax_test.py",)
 LEFT_OUT = {
-    "losses": "loss functions: functrain is an optimizer library (use optax.losses)",
     "assignment": "the Hungarian algorithm: not an optimizer (use optax.assignment)",
     "perturbations": "perturbed smoothing: not an optimizer (use optax.perturbations)",
     "experimental": "optax's experimental aggregating API: not mirrored",

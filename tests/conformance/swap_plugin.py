@@ -4,8 +4,8 @@ Loaded with ``-p swap_plugin`` (``tests/conformance`` on ``PYTHONPATH``) by
 ``run_conformance.py``. In ``pytest_configure``, before pytest collects (imports) any optax
 test module, it walks every optax module that the conformance run covers (the top level,
 ``optax._src.*``, ``optax.transforms``, ``optax.schedules``, ``optax.contrib``,
-``optax.projections``, ``optax.microbatching``, ``optax.tree``, ``optax.tree_utils`` and
-their private sub-modules) and replaces each public function or class that optax defines
+``optax.projections``, ``optax.microbatching``, ``optax.tree``, ``optax.tree_utils``,
+``optax.losses`` and their private sub-modules) and replaces each public function or class that optax defines
 (and each public string constant, such as the line search's ``FLAG_*`` messages, that
 functrain also defines) by functrain's object of the same name, looked up in the functrain namespace(s) that
 mirror that optax module (``NAMESPACES``). Names functrain does not have stay optax's,
@@ -25,7 +25,7 @@ What it records, for the runner:
 
 optax's test helpers (``optax._src.test_utils``) and deprecation shims are not
 swapped, and neither are the functions and classes of the sub-packages functrain does
-not mirror (losses, assignment, perturbations, experimental, second_order).
+not mirror (assignment, perturbations, experimental, second_order).
 """
 
 from __future__ import annotations
@@ -64,12 +64,13 @@ NAMESPACES: dict[str, tuple[str, ...]] = {
     "optax.microbatching": ("functrain.microbatching",),
     "optax.tree": ("functrain.tree",),
     "optax.tree_utils": ("functrain.tree_utils", "functrain.tree"),
+    "optax.losses": ("functrain.losses",),
 }
 
 # optax modules left alone: test helpers, deprecation shims, and sub-packages outside
 # functrain's scope (tests/test_optax_coverage.py's EXCLUDED says why for each).
 NOT_SWAPPED_PREFIXES = (
-    "optax._src.test_utils", "optax._src.deprecations", "optax.losses", "optax.assignment",
+    "optax._src.test_utils", "optax._src.deprecations", "optax.assignment",
     "optax.perturbations", "optax.experimental", "optax.second_order",
 )
 
