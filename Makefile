@@ -30,8 +30,8 @@ test-long: $(STAMP)
 
 # Re-plan make test's time budget after tests were added or made slower: the suite less its
 # marked long checks, timed with tests/long_by_duration.txt switched off, then that list
-# rewritten (tests/plan_fast_suite.py: the heaviest cases go long until the rest sums to a
-# third of the measured worker-seconds, every test function keeping its cheapest case).
+# rewritten (tests/plan_fast_suite.py: the heaviest cases go long until the rest sums to
+# 28% of the measured worker-seconds, every parametrized test keeping its cheapest case).
 # About 20 minutes.
 PLAN_LOG ?= /tmp/functrain-durations.log
 

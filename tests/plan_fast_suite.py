@@ -12,15 +12,16 @@ in ``make test-long``). It writes the chosen node ids to ``tests/long_by_duratio
 which ``tests/conftest.py`` reads at collection: the list is committed, so which tests run
 where never depends on the machine that runs them.
 
-The budget: a third. The suite less its marked long checks measured 2,307 worker-seconds on
-the developers' quiet 2-core machine (2026-11-28); a third of it is about 6.5 minutes of
+The budget: 28%. The suite less its marked long checks measured 2,307 worker-seconds on the
+developers' quiet 2-core machine (2026-11-28); 28% of it is about 5.5 minutes of
 ``pytest -n 2`` wall time plus a minute of collection, so that a machine twice as slow (or
-the same one beside another busy process: the README's "Tests and dependencies" section
-gives the times measured) stays under 15 minutes.
+the same one beside busy processes: the README's "Tests and dependencies" section gives the
+times measured) stays under 15 minutes.
 
 Usage::
 
-    python tests/plan_fast_suite.py LOG [--keep FRACTION] [--out tests/long_by_duration.txt]
+    python tests/plan_fast_suite.py LOG [--keep FRACTION] [--whole-above SECONDS]
+                                        [--out tests/long_by_duration.txt]
 """
 
 from __future__ import annotations
@@ -51,20 +52,26 @@ def function_of(node_id: str) -> str:
     return node_id.split("[", 1)[0]
 
 
-def plan(seconds: dict[str, float], budget: float) -> list[str]:
+def plan(seconds: dict[str, float], budget: float, whole_above: float = float("inf")
+         ) -> list[str]:
     """The node ids to mark ``long``: the heaviest first, until the others sum to at most
-    ``budget``, never the last remaining case of a test function.
+    ``budget``; never the last remaining case of a parametrized test function, and a test of
+    one case only if it takes at least ``whole_above`` seconds.
 
     >>> plan({"t.py::a[1]": 5.0, "t.py::a[2]": 1.0, "t.py::b": 9.0}, budget=11.0)
     ['t.py::a[1]']
+    >>> plan({"t.py::a[1]": 5.0, "t.py::a[2]": 1.0, "t.py::b": 9.0}, 5.0, whole_above=8.0)
+    ['t.py::a[1]', 't.py::b']
     """
     remaining = collections.Counter(function_of(n) for n in seconds)
+    cases = dict(remaining)
     total = sum(seconds.values())
     chosen = []
     for node, t in sorted(seconds.items(), key=lambda kv: (-kv[1], kv[0])):
         if total <= budget:
             break
-        if remaining[function_of(node)] > 1:
+        if remaining[function_of(node)] > 1 or (cases[function_of(node)] == 1
+                                                and t >= whole_above):
             remaining[function_of(node)] -= 1
             total -= t
             chosen.append(node)
@@ -74,8 +81,10 @@ def plan(seconds: dict[str, float], budget: float) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=pathlib.Path)
-    parser.add_argument("--keep", type=float, default=1 / 3,
+    parser.add_argument("--keep", type=float, default=0.28,
                         help="the fraction of the measured worker-seconds make test keeps")
+    parser.add_argument("--whole-above", type=float, default=4.0,
+                        help="a test of one case may go long if it takes this many seconds")
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     seconds = read_durations(args.log.read_text())
@@ -83,7 +92,7 @@ def main(argv: list[str]) -> int:
         print(f"no durations in {args.log}: run pytest with --durations=0", file=sys.stderr)
         return 2
     budget = args.keep * sum(seconds.values())
-    chosen = plan(seconds, budget)
+    chosen = plan(seconds, budget, args.whole_above)
     kept = sum(t for n, t in seconds.items() if n not in set(chosen))
     header = [
         "# Test cases make test leaves to make test-long, by measured duration (written by",

@@ -1,0 +1,78 @@
+"""Bit-identical to optax under ``jax.jit``: every optimizer optax also has, 20 jitted steps.
+
+The parity tests (tests/parity/test_optax_parity.py, tests/contrib/test_common.py) compare
+trajectories at rtol 2e-5; this one asks for optax's exact bits at every one of 20 jitted
+steps on the float32 parity tree, with each record's own arguments. An optimizer that cannot
+give them is listed in ``NOT_BIT_IDENTICAL`` with the reason (the operation whose order
+differs, and why it is kept); a listed optimizer that becomes bit-identical fails too, so the
+list stays true.
+"""
+
+import jax
+import numpy as np
+import optax
+import optax.contrib  # noqa: F401  (the references)
+import pytest
+
+import functrain as ft
+import registry
+from helpers import make_grads, make_params, trajectory
+
+STEPS = 20
+
+# Optimizers whose update needs more than the gradients and a loss value: their own files
+# compare them with optax (the grad_fn / obj_fn they need is not a function of the params
+# the generic trajectory can pass).
+OWN_FILES = {
+    "sam": "update needs grad_fn (its opaque mode): tests/contrib/test_contrib_sam.py",
+    "sophia": "update needs obj_fn: tests/contrib/test_contrib_sophia.py",
+}
+
+# name -> why functrain's jitted steps are not optax's bits (still within the parity
+# tests' rtol 2e-5 at every step). Found on 2026-11-28 by this test's first run, measured
+# over the 20 steps, the operation not yet found (the open part of issue 44, item 7).
+_UNATTRIBUTED = "not yet attributed: an operation order differs in the step; measured "
+NOT_BIT_IDENTICAL: dict[str, str] = {
+    "dadapt_adamw": _UNATTRIBUTED + "from step 1, at most 5 ulps (3.4e-7 relative)",
+    "momo_adam": _UNATTRIBUTED + "from step 1, at most 2 ulps (1.7e-7)",
+    "prodigy": _UNATTRIBUTED + "from step 3, at most 2 ulps (1.5e-7)",
+    "schedule_free_adamw": _UNATTRIBUTED + "from step 3, at most 3 ulps (2.8e-7)",
+    "simplified_ademamix": _UNATTRIBUTED + "from step 1, at most 104 ulps (1.05e-5): the "
+                           "largest gap, first to look at",
+}
+
+NAMES = sorted(n for n, r in registry.REGISTRY.items()
+               if r.reference.startswith("optax.") and n not in OWN_FILES)
+
+
+def bits_differ(name: str) -> list:
+    """The steps (from 1) at which functrain's params are not optax's bits."""
+    record = registry.REGISTRY[name]
+    params = make_params(scalar="scalar_leaf" not in record.skip)
+    grads = make_grads(params, steps=STEPS)
+    with_value = record.extra is not None
+    ours = trajectory(record.make(ft), ft.apply_updates, params, grads, with_value=with_value)
+    theirs = trajectory(record.make(optax), optax.apply_updates, params, grads,
+                        with_value=with_value)
+    differ = set()
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, (name, a.dtype, b.dtype)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        differ |= {t + 1 for t in range(STEPS) if not same[t].all()}
+    return sorted(differ)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jitted_steps_are_optax_bits(name):
+    differ = bits_differ(name)
+    if name in NOT_BIT_IDENTICAL:
+        assert differ, f"{name} now gives optax's bits: take it off NOT_BIT_IDENTICAL"
+    else:
+        assert not differ, f"{name}: not optax's bits at steps {differ}"
+
+
+def test_the_lists_name_optimizers_optax_has():
+    for name in {**OWN_FILES, **NOT_BIT_IDENTICAL}:
+        assert registry.REGISTRY[name].reference.startswith("optax."), name
+        assert len({**OWN_FILES, **NOT_BIT_IDENTICAL}[name]) > 20, name
