@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from functrain.losses import checks
 from functrain.losses.primitives import log_softmax
@@ -41,8 +42,12 @@ def _checked(owner: str, logits: Any, logit_paddings: Any, labels: Any, label_pa
     if label_paddings.shape != labels.shape:
         raise checks.LossInputError(f"{owner}: label_paddings must have the shape of labels, "
                                     f"{labels.shape}, got {label_paddings.shape}.")
-    if not isinstance(blank_id, (int, jnp.integer)) or isinstance(blank_id, bool) or not (
-            0 <= blank_id < num_classes):
+    traced = isinstance(blank_id, jax.core.Tracer) and jnp.issubdtype(blank_id.dtype,
+                                                                       jnp.integer)
+    if not traced and (not isinstance(blank_id, (int, np.integer, jax.Array))
+                       or isinstance(blank_id, bool)
+                       or not jnp.issubdtype(np.asarray(blank_id).dtype, jnp.integer)
+                       or np.ndim(blank_id) != 0 or not 0 <= int(blank_id) < num_classes):
         raise checks.LossInputError(f"{owner}: blank_id must be an int in [0, {num_classes}), "
                                     f"a class of logits' last axis; got {blank_id!r}.")
     return logits, logit_paddings, labels, label_paddings
@@ -99,7 +104,13 @@ def ctc_loss_with_forward_probs(logits: Any, logit_paddings: Any, labels: Any,
     >>> loss                                # -log(0.4 * 0.4 + 0.6 * 0.4 + 0.4 * 0.6)
     Array([0.4462871], dtype=float32)
     """
-    owner = "ctc_loss_with_forward_probs"
+    return _forward("ctc_loss_with_forward_probs", logits, logit_paddings, labels,
+                    label_paddings, blank_id, log_epsilon)
+
+
+def _forward(owner: str, logits: Any, logit_paddings: Any, labels: Any, label_paddings: Any,
+             blank_id: Any, log_epsilon: Any) -> tuple[Array, Array, Array]:
+    """The loss and the forward log-alphas (see ctc_loss_with_forward_probs), checked."""
     logits, logit_paddings, labels, label_paddings = _checked(
         owner, logits, logit_paddings, labels, label_paddings, blank_id)
     if not jnp.issubdtype(logits.dtype, jnp.floating):
@@ -178,6 +189,6 @@ def ctc_loss(logits: Any, logit_paddings: Any, labels: Any, label_paddings: Any,
     >>> jax.jit(ctc_loss)(logits, jnp.zeros((1, 2)), jnp.array([[1]]), jnp.zeros((1, 1)))
     Array([0.4462871], dtype=float32)
     """
-    loss, _, _ = ctc_loss_with_forward_probs(logits, logit_paddings, labels, label_paddings,
-                                             blank_id=blank_id, log_epsilon=log_epsilon)
+    loss, _, _ = _forward("ctc_loss", logits, logit_paddings, labels, label_paddings,
+                          blank_id, log_epsilon)
     return loss

@@ -8,7 +8,6 @@ most ``max e**2``; the cosine sums ``d`` squares and ``d`` products, takes a squ
 two divisions (``2 * d + 4`` steps) of values at most 1 once normalized.
 """
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax.losses as ol
