@@ -15,6 +15,7 @@ import optax.contrib  # noqa: F401  (the references)
 import pytest
 
 import functrain as ft
+from functrain import jax_compat
 import registry
 from helpers import make_grads, make_params, trajectory
 
@@ -40,6 +41,15 @@ NOT_BIT_IDENTICAL: dict[str, str] = {
     "simplified_ademamix": _UNATTRIBUTED + "from step 1, at most 104 ulps (1.05e-5): the "
                            "largest gap, first to look at",
 }
+
+# More on JAX 0.5.x (measured on 0.5.3, the declared floor, with optax 0.2.8): that XLA
+# fuses these steps' programs otherwise (on JAX 0.10.2 they are optax's bits).
+if jax_compat.JAX_VERSION[:2] == (0, 5):
+    NOT_BIT_IDENTICAL.update({
+        "mechanize": _UNATTRIBUTED + "on JAX 0.5.3 from step 3, at most 2 ulps (1.7e-7)",
+        "muon": _UNATTRIBUTED + "on JAX 0.5.3 from step 1, at most 33 ulps (2.6e-6)",
+        "novograd": _UNATTRIBUTED + "on JAX 0.5.3 from step 5, at most 1 ulp (6.5e-8)",
+    })
 
 NAMES = sorted(n for n, r in registry.REGISTRY.items()
                if r.reference.startswith("optax.") and n not in OWN_FILES)
