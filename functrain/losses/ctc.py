@@ -96,11 +96,11 @@ def ctc_loss_with_forward_probs(logits: Any, logit_paddings: Any, labels: Any,
       TypeError: ``logits`` or ``labels`` are booleans or complex.
       LossInputError: the shapes or ``blank_id`` do not fit.
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from functrain.losses import ctc_loss_with_forward_probs
     >>> logits = jnp.log(jnp.array([[[0.6, 0.4], [0.6, 0.4]]]))   # 1 sequence, 2 frames
-    >>> loss, _, _ = ctc_loss_with_forward_probs(logits, jnp.zeros((1, 2)),
-    ...                                          jnp.array([[1]]), jnp.zeros((1, 1)))
+    >>> loss, _, _ = jax.jit(ctc_loss_with_forward_probs)(logits, jnp.zeros((1, 2)),
+    ...                                                   jnp.array([[1]]), jnp.zeros((1, 1)))
     >>> loss                                # -log(0.4 * 0.4 + 0.6 * 0.4 + 0.4 * 0.6)
     Array([0.4462871], dtype=float32)
     """

@@ -59,7 +59,7 @@ def base_cases(logits, labels, classes, grads=True):
             loss_case(*pair("sigmoid_focal_loss"), logits, binary, **sigmoid, **gl)]
 
 
-def test_float32_values_and_gradients_are_optaxs():
+def test_float32_and_bfloat16_values_and_gradients_are_optaxs():
     logits, labels, where, rows, classes = inputs()
     n = logits.shape[0] * logits.shape[-1]
     c5, c3, c4, c15 = (ce_steps(logits, k) for k in (5, 3, 4, n))
@@ -110,8 +110,10 @@ def test_float32_values_and_gradients_are_optaxs():
               for y, kw in ((binary, dict(alpha=0.25, gamma=0.5)), (binary, dict(gamma=0.0)))]
     cases += [loss_case(*pair("sigmoid_binary_cross_entropy"), logits, labels > 0, **sigmoid),
               loss_case(*pair("softmax_cross_entropy"), logits, labels[0, 0], **c5)]
+    b16 = inputs(jnp.bfloat16, (3, 4))
     safe, plain = assert_losses_like_optax(*infinite, *base_cases(logits, labels, classes),
-                                           *cases)[:2]
+                                           *cases, *base_cases(b16[0], b16[1], b16[4],
+                                                               grads=False))[:2]
     assert np.isfinite(safe[0, 0]) and np.isnan(plain[0, 0]) and np.isnan(safe[2, 0])
 
 
@@ -119,11 +121,6 @@ def test_float64_values_and_gradients_are_optaxs():
     with enable_x64():
         logits, labels, _, _, classes = inputs(np.float64, (3, 4))
         assert_losses_like_optax(*base_cases(logits, labels, classes))
-
-
-def test_bfloat16_values_are_optaxs():
-    logits, labels, _, _, classes = inputs(jnp.bfloat16, (3, 4))
-    assert_losses_like_optax(*base_cases(logits, labels, classes, grads=False))
 
 
 def test_eager_values_are_optaxs():

@@ -48,7 +48,7 @@ def base_cases(logits, targets, grads=True):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast")  # optax's int softmax
-def test_float32_values_and_gradients_are_optaxs():
+def test_float32_and_bfloat16_values_and_gradients_are_optaxs():
     logits, targets = inputs()
     b = bound(logits)
     weights = np.array([1.0, 2.0, 3.0], np.float32)
@@ -70,16 +70,13 @@ def test_float32_values_and_gradients_are_optaxs():
         loss_case(*DICE, logits[..., :1], targets[..., 0], **b),
         loss_case(*GENERALIZED, logits, targets, **b, ignore_background=True, smooth=0.1),
         loss_case(*GENERALIZED, logits, targets * 3e-4, **b, **g),   # small class weights
-        loss_case(*GENERALIZED, logits[0, 0], targets[0, 0], **bound(logits, 1)))
+        loss_case(*GENERALIZED, logits[0, 0], targets[0, 0], **bound(logits, 1)),
+        *base_cases(*inputs(jnp.bfloat16, (2, 3, 3)), grads=False))
 
 
 def test_float64_values_and_gradients_are_optaxs():
     with enable_x64():
         assert_losses_like_optax(*base_cases(*inputs(np.float64, (2, 3, 3))))
-
-
-def test_bfloat16_values_are_optaxs():
-    assert_losses_like_optax(*base_cases(*inputs(jnp.bfloat16, (2, 3, 3)), grads=False))
 
 
 def test_eager_values_are_optaxs():

@@ -51,7 +51,7 @@ def base_cases(embeddings, labels, a, p, q, grads=True):
             loss_case(*TRIPLET, a, p, q, **triplet_bound(a, p, q), **g3)]
 
 
-def test_float32_values_and_gradients_are_optaxs():
+def test_float32_and_bfloat16_values_and_gradients_are_optaxs():
     embeddings, labels, a, p, q = inputs()
     b = ntxent_bound(embeddings)
     zero = embeddings.copy()
@@ -74,16 +74,13 @@ def test_float32_values_and_gradients_are_optaxs():
         loss_case(*TRIPLET, a.T, p.T, q.T, **triplet_bound(a.T, p.T, q.T), axis=0),
         loss_case(*TRIPLET, a, p, q, **triplet_bound(a, p, q, 4), norm_degree=4, margin=0.5,
                   eps=1e-3, **g3),
-        loss_case(*TRIPLET, a, p, q, **tb, margin=3.0, eps=0.5))
+        loss_case(*TRIPLET, a, p, q, **tb, margin=3.0, eps=0.5),
+        *base_cases(*inputs(jnp.bfloat16, 6, 3), grads=False))
 
 
 def test_float64_values_and_gradients_are_optaxs():
     with enable_x64():
         assert_losses_like_optax(*base_cases(*inputs(np.float64, 6, 3)))
-
-
-def test_bfloat16_values_are_optaxs():
-    assert_losses_like_optax(*base_cases(*inputs(jnp.bfloat16, 6, 3), grads=False))
 
 
 def test_eager_values_are_optaxs():
