@@ -31,7 +31,7 @@ OWN_FILES = {
 
 # name -> why functrain's jitted steps are not optax's bits (still within the parity
 # tests' rtol 2e-5 at every step). Found on 2026-11-28 by this test's first run, measured
-# over the 20 steps, the operation not yet found (the open part of issue 44, item 7).
+# over the 20 steps; the operation that differs is not found yet.
 _UNATTRIBUTED = "not yet attributed: an operation order differs in the step; measured "
 NOT_BIT_IDENTICAL: dict[str, str] = {
     "dadapt_adamw": _UNATTRIBUTED + "from step 1, at most 5 ulps (3.4e-7 relative)",
