@@ -133,4 +133,25 @@ from functrain.grad import execute_with_gradients, grad, jac, stop_gradient, val
 from functrain.compat import (adam_step, adam_update, gradient_descent_update,
                                     lamb_update, lars_update, optimizer_update)
 
+# optax's public modules that functrain leaves to optax: what each is, and where to get it.
+_LEFT_TO_OPTAX = {
+    "assignment": "the Hungarian algorithm (hungarian_algorithm, base_assignment)",
+    "perturbations": "perturbed smoothing of functions (make_perturbed_fun)",
+    "second_order": "Hessian and Fisher diagonals (deprecated in optax: use jax.jvp/vjp)",
+    "experimental": "optax's experimental aggregating API",
+    "multi_normal": "a Gaussian log-density helper",
+    "nnls": "a non-negative least-squares solver",
+}
+
+
+def __getattr__(name: str):
+    """A clear ``AttributeError`` for optax's modules that functrain leaves to optax."""
+    if name in _LEFT_TO_OPTAX:
+        raise AttributeError(
+            f"module 'functrain' has no attribute {name!r}: optax.{name} ({_LEFT_TO_OPTAX[name]}) "
+            f"is not an optimizer and is left to optax: install optax and use optax.{name} "
+            f"itself (optax composes with functrain).")
+    raise AttributeError(f"module 'functrain' has no attribute {name!r}")
+
+
 __version__ = "0.2.0"  # the one copy: pyproject.toml reads it; CHANGELOG.md

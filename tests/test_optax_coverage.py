@@ -110,6 +110,18 @@ def test_every_optax_name_has_a_functrain_counterpart():
                          f"EXCLUDED reason:\n  " + "\n  ".join(missing))
 
 
+def test_excluded_modules_say_where_to_get_them():
+    """``functrain.assignment`` (any module left to optax) raises an AttributeError that
+    names optax's module, not a bare one."""
+    import pytest
+    for qualified in EXCLUDED:
+        name = qualified.rpartition(".")[2]
+        with pytest.raises(AttributeError, match=rf"optax\.{name} .*use optax\.{name} itself"):
+            getattr(functrain, name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'$"):
+        functrain.no_such_name  # noqa: B018
+
+
 def test_exclusions_are_still_true():
     listed = {f"{m}.{n}" for m, n, _ in optax_names()}
     stale = sorted(q for q in EXCLUDED if q not in listed)
