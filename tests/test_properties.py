@@ -512,36 +512,38 @@ WIDE = {"float32": "float64", "bfloat16": "float64", "float16": "float64",
         "float64": "float64", "complex64": "complex128", "complex128": "complex128"}
 
 
-def widen(spec: Any) -> Any:
-    """``spec`` with every leaf in float64 (complex128 for complex leaves): the same values."""
+def float64_twin(spec: Any) -> Any:
+    """``spec`` with every leaf in float64 (complex128 for complex leaves), from the same drawn
+    values (16-bit leaves too: helpers.widen widens float32/complex64 arrays only)."""
     return jax.tree_util.tree_map(lambda leaf: Leaf(leaf.shape, WIDE[leaf.dtype], leaf.data),
                                   spec)
 
 
-def two_steps(opt: Any, params: Any, g1: Any, g2: Any, extra: Callable, state0: Any,
-              step: Optional[Callable] = None) -> tuple:
-    """``(u1, state1, u2, state2)`` of two steps from ``state0``: eager, or through
-    ``step(params, state, grads) -> (updates, state, new params)`` (a jitted step)."""
-    if step is None:
-        def step(p, s, g):
-            u, s = opt.update(g, s, p, **extra(p))
-            return u, s, ft.apply_updates(p, u)
-    u1, state1, p1 = step(params, state0, g1)
-    u2, state2, _ = step(p1, state1, g2)
-    return u1, state1, u2, state2
+def step_of(opt: Any, extra: Callable) -> Callable:
+    """``step(params, state, grads) -> (updates, state, new params)``: one eager step."""
+    def step(p, s, g):
+        u, s = opt.update(g, s, p, **extra(p))
+        return u, s, ft.apply_updates(p, u)
+    return step
 
 
 def counted_jit(opt: Any, extra: Callable) -> tuple:
-    """A jitted step of ``opt`` for :func:`two_steps`, and the list it appends to per trace."""
-    traces = []
+    """:func:`step_of` jitted, and the list it appends to per trace."""
+    traces, eager = [], step_of(opt, extra)
 
     @fast_jit
     def step(p, s, g):
         traces.append(1)
-        u, s = opt.update(g, s, p, **extra(p))
-        return u, s, ft.apply_updates(p, u)
+        return eager(p, s, g)
 
     return step, traces
+
+
+def two_steps(step: Callable, params: Any, state0: Any, g1: Any, g2: Any) -> tuple:
+    """``(u1, state1, u2, state2)`` of two steps of ``step`` from ``state0``."""
+    u1, state1, p1 = step(params, state0, g1)
+    u2, state2, _ = step(p1, state1, g2)
+    return u1, state1, u2, state2
 
 
 def assert_steps_close(eager: tuple, jitted: tuple, coupling: Any) -> None:
@@ -556,7 +558,7 @@ def check_properties(recipe: Recipe, spec: Any) -> None:
 
     Property 4 compares a decomposed subject (``recipe.decomposed``: a QR, an eigh, an SVD,
     a triangular solve or a matrix iteration in its step) on the tree's float64 twin
-    (:func:`widen`). Two programs round differently; a decomposition amplifies that by its
+    (:func:`float64_twin`). Two programs round differently; a decomposition amplifies that by its
     conditioning, which the drawn trees do not bound: in float32 Dion's Q differed by 1.8e-5
     relative between jit and eager (about 150 float32 roundings), above the 1e-5 tolerance.
     In float64 the same amplification is 3e-14, and the float64 tolerance (1e-10) allows an
@@ -576,7 +578,7 @@ def check_properties(recipe: Recipe, spec: Any) -> None:
     chex.assert_trees_all_equal_shapes_and_dtypes(abstract, state0)
 
     # Eager: two steps.
-    eager = two_steps(opt, params, g1, g2, extra, state0)
+    eager = two_steps(step_of(opt, extra), params, state0, g1, g2)
     u1, state1, u2, state2 = eager
 
     # 1. finite updates (16-bit updates may round to 0, but are finite).
@@ -595,7 +597,7 @@ def check_properties(recipe: Recipe, spec: Any) -> None:
 
     # ... and a jitted step is traced once for two calls.
     step, traces = counted_jit(opt, extra)
-    jitted = two_steps(opt, params, g1, g2, extra, state0, step)
+    jitted = two_steps(step, params, state0, g1, g2)
     if len(traces) != 1:
         first = (params, state0, g1)
         second = (ft.apply_updates(params, jitted[0]), jitted[1], g2)
@@ -612,11 +614,11 @@ def check_properties(recipe: Recipe, spec: Any) -> None:
         assert_steps_close(eager, jitted, coupling_dtype(params))
         return
     with enable_x64(True):
-        params, g1, g2 = materialize(widen(spec))
+        params, g1, g2 = materialize(float64_twin(spec))
         opt = recipe.make(ft)
         state0 = opt.init(params)
-        eager = two_steps(opt, params, g1, g2, extra, state0)
-        jitted = two_steps(opt, params, g1, g2, extra, state0, counted_jit(opt, extra)[0])
+        eager = two_steps(step_of(opt, extra), params, state0, g1, g2)
+        jitted = two_steps(counted_jit(opt, extra)[0], params, state0, g1, g2)
         assert_steps_close(eager, jitted, coupling_dtype(params))
 
 
