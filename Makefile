@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-long test-plan stress soak conformance test-oldest package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
+.PHONY: test test-long test-plan stress soak conformance test-oldest test-oldest-long accel package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ venv: $(STAMP)
 # marked `long` in their files (notebooks, the docs build, benchmark smoke runs, fresh-process
 # runs over 8 devices or 2 processes, float64 model-scale twins) and the heaviest measured
 # cases (tests/long_by_duration.txt, from make test-plan) are `make test-long`; CI runs both,
-# and test-oldest runs all of them.
+# and test-oldest runs make test's selection on the declared floors (test-oldest-long the rest).
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
@@ -62,7 +62,9 @@ conformance: $(STAMP)
 # flax 0.10.6 among them). One pin beyond the floors: orbax-checkpoint 0.11.24 and newer call
 # jax.monitoring.record_scalar, which JAX 0.5.3 lacks, though they declare jax>=0.5.0; 0.11.21
 # is the newest that runs on it. The same pytest run as `make test`; features that need a
-# newer JAX (explicit mesh axes: 0.7.0) are skipped with that reason, nothing else.
+# newer JAX (explicit mesh axes: 0.7.0) are skipped with that reason, nothing else. The long
+# checks on the floors are make test-oldest-long (about 12 minutes more; not in CI, which
+# keeps well under 90 minutes).
 OLD_VENV  ?= .venv-oldest
 OLD_PY    := $(OLD_VENV)/bin/python
 OLD_STAMP := $(OLD_VENV)/.installed
@@ -77,7 +79,39 @@ $(OLD_STAMP): pyproject.toml Makefile
 	touch $(OLD_STAMP)
 
 test-oldest: $(OLD_STAMP)
-	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) -rs
+	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) -rs -m "not long"
+
+test-oldest-long: $(OLD_STAMP)
+	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) -rs -m long
+
+# Every optimizer compiled for one H100 and one TPU v5e chip by their own compilers on this
+# CPU machine (deviceless; ../shared/accel/README.md), functrain beside optax: bytes accessed
+# per parameter against the floor, flops, temp memory, kernels, compile seconds, into
+# benchmarks/results/accelerators.{md,json} (benchmarks/accelerators.py). Two venvs of the
+# same JAX (about 1.3 GB each). The short form (CI, about 5 minutes); ACCEL_ARGS=--full for
+# every registry optimizer.
+ACCEL_JAX  ?= 0.10.2
+ACCEL_ARGS ?=
+CUDA_VENV  ?= .venv-accel-cuda
+TPU_VENV   ?= .venv-accel-tpu
+
+$(CUDA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CUDA_VENV)/bin/python -m pip install -q jax==$(ACCEL_JAX) jaxlib==$(ACCEL_JAX) \
+	  jax-cuda12-plugin==$(ACCEL_JAX) nvidia-cuda-nvcc-cu12 nvidia-nvjitlink-cu12 optax==0.2.8
+	$(CUDA_VENV)/bin/python -m pip install -q -e . jax==$(ACCEL_JAX)
+	touch $@
+
+$(TPU_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TPU_VENV)
+	$(TPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TPU_VENV)/bin/python -m pip install -q "jax[tpu]==$(ACCEL_JAX)" optax==0.2.8
+	$(TPU_VENV)/bin/python -m pip install -q -e . jax==$(ACCEL_JAX)
+	touch $@
+
+accel: $(STAMP) $(CUDA_VENV)/.installed $(TPU_VENV)/.installed
+	$(PY) benchmarks/accelerators.py $(ACCEL_ARGS)
 
 # The package as a user gets it: a wheel and an sdist (python -m build), the wheel installed
 # (not editable) into a new venv with its declared dependencies, then the README's quickstart
