@@ -3,6 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The accelerators' compilers (make accel; test-long checks their programs): two more venvs.
+ACCEL_JAX  ?= 0.10.2
+ACCEL_ARGS ?=
+CUDA_VENV  ?= .venv-accel-cuda
+TPU_VENV   ?= .venv-accel-tpu
+ACCEL_STAMPS := $(CUDA_VENV)/.installed $(TPU_VENV)/.installed
 
 .PHONY: test test-long test-plan stress soak conformance test-oldest test-oldest-long accel package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
 
@@ -25,7 +31,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not long"
 
-test-long: $(STAMP)
+test-long: $(STAMP) $(ACCEL_STAMPS)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m long
 
 # Re-plan make test's time budget after tests were added or made slower: the suite less its
@@ -81,7 +87,7 @@ $(OLD_STAMP): pyproject.toml Makefile
 test-oldest: $(OLD_STAMP)
 	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) -rs -m "not long"
 
-test-oldest-long: $(OLD_STAMP)
+test-oldest-long: $(OLD_STAMP) $(ACCEL_STAMPS)
 	$(OLD_PY) -m pytest -q -n $(TEST_WORKERS) -rs -m long
 
 # Every optimizer compiled for one H100 and one TPU v5e chip by their own compilers on this
@@ -90,10 +96,6 @@ test-oldest-long: $(OLD_STAMP)
 # benchmarks/results/accelerators.{md,json} (benchmarks/accelerators.py). Two venvs of the
 # same JAX (about 1.3 GB each). The short form (CI, about 5 minutes); ACCEL_ARGS=--full for
 # every registry optimizer.
-ACCEL_JAX  ?= 0.10.2
-ACCEL_ARGS ?=
-CUDA_VENV  ?= .venv-accel-cuda
-TPU_VENV   ?= .venv-accel-tpu
 
 $(CUDA_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(CUDA_VENV)
@@ -110,7 +112,7 @@ $(TPU_VENV)/.installed: pyproject.toml
 	$(TPU_VENV)/bin/python -m pip install -q -e . jax==$(ACCEL_JAX)
 	touch $@
 
-accel: $(STAMP) $(CUDA_VENV)/.installed $(TPU_VENV)/.installed
+accel: $(STAMP) $(ACCEL_STAMPS)
 	$(PY) benchmarks/accelerators.py $(ACCEL_ARGS)
 
 # The package as a user gets it: a wheel and an sdist (python -m build), the wheel installed

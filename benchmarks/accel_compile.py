@@ -53,8 +53,11 @@ _NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast",
 
 
 def devices(target: str) -> list:
-    """One chip of ``target`` ("h100" or "tpu_v5e") as a deviceless topology's device."""
+    """One chip of ``target`` ("h100" or "tpu_v5e": a deviceless topology's device; "cpu":
+    this machine's first CPU device)."""
     from jax.experimental import topologies
+    if target == "cpu":
+        return jax.devices("cpu")[:1]
     if target == "h100":
         with open(H100_SPEC) as f:
             spec = f.read()
@@ -63,7 +66,7 @@ def devices(target: str) -> list:
     elif target == "tpu_v5e":
         topo = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
     else:
-        raise ValueError(f"unknown target {target!r}: 'h100' or 'tpu_v5e'")
+        raise ValueError(f"unknown target {target!r}: 'h100', 'tpu_v5e' or 'cpu'")
     return list(topo.devices)[:1]
 
 
@@ -95,7 +98,7 @@ def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
     """Compile one donated ``(params, state, grads) -> (params, state)`` step for ``target``.
 
     Args:
-      target: ``"h100"`` or ``"tpu_v5e"``.
+      target: ``"h100"``, ``"tpu_v5e"`` or ``"cpu"``.
       tree: a key of ``TREES`` (float32 leaves).
       build: ``build(library) -> GradientTransformation``.
       library: the module to build from (functrain or optax).

@@ -12,18 +12,19 @@ The floors, in bytes per float32 parameter, with ``s`` the state's bytes per par
 
 * one pass (element-wise rules): read params, grads and state, write params and state:
   ``12 + 2 s``;
-* two passes (a per-leaf trust ratio, as lamb's and lars'): the first pass reads grads,
-  params and state and writes the state, the second reads params and state again and
-  writes params: ``16 + 3 s``.
+* two passes (a per-leaf norm first): the one-pass floor plus what the norm's pass reads
+  besides: lamb's second pass re-reads params and its new state (``16 + 3 s``); lars' and
+  fromage's first pass reads grads and params for their norms (``20 + 2 s``).
 
-Other steps (factored, matrix and parameter-free rules) get no floor.
+Other steps (factored, matrix, parameter-free and global-norm rules, and those with a state
+field they only read, as madgrad's initial params) get no floor.
 
 ``make accel`` builds the two venvs (``jax``, ``jax-cuda12-plugin``, ``nvidia-cuda-nvcc-cu12``
 and ``nvidia-nvjitlink-cu12``; ``jax[tpu]``) and runs the short form (the optimizers of
 ``SHORT``); ``--full`` runs every registry optimizer. Writes
 ``benchmarks/results/accelerators.{md,json}``.
 Usage: ``python benchmarks/accelerators.py [--full] [--targets h100 tpu_v5e]
-[--names adamw lamb] [--timeout 600] [--jobs 2]``.
+[--names adamw lamb] [--trees large "1000 leaves"] [--timeout 600] [--jobs 2]``.
 """
 
 from __future__ import annotations
@@ -42,18 +43,21 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+from accel_compile import TREES  # noqa: E402  (no JAX in this process before the workers)
+
 VENVS = {"h100": os.path.join(ROOT, ".venv-accel-cuda"),
          "tpu_v5e": os.path.join(ROOT, ".venv-accel-tpu")}
 TARGET_TITLES = {"h100": "H100 SXM (one GPU)", "tpu_v5e": "TPU v5e (one chip)"}
 
 LOW_BIT = ("adamw_8bit", "adamw_4bit", "adamw_fp8")
 ONE_PASS = {"acprop", "adabelief", "adadelta", "adagrad", "adam", "adamax", "adamaxw",
-            "adamw", "adan", "ademamix", "adopt", "amsgrad", "laprop", "lion", "madgrad",
+            "adamw", "adan", "ademamix", "adopt", "amsgrad", "laprop", "lion",
             "nadam", "nadamw", "noisy_sgd", "optimistic_adam", "optimistic_adam_v2",
             "optimistic_gradient_descent", "radam", "rmsprop", "rprop", "schedule_free_adamw",
             "schedule_free_sgd", "sgd", "sign_sgd", "signum", "simplified_ademamix", "yogi",
             *LOW_BIT}
-TWO_PASS = {"lamb", "lars", "fromage"}
+#: name -> extra bytes per parameter of the norm's pass, as (constant, times the state's)
+TWO_PASS = {"lamb": (4, 1), "lars": (8, 0), "fromage": (8, 0)}
 
 #: The short form (``make accel``, CI): (tree, name) pairs.
 SHORT = [("large", n) for n in ("adamw", "lion", "lamb", *LOW_BIT)] + [("1000 leaves", "adamw")]
@@ -64,20 +68,22 @@ def floor(name: str, state_bytes: float) -> tuple:
     if name in ONE_PASS:
         return 12 + 2 * state_bytes, "one pass"
     if name in TWO_PASS:
-        return 16 + 3 * state_bytes, "two passes"
+        constant, times_state = TWO_PASS[name]
+        return 12 + 2 * state_bytes + constant + times_state * state_bytes, "two passes"
     return None, ""
 
 
-def jobs(full: bool, names: list) -> list:
+def jobs(full: bool, names: list, trees: list) -> list:
     """(tree, name, library) triples: functrain's, and optax's where optax has the name."""
     import registry
     pairs = SHORT
     if full:
         everything = sorted(registry.REGISTRY) + list(LOW_BIT)
-        pairs = [(tree, n) for tree in ("large", "1000 leaves") for n in everything]
+        pairs = [(tree, n) for tree in TREES for n in everything]
     if names:
         pairs = [(tree, n) for tree, n in pairs if n in names] or [
-            (tree, n) for tree in ("large", "1000 leaves") for n in names]
+            (tree, n) for tree in TREES for n in names]
+    pairs = [(tree, n) for tree, n in pairs if tree in trees]
     out = []
     for tree, name in pairs:
         out.append((tree, name, "functrain"))
@@ -144,12 +150,19 @@ def main() -> None:
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--targets", nargs="+", default=list(VENVS))
     parser.add_argument("--names", nargs="+", default=[])
+    parser.add_argument("--trees", nargs="+", default=list(TREES), choices=list(TREES))
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--name", default="accelerators")
+    parser.add_argument("--from-json", help="tabulate the rows of an earlier run again")
     args = parser.parse_args()
-    todo = [(t, *j) for t in args.targets for j in jobs(args.full, args.names)]
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = [{**r, **dict(zip(("ideal", "floor"), floor(r["name"], r["state_bytes"])))}
+                    if "state_bytes" in r else r for r in json.load(f)["rows"]]
+        return save(rows, args.out, args.name)
+    todo = [(t, *j) for t in args.targets for j in jobs(args.full, args.names, args.trees)]
     print(f"{len(todo)} compiles on {args.jobs} processes", flush=True)
     rows = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
@@ -158,12 +171,17 @@ def main() -> None:
             rows.append(future.result())
             r = rows[-1]
             print(json.dumps(r), flush=True)
+    save(rows, args.out, args.name)
+
+
+def save(rows: list, out: str, name: str) -> None:
+    """The table printed and written, with every row, to ``out/name.{md,json}``."""
     text = (f"Compiled on {datetime.date.today()} by the accelerators' own compilers on a CPU "
             f"machine (deviceless), JAX {rows[0].get('jax', '?') if rows else '?'}; "
             f"bytes and flops from XLA's cost analysis of the optimized program.\n\n"
             + table(rows))
     from beyond_optax import save_table
-    save_table({"rows": rows}, text, args.out, args.name)
+    save_table({"rows": rows}, text, out, name)
 
 
 if __name__ == "__main__":

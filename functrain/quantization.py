@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from functrain import dynamic_decode
+
 Array = jax.Array
 
 FP8_MAX = 448.0  # the largest finite float8_e4m3fn
@@ -527,6 +529,26 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
     return QuantizedArray(codes, absmax, tuple(np.shape(x)), jnp.dtype(x.dtype), code)
 
 
+def _values_by_table(table: np.ndarray, bits: int, after: Optional[Array], index: Array,
+                     absmax: Array) -> tuple:
+    """A code's values by lookup (CPU: the fast way there); ``after`` picks a table copy."""
+    if after is not None:  # the table twice; ``after`` picks the copy
+        table = np.concatenate([table, table])
+        index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
+    # an index into the table: always in bounds (see nearest_code_index)
+    return jnp.asarray(table).at[index].get(mode="promise_in_bounds"), absmax
+
+
+def _values_by_arithmetic(code: str, after: Optional[Array], index: Array,
+                          absmax: Array) -> tuple:
+    """A dynamic code's values computed, bit for bit the table's (accelerators: no gather,
+    ``functrain.dynamic_decode``); ``after`` picks the scale or its absolute value."""
+    if after is not None:
+        absmax = jnp.where(after, absmax, jnp.abs(absmax))
+    c = CODES[code]
+    return dynamic_decode.decode(index, c.values[0] < 0, c.bits), absmax
+
+
 def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Array:
     """The array a :class:`QuantizedArray` stands for: ``code[index] * scale``.
 
@@ -562,11 +584,9 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
         if after is not None:  # the scale or its absolute value (the same), as for fp8
             absmax = jnp.where(after, absmax, jnp.abs(absmax))
     else:
-        if after is not None:  # the table twice; ``after`` picks the copy
-            table = np.concatenate([table, table])
-            index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
-        # an index into the table: always in bounds (see nearest_code_index)
-        values = jnp.asarray(table).at[index].get(mode="promise_in_bounds")
+        values, absmax = jax.lax.platform_dependent(
+            index, absmax, cpu=functools.partial(_values_by_table, table, bits, after),
+            default=functools.partial(_values_by_arithmetic, q.code, after))
     if scaling == "rank1":
         values = values.reshape(-1)[:size].reshape(q.shape)
         return (values * rank1_scale(_split_maxima(absmax, q.shape), q.shape)).astype(q.dtype)

@@ -135,3 +135,68 @@ def test_quantize_stores_the_reference_codes(name, block):
     index = reference_index(scaled.astype(np.float32), name)
     codes = (index[:, 0::2] << 4) | index[:, 1::2] if CODES[name].bits == 4 else index
     np.testing.assert_array_equal(np.asarray(q.codes), codes)
+
+
+# --------------------------------------------------------------------------
+# The accelerators' decode: the dynamic codes' values by arithmetic, no table
+# --------------------------------------------------------------------------
+
+DYNAMIC = [(name, CODES[name].values[0] < 0, CODES[name].bits) for name in TABLE_CODES
+           if name.startswith("dynamic")]
+
+
+@pytest.mark.parametrize("name, signed, bits", DYNAMIC)
+def test_arithmetic_decode_is_the_table_bit_for_bit(name, signed, bits):
+    from functrain.dynamic_decode import decode
+    index = jnp.arange(2 ** bits)
+    table = CODES[name].values.view(np.int32)
+    for run in (decode, jax.jit(decode, static_argnums=(1, 2))):
+        got = np.asarray(run(index, signed, bits)).view(np.int32)
+        np.testing.assert_array_equal(got, table, err_msg=name)
+
+
+@pytest.mark.parametrize("name, signed, bits", DYNAMIC)
+def test_each_value_is_far_from_a_float32_rounding_boundary(name, signed, bits):
+    # The small terms of the unevaluated sum are rounded (differently where a compiler fuses
+    # a multiply-add); that cannot change the result while the value's float64 definition
+    # (the paper's formula, written here from its decades and bins) lies well away from the
+    # midpoint between two float32 numbers.
+    after_sign = bits - 1 if signed else bits
+    defined = []
+    for e in range(bits - 1):
+        count = 2 ** (after_sign - 1 - e)
+        defined += [10.0 ** -e * (0.1 + 0.9 * (j + 0.5) / count) for j in range(count)]
+    defined = np.sort(np.asarray(defined))
+    as_float32 = defined.astype(np.float32)
+    np.testing.assert_array_equal(np.sort(CODES[name].values[(CODES[name].values > 0)
+                                                            & (CODES[name].values < 1)]),
+                                  as_float32)
+    ulp = np.spacing(as_float32).astype(np.float64)
+    offset = (defined - as_float32.astype(np.float64)) / ulp    # in (-0.5, 0.5)
+    assert np.min(0.5 - np.abs(offset)) > 1e-3, name
+
+
+def test_accelerators_decode_by_arithmetic_and_cpu_by_table():
+    # lax.platform_dependent picks at lowering: the CPU program has the lookup (a gather)
+    # and none of the arithmetic; the branch for other platforms has no gather.
+    from functrain.quantization import _values_by_arithmetic
+    q = quantize_blockwise(jnp.linspace(-1, 1, 512), "dynamic8_signed", 256)
+    cpu = jax.jit(dequantize_blockwise).lower(q).compile().as_text()
+    assert "gather" in cpu
+    other = jax.jit(lambda i, a: _values_by_arithmetic("dynamic8_signed", None, i, a)).lower(
+        q.codes, q.absmax).as_text()
+    assert "gather" not in other
+
+
+@pytest.mark.parametrize("after", [None, True])
+@pytest.mark.parametrize("name", [n for n, _, _ in DYNAMIC])
+def test_arithmetic_branch_decodes_as_the_cpu_branch(name, after):
+    from functrain.quantization import _values_by_arithmetic, _values_by_table
+    c = CODES[name]
+    index = jnp.arange(2 ** c.bits, dtype=jnp.uint8).reshape(-1, 2 ** (c.bits - 2))
+    absmax = jnp.linspace(0.5, 3.0, index.shape[0], dtype=jnp.float32)
+    mark = None if after is None else jnp.asarray(after)
+    by_table = _values_by_table(c.values, c.bits, mark, index, absmax)
+    by_arithmetic = _values_by_arithmetic(name, mark, index, absmax)
+    for x, y in zip(by_table, by_arithmetic):
+        np.testing.assert_array_equal(np.asarray(x).view(np.int32), np.asarray(y).view(np.int32))

@@ -1,0 +1,146 @@
+"""make accel's numbers, against hand counts and the programs they come from.
+
+benchmarks/accel_compile.py compiles one optimizer step for an accelerator this machine does
+not have and reports what the compiler says of it; benchmarks/accelerators.py tabulates.
+Here: the accounting (bytes per parameter, the state's bytes, the floors, the kernels of a
+program) on CPU programs whose numbers are known by hand, and (``long``: the accelerators'
+venvs, which make accel builds and make test-long depends on) the H100 and TPU programs of
+the steps whose floor is known: plain AdamW moves exactly its floor on the H100, and no
+more than optax's on the TPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import functrain
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import accel_compile  # noqa: E402
+import accelerators  # noqa: E402
+
+SMALL = {"a/kernel": (256, 512), "a/bias": (512,)}
+
+
+@pytest.fixture
+def small_tree(monkeypatch):
+    monkeypatch.setitem(accel_compile.TREES, "small", SMALL)
+    return "small"
+
+
+def test_plain_sgd_moves_params_and_grads_once(small_tree):
+    # read params, read grads, write params: 12 bytes per float32 parameter, no state
+    out = accel_compile.measure("cpu", small_tree, lambda m: m.sgd(1e-3), functrain)
+    assert out["params"] == 256 * 512 + 512
+    assert out["state_bytes"] == 0
+    assert out["bytes_accessed"] == pytest.approx(12 * out["params"], rel=1e-3)
+    assert out["temp_bytes"] == 0
+
+
+@pytest.mark.parametrize("name, per_param", [("adamw", 8), ("lion", 4), ("adamw_8bit", 2)])
+def test_state_bytes_per_parameter(small_tree, name, per_param):
+    out = accel_compile.measure("cpu", small_tree, lambda m: getattr(m, name)(1e-3), functrain)
+    n = out["params"]
+    state = jax.eval_shape(getattr(functrain, name)(1e-3).init,
+                           {k: jnp.zeros(s) for k, s in SMALL.items()})
+    by_hand = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) / n
+    assert out["state_bytes"] == pytest.approx(by_hand)
+    # at least the moments' bytes (with a step count, block scales, small leaves unquantized)
+    assert per_param <= out["state_bytes"] < per_param + 0.1
+
+
+def test_floors():
+    assert accelerators.floor("adamw", 8.0) == (28.0, "one pass")
+    assert accelerators.floor("adamw_8bit", 2.0) == (16.0, "one pass")
+    assert accelerators.floor("lamb", 8.0) == (40.0, "two passes")
+    assert accelerators.floor("lars", 4.0) == (28.0, "two passes")
+    assert accelerators.floor("fromage", 0.0) == (20.0, "two passes")
+    assert accelerators.floor("soap", 40.0) == (None, "")
+
+
+def test_kernels_counted_in_the_entry_computation():
+    text = """HloModule m
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%p)
+}
+
+ENTRY %main (a: f32[4], b: f32[4]) -> (f32[4], f32[4]) {
+  %a = f32[4]{0} parameter(0)
+  %b = f32[4]{0} parameter(1)
+  %c = f32[] constant(1)
+  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused
+  %g = f32[4]{0} custom-call(%b), custom_call_target="x"
+  %t = (f32[4]{0}, f32[4]{0}) tuple(%f, %g)
+  ROOT %r = (f32[4]{0}, f32[4]{0}) copy(%t)
+}
+"""
+    assert accel_compile.kernel_count(text) == 3  # the fusion, the custom call, the copy
+
+
+def test_kernels_of_a_compiled_program():
+    # two leaves, one fused kernel each: XLA:CPU compiles x * 2 per leaf as one loop
+    @jax.jit
+    def f(tree):
+        return jax.tree.map(lambda x: jnp.sin(x) * 2, tree)
+
+    text = f.lower({"a": jnp.zeros(64), "b": jnp.zeros((8, 8))}).compile().as_text()
+    assert accel_compile.kernel_count(text) == 2
+
+
+def test_table_puts_functrain_beside_optax_with_the_floor():
+    rows = [{"target": "h100", "tree": "large", "name": "adamw", "library": lib,
+             "params": 100, "state_bytes": 8.0, "bytes_accessed": 2800.0 * k, "flops": 1500.0,
+             "temp_bytes": 0, "kernels": 18, "compile_s": 1.0, "ideal": 28.0,
+             "floor": "one pass"} for lib, k in (("functrain", 1.0), ("optax", 1.5))]
+    rows.append({"target": "tpu_v5e", "tree": "large", "name": "soap",
+                 "library": "functrain", "error": "did not compile in 60 s"})
+    text = accelerators.table(rows)
+    assert "| large | adamw | functrain | 28.00 | 28.00 (one pass) | 1.00 |" in text
+    assert "| large | adamw | optax | 42.00 | 28.00 (one pass) | 1.50 |" in text
+    assert "| large | soap | functrain | did not compile in 60 s |" in text
+    assert text.index("H100") < text.index("TPU v5e")
+
+
+def _compile_in(target: str, name: str, library: str) -> dict:
+    python = os.path.join(accelerators.VENVS[target], "bin", "python")
+    assert os.path.exists(python), f"{python} is missing: make accel builds it"
+    done = subprocess.run([python, os.path.join(ROOT, "benchmarks", "accel_compile.py"),
+                           target, "large", name, library], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.long
+def test_adamw_moves_its_floor_on_h100():
+    # read params, grads, mu, nu; write params, mu, nu: 28 bytes per parameter, no temp,
+    # functrain as optax
+    mine, theirs = (_compile_in("h100", "adamw", lib) for lib in ("functrain", "optax"))
+    for out in (mine, theirs):
+        assert out["bytes_accessed"] / out["params"] == pytest.approx(28.0, rel=2e-3), out
+        assert out["temp_bytes"] < 2**20, out
+    assert mine["kernels"] <= theirs["kernels"]
+    assert np.isfinite(mine["flops"]) and mine["flops"] > 0
+
+
+@pytest.mark.long
+def test_adamw_on_tpu_moves_no_more_than_optax():
+    # The TPU compiler's bytes include its memory-space assignment's copies (copy-start /
+    # copy-done of the next leaf's inputs into on-chip memory while one leaf is updated),
+    # so its floor is not 28 here; functrain's program is compared with optax's.
+    mine, theirs = (_compile_in("tpu_v5e", "adamw", lib) for lib in ("functrain", "optax"))
+    assert mine["bytes_accessed"] <= theirs["bytes_accessed"] * 1.001, (mine, theirs)
+    assert mine["bytes_accessed"] / mine["params"] >= 28.0
+    assert mine["temp_bytes"] <= theirs["temp_bytes"]
