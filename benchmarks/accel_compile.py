@@ -107,7 +107,8 @@ def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
 
     Returns:
       ``params``, ``state_bytes`` (the state's bytes per parameter), ``bytes_accessed``,
-      ``flops``, ``temp_bytes``, ``kernels`` and ``compile_s``.
+      ``flops``, ``temp_bytes``, ``kernels``, ``gathers`` (gather instructions anywhere in the
+      optimized program) and ``compile_s``.
     """
     mesh = Mesh(np.array(devices(target)), ("d",))
     placed = NamedSharding(mesh, PartitionSpec())
@@ -137,7 +138,8 @@ def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
             "bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
             "flops": float(cost.get("flops", float("nan"))),
             "temp_bytes": int(memory.temp_size_in_bytes) if memory is not None else None,
-            "kernels": kernel_count(compiled.as_text()), "compile_s": seconds}
+            "kernels": kernel_count(compiled.as_text()),
+            "gathers": len(re.findall(r" gather\(", compiled.as_text())), "compile_s": seconds}
 
 
 def main(argv: list) -> None:

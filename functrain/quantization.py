@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain import dynamic_decode
+from functrain import code_arithmetic
 
 Array = jax.Array
 
@@ -246,6 +246,18 @@ def _linear_index(scaled: Array, bits: int) -> Array:
     return jnp.where(jnp.isnan(scaled), nan, index).astype(jnp.uint8)
 
 
+def _by_platform(args: Sequence[Array], by_table: Any, by_arithmetic: Any) -> Any:
+    """A dynamic code's lookup by table on CPU and GPU, by arithmetic elsewhere (TPU).
+
+    Picked when the program is lowered (``lax.platform_dependent``): on TPU a table lookup is
+    a gather the compiler costs at kilobytes per looked-up value, and the arithmetic of
+    ``functrain.code_arithmetic`` gives the same bits; on GPU the lookup is cheap and the
+    arithmetic encode compiled 6x slower for the same traffic (``make accel``).
+    """
+    return jax.lax.platform_dependent(*args, cpu=by_table, cuda=by_table, rocm=by_table,
+                                      default=by_arithmetic)
+
+
 def nearest_code_index(scaled: Array, code: str) -> Array:
     """The index of the nearest value of a code to each of ``scaled`` (in ``[-1, 1]``).
 
@@ -266,6 +278,14 @@ def nearest_code_index(scaled: Array, code: str) -> Array:
     """
     if code in _LINEAR_BITS:
         return _linear_index(scaled, _LINEAR_BITS[code])
+    c = CODES[code]
+    return _by_platform(
+        [scaled], functools.partial(_index_by_table, code),
+        lambda x: code_arithmetic.nearest(x, bool(c.values[0] < 0), c.bits))
+
+
+def _index_by_table(code: str, scaled: Array) -> Array:
+    """``nearest_code_index`` by one lookup in the code's bucket table (CPU and GPU)."""
     shift, table = _BUCKETS[code]
     key = _order_key(jax.lax.bitcast_convert_type(scaled.astype(jnp.float32), jnp.int32))
     # in bounds: _bucket_index clips, and saying so spares XLA's bounds handling
@@ -340,11 +360,13 @@ def stochastic_code_index(scaled: Array, code: str, u: Array) -> Array:
     Array([13, 13, 12, 12], dtype=uint8)
     """
     nearest = nearest_code_index(scaled, code).astype(jnp.int32)
-    up_gap, down_gap = _INVERSE_GAPS[code]
-    value = jnp.asarray(CODES[code].values).at[nearest].get(mode="promise_in_bounds")
+    tables = (CODES[code].values, *_INVERSE_GAPS[code])
+    value, up_gap, down_gap = _by_platform(
+        [nearest], lambda i: [jnp.asarray(t).at[i].get(mode="promise_in_bounds")
+                              for t in tables],
+        lambda i: [code_arithmetic.pick(t, i) for t in tables])
     up = scaled > value
-    inverse_gap = jnp.where(up, jnp.asarray(up_gap).at[nearest].get(mode="promise_in_bounds"),
-                            jnp.asarray(down_gap).at[nearest].get(mode="promise_in_bounds"))
+    inverse_gap = jnp.where(up, up_gap, down_gap)
     p = jnp.abs(scaled - value) * inverse_gap     # 0 at a code value and beyond the ends
     step = jnp.where(u < p, jnp.where(up, 1, -1), 0)
     return (nearest + step).astype(jnp.uint8)
@@ -531,7 +553,7 @@ def quantize_blockwise(x: Array, code: str, block_size: int) -> QuantizedArray:
 
 def _values_by_table(table: np.ndarray, bits: int, after: Optional[Array], index: Array,
                      absmax: Array) -> tuple:
-    """A code's values by lookup (CPU: the fast way there); ``after`` picks a table copy."""
+    """A code's values by lookup (CPU and GPU); ``after`` picks a table copy."""
     if after is not None:  # the table twice; ``after`` picks the copy
         table = np.concatenate([table, table])
         index = index.astype(jnp.int32) + jnp.where(after, 0, 2 ** bits)
@@ -541,12 +563,12 @@ def _values_by_table(table: np.ndarray, bits: int, after: Optional[Array], index
 
 def _values_by_arithmetic(code: str, after: Optional[Array], index: Array,
                           absmax: Array) -> tuple:
-    """A dynamic code's values computed, bit for bit the table's (accelerators: no gather,
-    ``functrain.dynamic_decode``); ``after`` picks the scale or its absolute value."""
+    """A dynamic code's values computed, bit for bit the table's (TPU: no gather,
+    ``functrain.code_arithmetic``); ``after`` picks the scale or its absolute value."""
     if after is not None:
         absmax = jnp.where(after, absmax, jnp.abs(absmax))
     c = CODES[code]
-    return dynamic_decode.decode(index, c.values[0] < 0, c.bits), absmax
+    return code_arithmetic.decode(index, c.values[0] < 0, c.bits), absmax
 
 
 def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Array:
@@ -584,9 +606,9 @@ def dequantize_blockwise(q: QuantizedArray, after: Optional[Array] = None) -> Ar
         if after is not None:  # the scale or its absolute value (the same), as for fp8
             absmax = jnp.where(after, absmax, jnp.abs(absmax))
     else:
-        values, absmax = jax.lax.platform_dependent(
-            index, absmax, cpu=functools.partial(_values_by_table, table, bits, after),
-            default=functools.partial(_values_by_arithmetic, q.code, after))
+        values, absmax = _by_platform(
+            [index, absmax], functools.partial(_values_by_table, table, bits, after),
+            functools.partial(_values_by_arithmetic, q.code, after))
     if scaling == "rank1":
         values = values.reshape(-1)[:size].reshape(q.shape)
         return (values * rank1_scale(_split_maxima(absmax, q.shape), q.shape)).astype(q.dtype)

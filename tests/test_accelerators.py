@@ -144,3 +144,19 @@ def test_adamw_on_tpu_moves_no_more_than_optax():
     assert mine["bytes_accessed"] <= theirs["bytes_accessed"] * 1.001, (mine, theirs)
     assert mine["bytes_accessed"] / mine["params"] >= 28.0
     assert mine["temp_bytes"] <= theirs["temp_bytes"]
+
+
+@pytest.mark.long
+def test_tpu_low_bit_steps_look_nothing_up():
+    # On TPU the dynamic codes are computed, not looked up: no gather in the 8-bit step (it
+    # had four per leaf), and no temp beyond one leaf's float32 bytes
+    out = _compile_in("tpu_v5e", "adamw_8bit", "functrain")
+    assert out["gathers"] == 0, out
+    assert out["temp_bytes"] <= 1024 * 4096 * 4, out
+
+
+def test_gathers_are_counted(small_tree):
+    out = accel_compile.measure("cpu", small_tree, lambda m: m.adamw_8bit(1e-3), functrain)
+    assert out["gathers"] > 0  # CPU looks the codes up
+    assert accel_compile.measure("cpu", small_tree, lambda m: m.adamw(1e-3),
+                                 functrain)["gathers"] == 0

@@ -147,7 +147,7 @@ DYNAMIC = [(name, CODES[name].values[0] < 0, CODES[name].bits) for name in TABLE
 
 @pytest.mark.parametrize("name, signed, bits", DYNAMIC)
 def test_arithmetic_decode_is_the_table_bit_for_bit(name, signed, bits):
-    from functrain.dynamic_decode import decode
+    from functrain.code_arithmetic import decode
     index = jnp.arange(2 ** bits)
     table = CODES[name].values.view(np.int32)
     for run in (decode, jax.jit(decode, static_argnums=(1, 2))):
@@ -176,16 +176,19 @@ def test_each_value_is_far_from_a_float32_rounding_boundary(name, signed, bits):
     assert np.min(0.5 - np.abs(offset)) > 1e-3, name
 
 
-def test_accelerators_decode_by_arithmetic_and_cpu_by_table():
-    # lax.platform_dependent picks at lowering: the CPU program has the lookup (a gather)
-    # and none of the arithmetic; the branch for other platforms has no gather.
-    from functrain.quantization import _values_by_arithmetic
-    q = quantize_blockwise(jnp.linspace(-1, 1, 512), "dynamic8_signed", 256)
-    cpu = jax.jit(dequantize_blockwise).lower(q).compile().as_text()
+@pytest.mark.parametrize("name", [n for n, _, _ in DYNAMIC])
+def test_accelerators_code_by_arithmetic_and_cpu_by_table(name):
+    # lax.platform_dependent picks at lowering: the CPU program looks up (gathers); the
+    # branches for other platforms, encode and decode, hold no gather.
+    from functrain.code_arithmetic import decode, nearest
+    c = CODES[name]
+    signed = bool(c.values[0] < 0)
+    x = jnp.linspace(-1, 1, 512)
+    cpu = jax.jit(lambda v: dequantize_blockwise(quantize_blockwise(v, name, 256))).lower(
+        x).compile().as_text()
     assert "gather" in cpu
-    other = jax.jit(lambda i, a: _values_by_arithmetic("dynamic8_signed", None, i, a)).lower(
-        q.codes, q.absmax).as_text()
-    assert "gather" not in other
+    other = jax.jit(lambda v: decode(nearest(v, signed, c.bits), signed, c.bits)).lower(x)
+    assert "gather" not in other.as_text()
 
 
 @pytest.mark.parametrize("after", [None, True])
@@ -200,3 +203,45 @@ def test_arithmetic_branch_decodes_as_the_cpu_branch(name, after):
     by_arithmetic = _values_by_arithmetic(name, mark, index, absmax)
     for x, y in zip(by_table, by_arithmetic):
         np.testing.assert_array_equal(np.asarray(x).view(np.int32), np.asarray(y).view(np.int32))
+
+
+def _nearest_by_arithmetic(name):
+    from functrain.code_arithmetic import nearest
+    signed, bits = bool(CODES[name].values[0] < 0), CODES[name].bits
+    return jax.jit(lambda x: nearest(x, signed, bits))
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in DYNAMIC])
+def test_arithmetic_nearest_index_is_searchsorted(name):
+    # the accelerators' encode, on the same inputs as the table's: every float32 within 4096
+    # ulps of every midpoint, a sweep of all float32 bit patterns in [-1, 1], special values
+    rng = np.random.default_rng(1)
+    x = np.concatenate([near_every_midpoint(name), sweep_of_all_floats(), SPECIAL,
+                        CODES[name].values, -CODES[name].values,
+                        rng.uniform(-1, 1, 100_000).astype(np.float32),
+                        (10.0 ** rng.uniform(-45, 0, 100_000)).astype(np.float32),
+                        np.array([np.inf, -np.inf, 3.0, -3.0], np.float32)])
+    got = np.asarray(_nearest_by_arithmetic(name)(jnp.asarray(x)))
+    want = reference_index(x, name)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, (name, x[bad[:5]], got[bad[:5]], want[bad[:5]])
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in DYNAMIC])
+def test_arithmetic_nearest_index_puts_nan_where_its_sign_says(name):
+    nans = np.array([0x7FC00000, 0x7F800001, -0x00400000, -0x007FFFFF], np.int64)
+    x = nans.astype(np.int32).view(np.float32)
+    top = len(CODES[name].values) - 1
+    np.testing.assert_array_equal(np.asarray(_nearest_by_arithmetic(name)(jnp.asarray(x))),
+                                  [top, top, 0, 0])
+
+
+def test_small_tables_picked_without_a_gather_are_the_lookups():
+    from functrain.code_arithmetic import pick
+    from functrain.quantization import _INVERSE_GAPS
+    index = jnp.arange(16)
+    for table in (CODES["dynamic4_signed_sr"].values, *_INVERSE_GAPS["dynamic4_signed_sr"]):
+        np.testing.assert_array_equal(np.asarray(pick(table, index)).view(np.int32),
+                                      table.view(np.int32))
+    table = CODES["dynamic4_signed"].values
+    assert "gather" not in jax.jit(lambda i: pick(table, i)).lower(index).as_text()

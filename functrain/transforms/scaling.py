@@ -234,8 +234,14 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
     [Array([-2.], dtype=float32)]
     """
     if not callable(weight_decay):
+        # A decay that is the number 0 adds nothing, as optax skips it: no read of the params
+        # (which would also keep the compiler from fusing the update into a matmul's
+        # epilogue), and a non-finite param does not turn 0 * p into NaN.
+        zero = isinstance(weight_decay, (int, float)) and weight_decay == 0
         tx = _none_updates_pass(stage_transform(LeafStage(
-            name="add_decayed_weights", update_leaf=lambda g, s, p, c: (g + weight_decay * p, ()),
+            name="add_decayed_weights",
+            update_leaf=(lambda g, s, p, c: (g, ())) if zero else
+            (lambda g, s, p, c: (g + weight_decay * p, ())),
             needs_params=True, mask=mask)), scheduled=False)
     else:
         def prepare(glob: dict, _: Any) -> tuple:

@@ -56,6 +56,25 @@ def test_add_decayed_weights_by_hand():
         ft.add_decayed_weights(-0.1)
 
 
+@pytest.mark.parametrize("zero", [0, 0.0])
+def test_a_zero_decay_adds_nothing_as_optax(zero):
+    # optax skips a decay that is the number 0: the updates come back bit for bit (a -0.0
+    # stays negative, an infinite param does not make 0 * p = NaN); params still required
+    params = {"w": jnp.array([jnp.inf, 1.0, -2.0, jnp.nan])}
+    grads = {"w": jnp.array([-0.0, 0.5, -0.0, 1.0])}
+    for lib in (ft, optax):
+        tx = lib.add_decayed_weights(zero)
+        got = tx.update(grads, tx.init(params), params)[0]["w"]
+        np.testing.assert_array_equal(np.asarray(got).view(np.int32),
+                                      np.asarray(grads["w"]).view(np.int32))
+    with pytest.raises(ValueError, match="needs the current parameters"):
+        ft.add_decayed_weights(zero).update(grads, ft.EmptyState())
+    # an injected zero is an array: added, as optax adds it
+    tx = ft.inject_hyperparams(ft.add_decayed_weights)(weight_decay=zero)
+    got = tx.update(grads, tx.init(params), params)[0]["w"]
+    assert np.isnan(np.asarray(got)[0])
+
+
 @pytest.mark.parametrize("variant", ["sps", "sps+"])
 def test_scale_by_polyak_by_hand(variant):
     g = {"a": jnp.array([1.0, 1.0]), "b": jnp.array(2.0)}     # ||g||^2 = 6
