@@ -109,8 +109,10 @@ def decode(index: Array, signed: bool, bits: int) -> Array:
       float32 values shaped like ``index``.
 
     >>> import jax.numpy as jnp
-    >>> decode(jnp.array([0, 127, 128, 255]), signed=True, bits=8)
-    Array([-9.929687e-01,  0.000000e+00,  5.500000e-08,  1.000000e+00], dtype=float32)
+    >>> decode(jnp.array([0, 127, 255]), signed=True, bits=8)  # -largest, zero, one
+    Array([-0.99296874,  0.        ,  1.        ], dtype=float32)
+    >>> float(decode(jnp.array(128), signed=True, bits=8))       # 10**-6 * 0.55
+    5.499999815583578e-07
     """
     zero, first, decades, (a_head, a_tail, b_head, b_tail) = layout(signed, bits)
     i = index.astype(jnp.int32)
@@ -169,7 +171,7 @@ def nearest(scaled: Array, signed: bool, bits: int) -> Array:
 
     >>> import jax.numpy as jnp
     >>> nearest(jnp.array([-1.0, 0.0, 0.3, 1.0]), signed=True, bits=8)
-    Array([  0, 127, 227, 255], dtype=uint8)
+    Array([  0, 127, 205, 255], dtype=uint8)
     """
     x = scaled.astype(jnp.float32)
     top = 2 ** bits - 1

@@ -21,9 +21,11 @@
                                                                   L0_tree_parts
   L0_tree             tree (the package: re-exports)              the L0 layers above
   L0_numerics         numerics                                    the L0 layers above
+  L0_codes            code_arithmetic (the dynamic codes by       nothing
+                      arithmetic, quantization's TPU path)
   L0_beside           grad, compat, sharding, schedules,          L0_checks .. L0_numerics
                       projections, microbatching, linalg,         (the "L0 core"; not each
-                      param_updates, tree_utils, quantization     other)
+                      param_updates, tree_utils, quantization     other), L0_codes
   L0_matrix           matrix/*.py (blocks, kron_factors,          L0 core, L0_beside
                       shape_groups, ...)
   L0_loss_parts       losses/checks, losses/primitives (the       L0 core
@@ -136,7 +138,7 @@ class Layer:
 
 L0_CORE = ("L0_checks", "L0_tree_moments", "L0_tree_parts", "L0_tree_basics", "L0_tree",
            "L0_numerics")
-L0 = L0_CORE + ("L0_beside", "L0_matrix")
+L0 = L0_CORE + ("L0_codes", "L0_beside", "L0_matrix")
 L1 = ("L1_dtypes", "L1_protocol", "L1_engine")
 
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
@@ -150,7 +152,8 @@ LAYERS = [
           ("L0_checks", "L0_tree_moments", "L0_tree_parts")),
     Layer("L0_tree", lambda m: m == "functrain.tree", L0_CORE[:4]),
     Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:5]),
-    Layer("L0_beside", lambda m: m in BESIDE, L0_CORE),
+    Layer("L0_codes", lambda m: m == "functrain.code_arithmetic", ()),
+    Layer("L0_beside", lambda m: m in BESIDE, L0_CORE + ("L0_codes",)),
     Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
     Layer("L0_loss_parts", lambda m: m in LOSS_PARTS, L0_CORE),
     Layer("L0_losses", lambda m: in_package("losses")(m) and m not in LOSS_PARTS,

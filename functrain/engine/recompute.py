@@ -26,11 +26,13 @@ temporary back, so the copy reads the moments already computed. The norm may
 be summed in another order: float32 rounding (3e-7 relative in the tests).
 
 When. Only on JAX >= :data:`MIN_JAX` (older XLA:CPU kept the temporary anyway:
-measured on JAX 0.5.3 and 0.6.2), on the backends in :data:`BACKENDS` (measured to pay:
-CPU), and when the
+measured on JAX 0.5.3 and 0.6.2), in programs lowered for the platforms in :data:`BACKENDS`
+(measured to pay: CPU; picked at lowering by ``lax.platform_dependent``, so that a program
+compiled for a GPU or TPU holds none of it even when traced on a CPU machine), and when the
 temporaries saved reach :data:`MIN_BYTES` (below that the recomputing
 reduction is the slower kernel: 2M params, 3.7 -> 4.5 ms). On GPU/TPU this was
-not measured, so it is off there. ``tests/engine/test_recompute.py`` fails if
+not needed: their compilers keep no such temporary (``make accel``: lamb at its two-pass
+floor on the H100 with or without it). ``tests/engine/test_recompute.py`` fails if
 the recompute stops firing where it should.
 """
 
@@ -68,14 +70,20 @@ def applies(saved_bytes: int) -> bool:
         otherwise keep in temporaries.
 
     Returns:
-      Whether JAX is at least :data:`MIN_JAX`, the default backend is in :data:`BACKENDS`
-      and ``saved_bytes >= MIN_BYTES``.
+      Whether JAX is at least :data:`MIN_JAX`, :data:`BACKENDS` names a platform and
+      ``saved_bytes >= MIN_BYTES``. The platform itself is picked when the program is
+      lowered (:meth:`_LeafRewrite.run`): a program lowered for another one holds no
+      recompute, even when traced on a CPU machine.
 
     >>> applies(0)
     False
     """
-    return (jax_compat.jax_at_least(MIN_JAX) and jax.default_backend() in BACKENDS
-            and saved_bytes >= MIN_BYTES)
+    return jax_compat.jax_at_least(MIN_JAX) and bool(BACKENDS) and saved_bytes >= MIN_BYTES
+
+
+def _platform_keys() -> list:
+    """:data:`BACKENDS` as ``lax.platform_dependent``'s platform names."""
+    return sorted({p for b in BACKENDS for p in (("cuda", "rocm") if b == "gpu" else (b,))})
 
 
 class ScaledByNormOfInput:
@@ -147,12 +155,19 @@ class _LeafRewrite:
 
     def run(self, k: int, stage: Any, x: Any, olds: Any, p: Any, ctx: Any) -> tuple:
         """Stage ``k`` on this leaf, a recomputable one with a copy of its input."""
-        b, y = self.block, None
+        b = self.block
         if _recomputable(stage) and any(r is not None for r in self.ran_):
-            y = input_for_norm(b.stages[:k], b.ctxs[:k], self.ran_, self.x0, self.pc,
-                               b.jaxprs)
-        out = (stage.update_leaf(x, olds, p, ctx) if y is None
-               else stage.update_leaf.with_input_for_norm(x, p, y))
+            def recomputed(x: jax.Array) -> jax.Array:
+                y = input_for_norm(b.stages[:k], b.ctxs[:k], self.ran_, self.x0, self.pc,
+                                   b.jaxprs)
+                return x if y is None else y
+
+            # picked when the program is lowered: the copy on the listed platforms only
+            y = jax.lax.platform_dependent(
+                x, **{name: recomputed for name in _platform_keys()}, default=lambda x: x)
+            out = stage.update_leaf.with_input_for_norm(x, p, y)
+        else:
+            out = stage.update_leaf(x, olds, p, ctx)
         self.ran_.append((olds, out[1]))
         return out
 
