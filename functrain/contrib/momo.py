@@ -23,7 +23,7 @@ import numpy as np
 from functrain.arg_checks import (MissingArgumentError, check_betas, check_nonnegative,
                                   check_state_type, hyperparameters, needs_params_error)
 from functrain import tree as ft
-from functrain.numerics import abs_sq, bias_correction_factor, ema_update
+from functrain.numerics import bias_correction_factor, ema_update
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformationExtraArgs, OptState, Params,
                                        ScalarOrSchedule, Updates, safe_increment,
@@ -143,7 +143,8 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
         pc = [p.astype(cd) for p, cd in zip(ps, cds)]
         m = [ema_update(g, o.astype(cd), bt) for g, o, cd in zip(gc, olds[0], cds)]
         if adam:
-            v = [ema_update(abs_sq(g), o.astype(cd), b2_) for g, o, cd in zip(gc, olds[1], cds)]
+            # (1 - b2) g g associated as optax does (optax's bits); real leaves only
+            v = [b2_ * o.astype(cd) + (1 - b2_) * g * g for g, o, cd in zip(gc, olds[1], cds)]
             precond = [eps_ + jnp.sqrt(x / bc2.astype(x.dtype)) for x in v]
             direction = [a / c for a, c in zip(m, precond)]
             m_norm = ft.vdot(m, direction)
@@ -167,8 +168,10 @@ def _momo(owner: str, learning_rate: ScalarOrSchedule, b1: Any, b2: Optional[Any
         tau = jnp.minimum(alpha / bc1, t1)
         shrink = alpha * wd / decay
 
-        # Pass 2: each leaf's update.
-        out = [(-shrink * p - tau * d).astype(g.dtype) for p, d, g in zip(pc, direction, gs)]
+        # Pass 2: each leaf's update (MoMo-Adam's tau * m / D associated as optax does).
+        steps = ([tau * a / c for a, c in zip(m, precond)] if adam
+                 else [tau * d for d in direction])
+        out = [(-shrink * p - st).astype(g.dtype) for p, st, g in zip(pc, steps, gs)]
         new_lb = state.lb
         if adapt_lower_bound:
             new_lb = jnp.maximum(((barf + iprod - gamma) - 0.5 * tau * m_norm) / bc1,

@@ -24,7 +24,7 @@ from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonne
                                   check_range, check_state_type, hyperparameters,
                                   needs_params_error)
 from functrain import tree as ft
-from functrain.numerics import abs_sq, ema_update, safe_int32_increment, sum_of_products
+from functrain.numerics import ema_update, safe_int32_increment, sum_of_products
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates, as_array,
@@ -186,7 +186,8 @@ def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = 
         count = safe_int32_increment(state.count)
         sched = value_at(learning_rate, state.count)
         d = state.estim_lr
-        dlr = jnp.asarray(d * sched * (1 - beta2 ** count) ** 0.5 / (1 - beta1 ** count),
+        # associated as optax associates them (the same numbers, optax's bits)
+        dlr = jnp.asarray(d * sched * ((1 - beta2 ** count) ** 0.5 / (1 - beta1 ** count)),
                           d.dtype)
         s_rate = d if safeguard_warmup else dlr
         moments, diffs, rows = [], [], zip(gs, ps, f["exp_avg"], f["exp_avg_sq"],
@@ -194,7 +195,7 @@ def prodigy(learning_rate: ScalarOrSchedule = 1.0, betas: tuple[float, float] = 
         for g, p, m, v, s, p0 in rows:
             g, p, m, v, s, p0 = _in(leaf_compute_dtype(g, p), g, p, m, v, s, p0)
             dg = d * g
-            moments.append((ema_update(dg, m, beta1), ema_update(abs_sq(dg), v, beta2),
+            moments.append((ema_update(dg, m, beta1), beta2 * v + (1 - beta2) * dg * dg,
                             beta3 * s + s_rate * dg / estim_lr0))
             diffs.append((g, p0 - p))
         numerator = beta3 * state.numerator_weighted + (d / estim_lr0) * dlr * sum_of_products(
@@ -305,14 +306,16 @@ def dadapt_adamw(learning_rate: ScalarOrSchedule = 1.0,
         count = safe_int32_increment(state.count)
         sched = value_at(learning_rate, state.count)
         nw = state.numerator_weighted
-        dlr = (state.estim_lr * sched * (1 - beta2 ** count) ** 0.5
-               / (1 - beta1 ** count)).astype(nw.dtype)
+        # associated as optax associates them (the same numbers, optax's bits)
+        dlr = (state.estim_lr * sched * ((1 - beta2 ** count) ** 0.5
+                                         / (1 - beta1 ** count))).astype(nw.dtype)
         news, weighted, out = [], [], []
         for g, p, m, v, s in zip(gs, ps, f["exp_avg"], f["exp_avg_sq"], f["grad_sum"]):
             gc, p, m, v, s = _in(leaf_compute_dtype(g, p), g, p, m, v, s)
             weighted.append(s / (jnp.sqrt(v) + eps))
-            m, v = ema_update(dlr * gc, m, beta1), ema_update(abs_sq(gc), v, beta2)
-            news.append((m, v, ema_update(dlr * gc, s, c)))
+            m = beta1 * m + (1 - beta1) * dlr * gc
+            v = beta2 * v + (1 - beta2) * gc * gc   # real leaves only
+            news.append((m, v, c * s + (1 - c) * dlr * gc))
             out.append((-weight_decay * dlr * p - m / (jnp.sqrt(v) + eps)).astype(g.dtype))
         numerator = c * nw + (1 - c) * dlr * sum_of_products(gs, weighted)
         l1 = ft.norm([s for _, _, s in news], ord=1)

@@ -227,7 +227,7 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
 def _rms_scale(g: Array, second: Array, eps: Any, eps_in_sqrt: bool) -> Array:
     if eps_in_sqrt:
         return g * jax.lax.rsqrt(second + eps)
-    return g / (jnp.sqrt(second) + eps)
+    return g * (1 / (jnp.sqrt(second) + eps))  # the reciprocal times g, as optax rounds it
 
 
 @hyperparameters(decay="number", eps="number", initial_scale="number")
