@@ -152,7 +152,8 @@ def fast_jit(fn: Callable) -> Callable:
 
 
 def trajectory(opt: Any, apply_updates: Callable, params: Any, grads: Any,
-               steps: Optional[int] = None, with_value: bool = False) -> Any:
+               steps: Optional[int] = None, with_value: bool = False,
+               jit: Callable = fast_jit) -> Any:
     """Params after each step of one jitted step function, stacked over the steps.
 
     Args:
@@ -163,11 +164,13 @@ def trajectory(opt: Any, apply_updates: Callable, params: Any, grads: Any,
         or a function ``params -> grads`` called inside the step.
       steps: how many steps (default: the stacked length, or ``STEPS``).
       with_value: pass ``value=loss_value(params)`` to ``update`` (Polyak).
+      jit: how the step is compiled: :func:`fast_jit` (default: XLA's backend optimizations
+        off, quick to compile) or ``jax.jit`` (XLA's default program).
     """
     if steps is None:
         steps = STEPS if callable(grads) else jax.tree_util.tree_leaves(grads)[0].shape[0]
 
-    @fast_jit
+    @jit
     def step(p, s, g):
         if callable(grads):
             g = grads(p)

@@ -5,8 +5,13 @@ trajectories at rtol 2e-5; this one asks for optax's exact bits at every one of 
 steps on the float32 parity tree, with each record's own arguments. An optimizer that cannot
 give them is listed in ``NOT_BIT_IDENTICAL`` with the reason (the operation whose order
 differs, and why it is kept); a listed optimizer that becomes bit-identical fails too, so the
-list stays true.
+list stays true. Twice: compiled with XLA's backend optimizations off (``helpers.fast_jit``,
+in make test), where the programs are the operations as written, and with XLA's default
+optimizations (``long``), where XLA:CPU may also order a program's sums its own way
+(``NOT_BIT_IDENTICAL_OPTIMIZED``).
 """
+
+from typing import Callable
 
 import jax
 import numpy as np
@@ -17,7 +22,7 @@ import pytest
 import functrain as ft
 from functrain import jax_compat
 import registry
-from helpers import make_grads, make_params, trajectory
+from helpers import fast_jit, make_grads, make_params, trajectory
 
 STEPS = 20
 
@@ -39,6 +44,13 @@ OWN_FILES = {
 _UNATTRIBUTED = "not yet attributed: an operation order differs in the step; measured "
 NOT_BIT_IDENTICAL: dict[str, str] = {}
 
+# More under XLA's default optimizations (JAX 0.10.2): all four reduce over whole leaves or
+# the whole tree (norms, inner products) before the update, and those sums are the optimized
+# programs' own; the operation whose order differs is not found yet.
+NOT_BIT_IDENTICAL_OPTIMIZED: dict[str, str] = {
+    name: _UNATTRIBUTED + f"with XLA's default optimizations, from step {step}"
+    for name, step in (("momo", 3), ("momo_adam", 2), ("novograd", 3), ("prodigy", 4))}
+
 # More on JAX 0.5.x (measured on 0.5.3, the declared floor, with optax 0.2.8): that XLA
 # fuses these steps' programs otherwise (on JAX 0.10.2 they are optax's bits).
 if jax_compat.JAX_VERSION[:2] == (0, 5):
@@ -52,15 +64,16 @@ NAMES = sorted(n for n, r in registry.REGISTRY.items()
                if r.reference.startswith("optax.") and n not in OWN_FILES)
 
 
-def bits_differ(name: str) -> list:
+def bits_differ(name: str, jit: Callable = fast_jit) -> list:
     """The steps (from 1) at which functrain's params are not optax's bits."""
     record = registry.REGISTRY[name]
     params = make_params(scalar="scalar_leaf" not in record.skip)
     grads = make_grads(params, steps=STEPS)
     with_value = record.extra is not None
-    ours = trajectory(record.make(ft), ft.apply_updates, params, grads, with_value=with_value)
+    ours = trajectory(record.make(ft), ft.apply_updates, params, grads, with_value=with_value,
+                      jit=jit)
     theirs = trajectory(record.make(optax), optax.apply_updates, params, grads,
-                        with_value=with_value)
+                        with_value=with_value, jit=jit)
     differ = set()
     for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
         a, b = np.asarray(a), np.asarray(b)
@@ -79,7 +92,20 @@ def test_jitted_steps_are_optax_bits(name):
         assert not differ, f"{name}: not optax's bits at steps {differ}"
 
 
+@pytest.mark.long
+@pytest.mark.skipif(jax_compat.JAX_VERSION[:2] == (0, 5),
+                    reason="the optimized programs' list is measured on JAX 0.10.2")
+@pytest.mark.parametrize("name", NAMES)
+def test_optimized_jitted_steps_are_optax_bits(name):
+    differ = bits_differ(name, jit=jax.jit)
+    if name in NOT_BIT_IDENTICAL or name in NOT_BIT_IDENTICAL_OPTIMIZED:
+        assert differ, f"{name} now gives optax's bits: take it off the lists"
+    else:
+        assert not differ, f"{name}: not optax's bits at steps {differ} (XLA's default jit)"
+
+
 def test_the_lists_name_optimizers_optax_has():
-    for name in {**OWN_FILES, **NOT_BIT_IDENTICAL}:
+    lists = {**OWN_FILES, **NOT_BIT_IDENTICAL, **NOT_BIT_IDENTICAL_OPTIMIZED}
+    for name in lists:
         assert registry.REGISTRY[name].reference.startswith("optax."), name
-        assert len({**OWN_FILES, **NOT_BIT_IDENTICAL}[name]) > 20, name
+        assert len(lists[name]) > 20, name
