@@ -93,7 +93,10 @@ test-oldest-long: $(OLD_STAMP) $(ACCEL_STAMPS)
 # Every optimizer compiled for one H100 and one TPU v5e chip by their own compilers on this
 # CPU machine (deviceless; ../shared/accel/README.md), functrain beside optax: bytes accessed
 # per parameter against the floor, flops, temp memory, kernels, compile seconds, into
-# benchmarks/results/accelerators.{md,json} (benchmarks/accelerators.py). Two venvs of the
+# benchmarks/results/accelerators.{md,json} (benchmarks/accelerators.py); the sharded steps
+# (ZeRO-1 AdamW, the matrix optimizers with mesh=) on 8 H100s and a v5e 2x2 and their
+# collectives into results/accelerators_sharded_*.json (benchmarks/accel_sharded.py; TPU
+# soap and kron take minutes to compile and are left to a manual run). Two venvs of the
 # same JAX (about 1.3 GB each). The short form (CI, about 5 minutes); ACCEL_ARGS=--full for
 # every registry optimizer.
 
@@ -114,6 +117,8 @@ $(TPU_VENV)/.installed: pyproject.toml
 
 accel: $(STAMP) $(ACCEL_STAMPS)
 	$(PY) benchmarks/accelerators.py $(ACCEL_ARGS)
+	$(CUDA_VENV)/bin/python benchmarks/accel_sharded.py h100
+	$(TPU_VENV)/bin/python benchmarks/accel_sharded.py tpu_v5e muon shampoo
 
 # The package as a user gets it: a wheel and an sdist (python -m build), the wheel installed
 # (not editable) into a new venv with its declared dependencies, then the README's quickstart

@@ -160,3 +160,44 @@ def test_gathers_are_counted(small_tree):
     assert out["gathers"] > 0  # CPU looks the codes up
     assert accel_compile.measure("cpu", small_tree, lambda m: m.adamw(1e-3),
                                  functrain)["gathers"] == 0
+
+
+def test_collectives_are_counted_with_their_output_bytes_and_place():
+    import accel_sharded
+    text = """HloModule m
+
+%body (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}, to_apply=%add
+}
+
+ENTRY %main (a: f32[2,4], b: f32[8]) -> (f32[8,4], f32[8]) {
+  %a = f32[2,4]{1,0} parameter(0)
+  %b = f32[8]{0} parameter(1)
+  %ags = (f32[2,4]{1,0}, f32[8,4]{1,0}) all-gather-start(%a), dimensions={0}
+  %agd = f32[8,4]{1,0} all-gather-done(%ags)
+  %w = f32[8]{0} while(%b), condition=%cond, body=%body
+  ROOT %t = (f32[8,4]{1,0}, f32[8]{0}) tuple(%agd, %w)
+}
+"""
+    assert accel_sharded.collectives(text) == {
+        "top level": {"all-gather": {"count": 1, "bytes": 8 * 4 * 4}},
+        "in a loop or branch": {"all-reduce": {"count": 1, "bytes": 8 * 4}}}
+
+
+@pytest.mark.long
+def test_zero1_adamw_on_eight_h100s_gathers_the_params_once():
+    # the least a ZeRO-1 step communicates: each device receives the new params (its own
+    # slice included in the gathered output), nothing else, and nothing inside a loop
+    python = os.path.join(accelerators.VENVS["h100"], "bin", "python")
+    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import accel_sharded as a; "
+            "shapes = {'k': (1024, 4096), 'b': (4096,)}; "
+            "c = a.compile_zero1_adamw(a.topology_devices('h100'), shapes); "
+            "print(json.dumps(a.collectives(c.as_text())))")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(found) == {"top level"}, found
+    assert set(found["top level"]) == {"all-gather"}, found
+    assert found["top level"]["all-gather"]["bytes"] == 4 * (1024 * 4096 + 4096), found
