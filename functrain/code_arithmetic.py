@@ -33,6 +33,7 @@ midpoint, a sweep of all float32 bit patterns in ``[-1, 1]``, and the special va
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -144,19 +145,13 @@ def _decade_edges(signed: bool, bits: int) -> tuple:
             np.asarray(count))
 
 
-@functools.lru_cache(maxsize=None)
-def code_values(signed: bool, bits: int) -> np.ndarray:
-    """Every value of the code, by :func:`decode`, as a float32 numpy array (constants)."""
-    with jax.ensure_compile_time_eval():
-        return np.asarray(decode(jnp.arange(2 ** bits), signed, bits), np.float32)
-
-
 def _midpoint(k: Array, signed: bool, bits: int) -> Array:
     """The float32 midpoint between code values ``k`` and ``k + 1``, as the table's."""
     return (decode(k, signed, bits) + decode(k + 1, signed, bits)) * np.float32(0.5)
 
 
-def nearest(scaled: Array, signed: bool, bits: int) -> Array:
+def nearest(scaled: Array, signed: bool, bits: int,
+            values: Optional[np.ndarray] = None) -> Array:
     """The index of the nearest dynamic-code value to each of ``scaled``: the number of the
     code's float32 midpoints below it (a tie goes to the lower value), as
     ``quantization.nearest_code_index``'s table lookup gives it, NaN by its sign.
@@ -165,6 +160,8 @@ def nearest(scaled: Array, signed: bool, bits: int) -> Array:
       scaled: float32 values (in ``[-1, 1]``; beyond, the nearest end).
       signed: the signed code (else the unsigned one).
       bits: 8 or 4.
+      values: for ``bits=4``, the code's sorted float32 values (its table): the 15
+        midpoints are formed from them as the table's are.
 
     Returns:
       uint8 indices shaped like ``scaled``.
@@ -176,7 +173,10 @@ def nearest(scaled: Array, signed: bool, bits: int) -> Array:
     x = scaled.astype(jnp.float32)
     top = 2 ** bits - 1
     if bits == 4:        # 15 midpoints: count those below x
-        values = code_values(signed, bits)
+        if values is None or len(values) != 16:
+            raise ValueError("code_arithmetic.nearest: a 4-bit code needs its 16 sorted "
+                             "values (values=).")
+        values = np.asarray(values, np.float32)
         index = sum((x > m).astype(jnp.int32) for m in (values[1:] + values[:-1]) / 2)
     else:
         zero = layout(signed, bits)[0]

@@ -281,7 +281,7 @@ def nearest_code_index(scaled: Array, code: str) -> Array:
     c = CODES[code]
     return _by_platform(
         [scaled], functools.partial(_index_by_table, code),
-        lambda x: code_arithmetic.nearest(x, bool(c.values[0] < 0), c.bits))
+        lambda x: code_arithmetic.nearest(x, bool(c.values[0] < 0), c.bits, c.values))
 
 
 def _index_by_table(code: str, scaled: Array) -> Array:

@@ -187,7 +187,8 @@ def test_accelerators_code_by_arithmetic_and_cpu_by_table(name):
     cpu = jax.jit(lambda v: dequantize_blockwise(quantize_blockwise(v, name, 256))).lower(
         x).compile().as_text()
     assert "gather" in cpu
-    other = jax.jit(lambda v: decode(nearest(v, signed, c.bits), signed, c.bits)).lower(x)
+    other = jax.jit(lambda v: decode(nearest(v, signed, c.bits, c.values), signed,
+                                     c.bits)).lower(x)
     assert "gather" not in other.as_text()
 
 
@@ -208,7 +209,7 @@ def test_arithmetic_branch_decodes_as_the_cpu_branch(name, after):
 def _nearest_by_arithmetic(name):
     from functrain.code_arithmetic import nearest
     signed, bits = bool(CODES[name].values[0] < 0), CODES[name].bits
-    return jax.jit(lambda x: nearest(x, signed, bits))
+    return jax.jit(lambda x: nearest(x, signed, bits, CODES[name].values))
 
 
 @pytest.mark.parametrize("name", [n for n, _, _ in DYNAMIC])
