@@ -10,7 +10,7 @@ CUDA_VENV  ?= .venv-accel-cuda
 TPU_VENV   ?= .venv-accel-tpu
 ACCEL_STAMPS := $(CUDA_VENV)/.installed $(TPU_VENV)/.installed
 
-.PHONY: test test-long test-plan stress soak conformance test-oldest test-oldest-long accel package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
+.PHONY: test test-long test-plan stress soak conformance clients test-oldest test-oldest-long accel package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,21 @@ stress: $(STAMP)
 # 10,000 steps beside optax, and a run resumed halfway from Orbax in a fresh process (~1 min).
 soak: $(STAMP)
 	$(PY) tests/soak/run_soak.py --out benchmarks/results
+
+# Other projects' optax-using tests, with optax and with functrain as `import optax`, compared
+# test by test (tests/clients/run_clients.py): flax's NNX optimizer tests and linen_test.py
+# from its released sources (fetched into .clients/), and optimistix's OptaxMinimiser
+# (OPTIMISTIX_SRC=<checkout> adds its own test_minimise.py). About 8 minutes; CI runs
+# CLIENTS_ARGS=--reduced (flax's tests that mention optax).
+CLIENTS_STAMP := $(VENV)/.clients-installed
+CLIENTS_ARGS ?=
+
+$(CLIENTS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[clients]"
+	touch $(CLIENTS_STAMP)
+
+clients: $(CLIENTS_STAMP)
+	$(PY) tests/clients/run_clients.py -n $(TEST_WORKERS) --out benchmarks/results $(CLIENTS_ARGS)
 
 # optax 0.2.8's own test files, run from the installed wheel with functrain's functions
 # swapped in; every failure must be on tests/conformance's list of deliberate differences

@@ -21,7 +21,6 @@ any other.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -305,7 +304,7 @@ def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
         init_leaf=lambda p: (ft.zeros_like(p, mu_dtype),
                              jnp.zeros((1,) * np.ndim(p), p.dtype)),
         init_global=zero_count, prepare=corrections(b1, b2),
-        grids=functools.partial(_grids, blocks, n_heads=n_heads, owner=owner)))
+        grids=jax.tree_util.Partial(_grids, blocks, n_heads=n_heads, owner=owner)))
 
 
 @declare_optimizer("beyond optax", "Zhang et al., 2024", optax=None, stressed=True, summary=(

@@ -283,7 +283,7 @@ def scale_by_splus(b1: float = 0.9, b2: float = 0.999, ema_rate: float = 0.999,
         return treedef.unflatten(out), SplusState(
             step, weight, *(treedef.unflatten(v) for v in new))
 
-    return GradientTransformation(checks.init_state, update_fn)
+    return GradientTransformation(checks.init_function(), update_fn)
 
 
 scale_by_splus.static_hyperparams = (  # type: ignore[attr-defined]  # shapes and branches

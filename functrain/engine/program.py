@@ -75,6 +75,20 @@ class Program:
         return f"Program({len(self.steps)} steps)"
 
 
+def _flatten_program(program: Program) -> tuple[tuple, tuple]:
+    paths = tuple(path for path, _ in program.steps)
+    return (tuple(item for _, item in program.steps), program.guards), (paths, program.io)
+
+
+def _unflatten_program(static: tuple, children: tuple) -> Program:
+    (paths, io), (items, guards) = static, children
+    return Program(tuple(zip(paths, items)), io, guards)
+
+
+# A program is a pytree of its steps and guards (see protocol's stages).
+jax.tree_util.register_pytree_node(Program, _flatten_program, _unflatten_program)
+
+
 def with_guard(program: Program, guard: Any) -> Program:
     """``program`` with one more guard around its run (its steps unchanged, still fusible).
 
@@ -343,7 +357,7 @@ def stage_transform(stage: LeafStage) -> GradientTransformation:
     >>> neg.update([jnp.ones(2)], neg.init([jnp.ones(2)]))[0]
     [Array([-1., -1.], dtype=float32)]
     """
-    return GradientTransformation(stage.init_state, Program((((), stage),)))
+    return GradientTransformation(stage.init_function(), Program((((), stage),)))
 
 
 def in_masked_state(tx: Any, owner: str = "masked",

@@ -20,6 +20,7 @@ import inspect
 import os
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
@@ -223,6 +224,19 @@ class LeafStage:
     real_only: bool = False
     any_dtype: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_stage_pytree(cls)
+
+    def init_function(self) -> Callable[[Params], OptState]:
+        """:meth:`init_state` as a transformation's ``init``: a pytree of this stage (a
+        ``jax.tree_util.Partial``), so that its hyperparameters are seen as the stage's.
+
+        Returns:
+          ``init(params) -> state``.
+        """
+        return jax.tree_util.Partial(type(self).init_state, self)
+
     @property
     def global_fields(self) -> list[str]:
         """The scalar (not per-leaf) fields of ``state_cls``, e.g. ``['count']``."""
@@ -266,6 +280,35 @@ class LeafStage:
         for name, lst in zip(self.leaf_fields, per_field):
             fields[name] = treedef.unflatten(lst)
         return ft.distinct_buffers(self.state_cls(**fields))  # so that it can be donated
+
+
+# A stage is a pytree whose children are its functions (and its mask), the rest static, as
+# optax's closures are under Equinox's ``closure_to_pytree``: that turns each function's
+# closed-over hyperparameters into leaves, so that equal optimizers compare equal under
+# ``eqx.filter_jit`` and array hyperparameters are traced instead of retraced. Subclasses
+# are registered as they are defined.
+def _is_stage_child(name: str, value: Any) -> bool:
+    return name == "mask" or (callable(value) and not isinstance(value, type))
+
+
+def _register_stage_pytree(cls: type) -> None:
+    def flatten(stage: LeafStage) -> tuple[tuple, tuple]:
+        items = [(f.name, getattr(stage, f.name)) for f in dataclasses.fields(stage)]
+        children = [(n, v) for n, v in items if _is_stage_child(n, v)]
+        static = tuple((n, v) for n, v in items if not _is_stage_child(n, v))
+        return tuple(v for _, v in children), (tuple(n for n, _ in children), static)
+
+    def unflatten(aux: tuple, children: tuple) -> LeafStage:
+        names, static = aux
+        stage = object.__new__(cls)  # no checks: children may be any placeholders
+        for name, value in (*static, *zip(names, children)):
+            object.__setattr__(stage, name, value)
+        return stage
+
+    jax.tree_util.register_pytree_node(cls, flatten, unflatten)
+
+
+_register_stage_pytree(LeafStage)
 
 
 def as_array(x: Any) -> Any:
@@ -391,6 +434,14 @@ class StateIO:
     >>> io.read(jnp.ones(1)), io.write(jnp.zeros(1), jnp.ones(1))
     (Array([1.], dtype=float32), Array([0.], dtype=float32))
     """
+
+    def __eq__(self, other: Any) -> bool:
+        # An I/O carries no configuration: two of one class are interchangeable (so that
+        # equal programs compare equal, under Equinox's filter_jit say).
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
 
     def begin(self) -> "StateIO":
         """The reader/writer for one pass over the leaves (one with its own memory, if any).

@@ -113,6 +113,11 @@ class ScaledByNormOfInput:
         return g * self.factor(p, y), ()
 
 
+# A pytree of its factor, as stages are (engine.protocol): its hyperparameters are leaves.
+jax.tree_util.register_pytree_node(ScaledByNormOfInput, lambda leaf: ((leaf.factor,), None),
+                                   lambda _, children: ScaledByNormOfInput(*children))
+
+
 def _recomputable(stage: Any) -> bool:
     return isinstance(stage.update_leaf, ScaledByNormOfInput)
 

@@ -251,9 +251,9 @@ def flatten_like(treedef: Any, tree: PyTree, tree_name: str, reference: PyTree,
 def is_mask_function(mask: Any) -> bool:
     """Whether ``mask`` is a function of the params rather than a tree of bools (optax's rule).
 
-    A mask is a function when every leaf of it is callable: a plain function
-    is; a callable pytree whose leaves are bools (an Equinox module, say) is a
-    tree.
+    A mask is a function when it is callable and is not a tree of bools: a plain function
+    is, and so is a closure that Equinox's ``closure_to_pytree`` turned into a pytree; a
+    callable pytree whose leaves are bools (an Equinox module, say) is a tree.
 
     Args:
       mask: a mask as given to ``masked``, ``add_decayed_weights``, ...
@@ -264,8 +264,10 @@ def is_mask_function(mask: Any) -> bool:
     >>> is_mask_function(lambda p: p), is_mask_function({'w': True})
     (True, False)
     """
-    flags = jax.tree_util.tree_leaves(jax.tree_util.tree_map(callable, mask))
-    return len(flags) > 0 and all(flags)
+    if not callable(mask):
+        return False
+    leaves = jax.tree_util.tree_leaves(mask)
+    return not (leaves and all(isinstance(x, (bool, np.bool_)) for x in leaves))
 
 
 def is_params_placeholder(tree: Any) -> bool:

@@ -215,7 +215,9 @@ def _masked_part(tx: Any, mask: MaskOrFn, wrapper: str, extra: bool) -> Gradient
         # The nesting of tx's state (every part is replaced below), from params with
         # the masked-out leaves left out, so that tx.init never sees those leaves.
         flags = ft.resolve_leaf_mask(mask, params, wrapper)
-        state = jax.eval_shape(tx.init, _mask_tree(params, flags))
+        # A fresh function: tx.init may be an Equinox closure holding tracers, which jax's
+        # function caches cannot hash.
+        state = jax.eval_shape(lambda p: tx.init(p), _mask_tree(params, flags))
         for path, item in steps:
             part = item.init_state(params) if isinstance(item, LeafStage) else item.init(params)
             state = ft.set_path(state, path, part)
