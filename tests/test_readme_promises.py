@@ -193,6 +193,32 @@ def top_level_functions(path: Path) -> set[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
+def named_test_problems(mapping: dict[str, tuple[str, ...]]) -> list[str]:
+    """What is wrong with the node ids of ``mapping`` (claim -> the tests that check it):
+    an entry that names no test, a node id that is not ``tests/<file>.py::<test function>``
+    (no parametrization brackets), a file that does not exist, or a function that is not a
+    top-level function of its file (read with ``ast``, nothing imported). Empty: all good."""
+    functions: dict[str, set[str]] = {}
+    problems = []
+    for key, node_ids in mapping.items():
+        if not node_ids:
+            problems.append(f"{key!r}: no test named")
+        for node_id in node_ids:
+            path, sep, name = node_id.partition("::")
+            if not sep or "[" in name or "::" in name or not name.startswith("test"):
+                problems.append(f"{key!r}: {node_id!r} is not tests/<file>.py::<test function>")
+                continue
+            if not (path.startswith("tests/") and path.endswith(".py")
+                    and (ROOT / path).is_file()):
+                problems.append(f"{key!r}: {node_id!r}: no file {path}")
+                continue
+            if path not in functions:
+                functions[path] = top_level_functions(ROOT / path)
+            if name not in functions[path]:
+                problems.append(f"{key!r}: {node_id!r}: {path} has no top-level {name}")
+    return problems
+
+
 def test_every_row_of_the_beyond_optax_table_names_its_tests():
     rows = table_rows(README.read_text())
     assert len(rows) == len(set(rows)), f"two rows share a first cell: {rows}"
@@ -200,24 +226,7 @@ def test_every_row_of_the_beyond_optax_table_names_its_tests():
     assert not missing, f"README rows with no entry in ROW_TESTS: {missing}"
     stale = [key for key in ROW_TESTS if key not in rows]
     assert not stale, f"ROW_TESTS entries that are no README row: {stale}"
-    functions: dict[str, set[str]] = {}
-    problems = []
-    for row, node_ids in ROW_TESTS.items():
-        if not node_ids:
-            problems.append(f"{row!r}: no test named")
-        for node_id in node_ids:
-            path, sep, name = node_id.partition("::")
-            if not sep or "[" in name or "::" in name or not name.startswith("test"):
-                problems.append(f"{row!r}: {node_id!r} is not tests/<file>.py::<test function>")
-                continue
-            if not (path.startswith("tests/") and path.endswith(".py")
-                    and (ROOT / path).is_file()):
-                problems.append(f"{row!r}: {node_id!r}: no file {path}")
-                continue
-            if path not in functions:
-                functions[path] = top_level_functions(ROOT / path)
-            if name not in functions[path]:
-                problems.append(f"{row!r}: {node_id!r}: {path} has no top-level {name}")
+    problems = named_test_problems(ROW_TESTS)
     assert not problems, "\n".join(problems)
 
 

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                    select))
     suites.append((f"optimistix {importlib.metadata.version('optimistix')} (our checks)", HERE,
                    ["optimistix_check.py"], []))
-    if os.environ.get("OPTIMISTIX_SRC"):
+    if os.environ.get("OPTIMISTIX_SRC"):  # its tests also need diffrax (pip install diffrax)
         suites.append(("optimistix (its own tests)", pathlib.Path(os.environ["OPTIMISTIX_SRC"]),
                        ["tests/test_minimise.py"], []))
 
@@ -171,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                           for o in ("passed", "failed", "skipped")}
                 print(f"{name}, with {side}: {counts} in {runs[side]['seconds']:.0f} s",
                       flush=True)
-                if not runs[side]["outcomes"]:
+                if not counts["passed"]:
                     print(open(runs[side]["log"]).read()[-3000:])
+                    print(f"{name}, with {side}: nothing passed; the suite did not run")
+                    return 1
                 summary.append({"suite": name, "side": side, **counts,
                                 "seconds": round(runs[side]["seconds"], 1),
                                 "values_compared": len(runs[side]["values"])})
