@@ -310,7 +310,8 @@ def _gram_pair(x: Array, rows: Array) -> Array:
 
 def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
                   preconditioning: str = "frobenius", eps: Any = 1e-8, *,
-                  method: str = "standard", safety_factor: Optional[float] = None) -> Array:
+                  method: str = "standard", safety_factor: Optional[float] = None,
+                  dtype: Optional[Any] = None) -> Array:
     """Muon's orthogonalization of each matrix of a ``(..., m, n)`` stack (fastest with ``m <= n``).
 
     After a normalization (``preconditioning``), each step maps ``X`` to
@@ -343,6 +344,13 @@ def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
       method: ``'standard'`` or ``'gram'`` (above).
       safety_factor: the norm is multiplied by this (``> 0``) before the division;
         ``None``: the preset's (``1.02`` for ``'polar_express'``), else ``1``.
+      dtype: the floating dtype the steps run in, after the normalization in ``x``'s
+        (``jnp.bfloat16``: the accelerators' fast matmuls, as modded-nanogpt runs Muon);
+        ``None``: ``x``'s. Measured on Gaussian matrices from 64 x 256 to 1024 x 4096, five
+        steps: in bfloat16 the singular values land in float32's band ([0.66, 1.16] against
+        [0.68, 1.14] with the standard coefficients, [0.80, 1.14] against [0.86, 1.14] with
+        Polar Express) and the result differs from float32's by 3-9% (relative Frobenius
+        norm). Only with ``method='standard'``.
 
     Returns:
       The stack after the steps, in ``x``'s dtype.
@@ -379,8 +387,26 @@ def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
             isinstance(ns_steps, jax.core.Tracer) or int(ns_steps) != ns_steps):
         raise ValueError(f"newton_schulz: method='gram' with a coefficient triple needs "
                          f"ns_steps as a Python int, got {ns_steps!r}.")
+    if dtype is not None and not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"newton_schulz: dtype must be a floating dtype or None, got "
+                         f"{dtype!r}.")
+    if dtype is not None and method == "gram":
+        raise ValueError("newton_schulz: method='gram' runs in x's dtype only (dtype=None): "
+                         "in bfloat16 its R = X X^H products lost the iteration (singular "
+                         "values up to 2.5 on a 512 x 512 Gaussian matrix).")
+    out_dtype = x.dtype
     x, a0 = _normalize(x, preconditioning, eps, float(safety))
-    coeffs = jnp.asarray(coeffs).astype(x.dtype)
+    if dtype is not None:
+        x = x.astype(dtype)
+        a0 = None if a0 is None else a0.astype(dtype)
+    x = _iterate(x, a0, jnp.asarray(coeffs).astype(x.dtype), ns_steps, method)
+    return x.astype(out_dtype)
+
+
+def _iterate(x: Array, a0: Optional[Array], coeffs: Array, ns_steps: Any, method: str
+             ) -> Array:
+    """:func:`newton_schulz`'s steps on the normalized ``x`` (``a0``: the first step's ``X X^H``
+    if the normalization computed it)."""
     if method == "gram":
         rows = coeffs if coeffs.ndim == 2 else jnp.broadcast_to(coeffs, (int(ns_steps), 3))
         pairs = rows.shape[0] // 2  # a scan over pairs of steps; an odd last step as usual

@@ -103,7 +103,7 @@ _DEFAULT_DIMS = MuonDimensionNumbers(-2, -1)  # scale_by_muon's default: the las
 def orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
                         preconditioning: str, eps: Any, adaptive: bool, owner: str,
                         mesh: Optional[jax.sharding.Mesh] = None, method: str = "standard",
-                        safety: float = 1.0) -> Any:
+                        safety: float = 1.0, ns_dtype: Optional[Any] = None) -> Any:
     """Muon's direction for every leaf of ``tree`` (``dims``: each array leaf's numbers).
 
     Every leaf is a stack of ``(rows, cols)`` matrices (transposed so that
@@ -136,7 +136,8 @@ def orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
     for members in groups.values():
         stack = jnp.concatenate([o for _, o in members]) if len(members) > 1 else members[0][1]
         result = map_stacks(lambda s, c, e: newton_schulz(
-            s, c, ns_steps, preconditioning, e, method=method, safety_factor=safety),
+            s, c, ns_steps, preconditioning, e, method=method, safety_factor=safety,
+            dtype=ns_dtype),
             stack, mesh=mesh, shared=(coeffs, eps))
         start = 0
         for i, o in members:
@@ -252,11 +253,11 @@ def resolve_coeffs(ns_coeffs: NsCoeffs, ns_steps: Any, owner: str) -> tuple[Any,
     return ns_coeffs, safety
 
 
-def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: str = "standard"
-                  ) -> None:
-    """Checks ``ns_steps``, ``preconditioning`` and ``ns_method`` for ``owner`` (a builder
-    of the Muon family, whose ``@hyperparameters`` declare ``ns_steps`` an ``"int"``), raising
-    an error that names the argument."""
+def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: str = "standard",
+                  ns_dtype: Optional[Any] = None) -> None:
+    """Checks ``ns_steps``, ``preconditioning``, ``ns_method`` and ``ns_dtype`` for ``owner`` (a
+    builder of the Muon family, whose ``@hyperparameters`` declare ``ns_steps`` an ``"int"``),
+    raising an error that names the argument."""
     check_range("ns_steps", ns_steps, 0.0, owner=owner)
     if preconditioning not in PRECONDITIONINGS:
         raise ValueError(f"{owner}: preconditioning must be one of {list(PRECONDITIONINGS)}, "
@@ -264,6 +265,20 @@ def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: st
     if ns_method not in NS_METHODS:
         raise ValueError(f"{owner}: ns_method must be one of {list(NS_METHODS)}, got "
                          f"{ns_method!r}.")
+    if ns_dtype is not None:
+        try:
+            floating = jnp.issubdtype(ns_dtype, jnp.floating)
+        except TypeError:
+            floating = False
+        if not floating:
+            raise ValueError(f"{owner}: ns_dtype must be a floating dtype (jnp.bfloat16, "
+                             f"say) or None, got {ns_dtype!r}.")
+        if ns_method == "gram":
+            # Measured: Gram Newton-Schulz in bfloat16 pushed singular values to 2.5 on a
+            # 512 x 512 Gaussian matrix (Polar Express), where float32 gives at most 1.14.
+            raise ValueError(f"{owner}: ns_method='gram' runs in the updates' dtype only: its "
+                             f"R = X X^H products lose the iteration in low precision; use "
+                             f"ns_method='standard' with ns_dtype.")
     if ns_method == "gram" and isinstance(ns_steps, jax.core.Tracer):
         raise ValueError(f"{owner}: ns_method='gram' needs a static ns_steps (inject_hyperparams"
                          f": static_args=('ns_steps',)).")
@@ -274,8 +289,8 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                   beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = True, adaptive: bool = False,
                   preconditioning: str = "frobenius", weight_dimension_numbers: Any = None,
-                  mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
-                  ) -> GradientTransformation:
+                  mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard",
+                  ns_dtype: Optional[Any] = None) -> GradientTransformation:
     """Rescale updates by Muon: orthogonalized momentum (Jordan, 2024).
 
     Update rule, per leaf: ``mu = beta mu + (1 - beta) g``; ``m = beta mu /
@@ -328,6 +343,11 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
       ns_method: ``'standard'`` or ``'gram'``: the same steps through ``M M^H``, fewer
         flops for matrices more than 1.5 times wider than tall
         (:func:`functrain.linalg.newton_schulz`); needs a static ``ns_steps``.
+      ns_dtype: the dtype the Newton-Schulz steps run in (beyond optax): ``jnp.bfloat16``
+        for the accelerators' fast matmuls, as modded-nanogpt runs them (the normalization
+        stays in the updates' dtype; the singular values land in float32's band, the
+        direction differs from float32's by 3-9%, :func:`functrain.linalg.newton_schulz`);
+        ``None``: the updates' compute dtype. Not with ``ns_method='gram'``.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`MuonState`.
@@ -342,7 +362,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
     owner = "scale_by_muon"
     check_betas(owner, beta=beta)
     check_nonnegative(owner, eps=eps)
-    check_options(owner, ns_steps, preconditioning, ns_method)
+    check_options(owner, ns_steps, preconditioning, ns_method, ns_dtype)
     coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
     bias = corrections(beta, nesterov=nesterov)
 
@@ -376,7 +396,7 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                                        **extra_args)
         dims = dims_of_leaves(spec, m, owner, "weight_dimension_numbers")
         o = orthogonalize_tree(m, dims, state.ns_coeffs, ns_steps, preconditioning, eps,
-                                adaptive, owner, mesh, ns_method, safety)
+                                adaptive, owner, mesh, ns_method, safety, ns_dtype)
         return jax.tree.map(lambda o, g: o if ft.is_placeholder(g) else o.astype(g.dtype),
                             o, updates, is_leaf=ft.is_placeholder), new_state
 
@@ -485,7 +505,7 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
          muon_weight_dimension_numbers: Any = None,
          consistent_rms: Optional[float] = None,
          mesh: Optional[jax.sharding.Mesh] = None,
-         ns_method: str = "standard") -> GradientTransformation:
+         ns_method: str = "standard", ns_dtype: Optional[Any] = None) -> GradientTransformation:
     """Muon (Jordan, 2024): orthogonalized momentum for matrices, AdamW for the other leaves.
 
     Update rule for a Muon leaf: ``O`` = :func:`scale_by_muon`'s orthogonalized
@@ -536,6 +556,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
       mesh: divide Newton-Schulz over this mesh's devices (beyond optax; see
         :func:`scale_by_muon`).
       ns_method: ``'standard'`` or ``'gram'`` (see :func:`scale_by_muon`).
+      ns_dtype: the dtype Newton-Schulz runs in, e.g. ``jnp.bfloat16`` (beyond optax; see
+        :func:`scale_by_muon`); ``None``: the updates'.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the
@@ -556,13 +578,14 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
     if consistent_rms is not None:
         check_range("consistent_rms", consistent_rms, 0.0, owner=owner)
-    check_options(owner, ns_steps, preconditioning, ns_method)
+    check_options(owner, ns_steps, preconditioning, ns_method, ns_dtype)
     resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_muon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     direction = [scale_by_muon(ns_coeffs, ns_steps, beta, eps, mu_dtype, nesterov=nesterov,
                                adaptive=adaptive, preconditioning=preconditioning,
-                               weight_dimension_numbers=spec, mesh=mesh, ns_method=ns_method),
+                               weight_dimension_numbers=spec, mesh=mesh, ns_method=ns_method,
+                               ns_dtype=ns_dtype),
                  scale_by_shape(spec, consistent_rms)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root, mu_dtype=mu_dtype,
@@ -573,6 +596,6 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]
 
-# A Mesh is callable: inject_hyperparams must not take it for a schedule.
-scale_by_muon.static_hyperparams = ("mesh",)  # type: ignore[attr-defined]
-muon.static_hyperparams = ("mesh",)  # type: ignore[attr-defined]
+# A Mesh and a dtype class are callable: inject_hyperparams must not take them for schedules.
+scale_by_muon.static_hyperparams = ("mesh", "ns_dtype")  # type: ignore[attr-defined]
+muon.static_hyperparams = ("mesh", "ns_dtype")  # type: ignore[attr-defined]

@@ -69,7 +69,8 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
                      weight_dimension_numbers: Any = None,
-                     mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+                     mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard",
+                     ns_dtype: Optional[Any] = None
                      ) -> GradientTransformation:
     """Rescale updates by NorMuon's rule (Li et al., 2025), before its width scaling.
 
@@ -103,6 +104,8 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
       mesh: divide Newton-Schulz over this mesh's devices, as ``scale_by_muon(mesh=)``.
       ns_method: ``'standard'`` or ``'gram'``, as ``scale_by_muon(ns_method=)``: the same
         iteration through ``M M^H`` (fewer flops for wide matrices); needs a static ``ns_steps``.
+      ns_dtype: the dtype Newton-Schulz runs in, e.g. ``jnp.bfloat16`` (beyond optax), as
+        ``scale_by_muon(ns_dtype=)``; ``None``: the updates'.
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`NorMuonState`.
@@ -118,7 +121,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
     name = "weight_dimension_numbers"
     check_betas(owner, beta=beta, beta2=beta2)
     check_nonnegative(owner, eps=eps)
-    check_options(owner, ns_steps, "frobenius", ns_method)
+    check_options(owner, ns_steps, "frobenius", ns_method, ns_dtype)
     coeffs, safety = resolve_coeffs(ns_coeffs, ns_steps, owner)
 
     def stage(dims: MuonDimensionNumbers, leaf: Any) -> LeafStage:
@@ -174,7 +177,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
                                    **extra_args)
         o = orthogonalize_tree(m, dims_of_leaves(spec, m, owner, name),
                                 jnp.asarray(coeffs, float), ns_steps, "frobenius", NS_EPS,
-                                False, owner, mesh, ns_method, safety)
+                                False, owner, mesh, ns_method, safety, ns_dtype)
         u, state = normalize.update(o, state, params, **extra_args)
         return jax.tree.map(lambda u, g: u if ft.is_placeholder(g) else u.astype(g.dtype),
                             u, updates, is_leaf=ft.is_placeholder), state
@@ -198,7 +201,8 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
             adam_weight_decay: ScalarOrSchedule = 0.0,
             adam_learning_rate: Optional[ScalarOrSchedule] = None,
             muon_weight_dimension_numbers: Any = None,
-            mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard"
+            mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard",
+            ns_dtype: Optional[Any] = None
             ) -> GradientTransformation:
     """NorMuon (Li et al., 2025): Muon normalized per neuron, AdamW for the other leaves.
 
@@ -243,6 +247,7 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
         :func:`functrain.contrib.muon` takes them.
       mesh: divide Newton-Schulz over this mesh's devices, as ``muon(mesh=)``.
       ns_method: ``'standard'`` or ``'gram'``, as ``muon(ns_method=)``.
+      ns_dtype: the dtype Newton-Schulz runs in, as ``muon(ns_dtype=)``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the entries
@@ -261,13 +266,13 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     check_betas(owner, beta=beta, beta2=beta2, adam_b1=adam_b1, adam_b2=adam_b2)
     check_nonnegative(owner, eps=eps, adam_eps=adam_eps, adam_eps_root=adam_eps_root)
     check_range("weight_decay", weight_decay, 0.0, owner=owner)
-    check_options(owner, ns_steps, "frobenius", ns_method)
+    check_options(owner, ns_steps, "frobenius", ns_method, ns_dtype)
     resolve_coeffs(ns_coeffs, ns_steps, owner)  # checked here, resolved by scale_by_normuon
     spec = (MuonDimensionNumbers() if muon_weight_dimension_numbers is None
             else muon_weight_dimension_numbers)
     direction = [scale_by_normuon(beta, beta2, eps, ns_coeffs, ns_steps, mu_dtype,
                                   nesterov=nesterov, weight_dimension_numbers=spec, mesh=mesh,
-                                  ns_method=ns_method),
+                                  ns_method=ns_method, ns_dtype=ns_dtype),
                  scale_by_shape(spec, None)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,
@@ -276,6 +281,6 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
                        muon_weight_dimension_numbers)
 
 
-# A Mesh is callable: inject_hyperparams must not take it for a schedule.
-scale_by_normuon.static_hyperparams = ("mesh",)  # type: ignore[attr-defined]
-normuon.static_hyperparams = ("mesh",)  # type: ignore[attr-defined]
+# A Mesh and a dtype class are callable: inject_hyperparams must not take them for schedules.
+scale_by_normuon.static_hyperparams = ("mesh", "ns_dtype")  # type: ignore[attr-defined]
+normuon.static_hyperparams = ("mesh", "ns_dtype")  # type: ignore[attr-defined]
