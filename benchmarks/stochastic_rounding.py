@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""bfloat16 parameters: round-to-nearest against stochastic rounding.
+"""bfloat16 parameters: round-to-nearest against stochastic rounding and compensated updates.
 
 A linear regression ``y = X w*`` (512 examples, 64 features, ``w* ~ N(0, 1)``, the start
 ``w0 = w* + N(0, 0.5^2)``) trained by full-batch SGD and Adam with small learning rates, in
@@ -8,7 +8,9 @@ three ways on the same data:
 * ``float32``: float32 parameters (the reference);
 * ``bf16 nearest``: bfloat16 parameters, ``functrain.apply_updates`` (round to nearest);
 * ``bf16 stochastic``: bfloat16 parameters, ``functrain.apply_updates_stochastic`` with a
-  fresh key each step.
+  fresh key each step;
+* ``bf16 compensated``: bfloat16 parameters, the optimizer wrapped in
+  ``functrain.compensated_params`` (a bfloat16 compensation per weight), ``apply_updates``.
 
 The gradient is computed from the parameters' own values (bfloat16 for the bf16 runs);
 the optimizer runs as usual. Near ``|w| ~ 1`` a bfloat16 weight moves in steps of
@@ -37,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import functrain  # noqa: E402
 
-MODES = ("float32", "bf16 nearest", "bf16 stochastic")
+MODES = ("float32", "bf16 nearest", "bf16 stochastic", "bf16 compensated")
 
 
 def problem(seed: int = 0, n: int = 512, d: int = 64) -> tuple:
@@ -57,6 +59,8 @@ def train(opt: Any, mode: str, steps: int, record: tuple, seed: int = 0) -> tupl
     """(the loss after each of ``record`` steps, how many weights differ from the start)."""
     x, y, w0, _ = problem(seed)
     w = w0 if mode == "float32" else w0.astype(jnp.bfloat16)
+    if mode == "bf16 compensated":
+        opt = functrain.compensated_params(opt)
     state = opt.init(w)
 
     def step(carry: tuple, key: jax.Array) -> tuple:
