@@ -91,7 +91,8 @@ from functrain.wrappers.hyperparams import (HyperparamsDict, InjectHyperparamsSt
                                             WrappedSchedule, WrappedScheduleState,
                                             inject_hyperparams, inject_stateful_hyperparams)
 from functrain.hyperparams_reader import current_hyperparams
-from functrain.wrappers.compensated import CompensatedParamsState, compensated_params
+from functrain.wrappers.compensated import (CompensatedParamsState, compensated_master,
+                                            compensated_params)
 from functrain.wrappers.lookahead import LookaheadParams, LookaheadState, lookahead
 from functrain.wrappers.masking import (MaskedState, MultiTransformState, PartitionState,
                                         freeze, masked, multi_transform, partition,

@@ -31,7 +31,8 @@ class CompensatedParamsState(NamedTuple):
     Attributes:
       inner_state: the wrapped optimizer's state, made from the float32 master values.
       compensation: a tree like the params: for each bfloat16 or float16 leaf, what its
-        master value exceeds the stored weight by (in ``compensation_dtype``); a
+        master value exceeds the stored weight by (in ``compensation_dtype``; for ``int8``
+        in 127ths of half the weight's spacing); a
         ``MaskedNode`` for every other leaf.
 
     >>> import jax.numpy as jnp, functrain
@@ -49,6 +50,53 @@ def _is_compensated(p: Any) -> bool:
                                                            COMPENSATED_DTYPES]
 
 
+def _half_spacing(w: jax.Array) -> jax.Array:
+    """Half the spacing of ``w``'s dtype just above ``|w|``: ``2**(E - p - 1)`` for ``|w|`` in
+    ``[2**(E-1), 2**E)`` and ``p`` significant bits, a bound on ``|t - w|`` when ``w`` is ``t``
+    rounded to nearest (below a power of two the spacing halves, so the bound still holds)."""
+    bits = jnp.finfo(w.dtype).nmant + 1
+    _, exponent = jnp.frexp(w.astype(jnp.float32))
+    return jnp.ldexp(jnp.float32(1), exponent - bits - 1)
+
+
+def _encode_int8(error: jax.Array, w: jax.Array) -> jax.Array:
+    """A rounding error ``|error| <= _half_spacing(w)`` in 127ths of that bound, as int8."""
+    k = jnp.round(error / _half_spacing(w) * 127)
+    return jnp.where(jnp.isfinite(k), jnp.clip(k, -127, 127), 0).astype(jnp.int8)
+
+
+def _decode(c: jax.Array, w: jax.Array) -> jax.Array:
+    if c.dtype == jnp.int8:
+        return c.astype(jnp.float32) * (_half_spacing(w) / 127)
+    return c.astype(jnp.float32)
+
+
+def compensated_master(params: Params, state: "CompensatedParamsState") -> Params:
+    """The master values :func:`compensated_params` steps: each 16-bit weight plus its
+    compensation, in float32 (other leaves as they are). Evaluate or export with these when
+    the 16-bit weights are not enough.
+
+    Args:
+      params: the parameters.
+      state: their :class:`CompensatedParamsState`.
+
+    Returns:
+      A tree like ``params``: float32 for the compensated leaves.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.compensated_params(functrain.sgd(1e-3), jnp.int8)
+    >>> params = {'w': jnp.ones(2, jnp.bfloat16)}
+    >>> updates, state = opt.update({'w': jnp.ones(2)}, opt.init(params), params)
+    >>> functrain.compensated_master(functrain.apply_updates(params, updates), state)['w']
+    Array([0.998985, 0.998985], dtype=float32)
+
+    (0.999, the weight 1.0 and its error -0.001 in 127ths of ``2**-8``: -33.)
+    """
+    return jax.tree.map(lambda p, c: p if ft.is_placeholder(c) else
+                        p.astype(jnp.float32) + _decode(c, p),
+                        params, state.compensation, is_leaf=ft.is_placeholder)
+
+
 def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
                        ) -> GradientTransformationExtraArgs:
     """Train 16-bit parameters as float32 master weights, at 2 bytes more per parameter.
@@ -61,14 +109,16 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
     ``apply_updates`` too) turns into exactly that weight; the new compensation is ``t`` less
     that weight, rounded to ``compensation_dtype``. So ``p + c`` follows float32 master
     weights within the compensation's rounding (``|c| 2**-9`` for bfloat16: ``m`` keeps about
-    16 significant bits where the weight alone keeps 8). Leaves of any other dtype are
+    16 significant bits where the weight alone keeps 8; ``int8`` keeps the error in 127ths of
+    its bound, half the weight's spacing, about 15 bits in all). Leaves of any other dtype are
     stepped by ``inner`` as they are. Kahan, 1965, "Further remarks on reducing truncation
     errors"; the same compensation as FlashOptim (arXiv 2602.23349) and HeavyBall keep for
     bfloat16 weights.
 
     Memory per parameter: the 16-bit weight and its 16-bit compensation (4 bytes, where
-    float32 master weights beside 16-bit ones take 6), plus ``inner``'s state; with
-    ``quantized_state(adamw(...), bits=8)`` as ``inner``, 6 bytes in all.
+    float32 master weights beside 16-bit ones take 6; 3 with an ``int8`` compensation), plus
+    ``inner``'s state; with ``quantized_state(adamw(...), bits=8)`` as ``inner`` and an
+    ``int8`` compensation, 5 bytes in all.
 
     Use it as the outermost transformation (the updates it returns are float32, sized for
     the weights it keeps), and pass the params to ``update``. Any optimizer works as
@@ -78,8 +128,10 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
     Args:
       inner: the optimizer (any ``GradientTransformation``, optax's too).
       compensation_dtype: the dtype of the compensation: ``jnp.bfloat16`` (default: its
-        exponent range covers every bfloat16 or float16 weight's rounding error) or
-        ``jnp.float16`` or ``jnp.float32``.
+        exponent range covers every bfloat16 or float16 weight's rounding error),
+        ``jnp.float16``, ``jnp.float32`` (the float32 master weights exactly) or ``jnp.int8``
+        (1 byte: the error in 127ths of half the weight's spacing, as HeavyBall's and
+        FlashOptim's 8-bit error terms).
 
     Returns:
       A transformation whose state is :class:`CompensatedParamsState`.
@@ -99,14 +151,14 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
         c_dtype = jnp.dtype(compensation_dtype)
     except TypeError:
         c_dtype = None
-    if c_dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32)):
+    if c_dtype not in [jnp.dtype(d) for d in (jnp.bfloat16, jnp.float16, jnp.float32, jnp.int8)]:
         raise ValueError(f"compensated_params: compensation_dtype must be jnp.bfloat16, "
-                         f"jnp.float16 or jnp.float32, got {compensation_dtype!r}.")
+                         f"jnp.float16, jnp.float32 or jnp.int8, got {compensation_dtype!r}.")
+    encode = (_encode_int8 if c_dtype == jnp.dtype(jnp.int8) else
+              lambda e, w: e.astype(c_dtype))
 
     def master(params: Params, compensation: Any) -> Params:
-        return jax.tree.map(lambda p, c: p if ft.is_placeholder(c) else
-                            p.astype(jnp.float32) + c.astype(jnp.float32),
-                            params, compensation, is_leaf=ft.is_placeholder)
+        return compensated_master(params, CompensatedParamsState(None, compensation))
 
     def init_fn(params: Params) -> CompensatedParamsState:
         compensation = jax.tree.map(
@@ -138,11 +190,12 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
             update = target.astype(p.dtype).astype(jnp.float32) - p.astype(jnp.float32)
             applied = (p + update).astype(p.dtype)  # what apply_updates makes of it
             outs.append(update)
-            comps.append((target - applied.astype(jnp.float32)).astype(c_dtype))
+            comps.append(encode(target - applied.astype(jnp.float32), applied))
         return (treedef.unflatten(outs),
                 CompensatedParamsState(inner_state, treedef.unflatten(comps)))
 
     return GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-__all__ = ["COMPENSATED_DTYPES", "CompensatedParamsState", "compensated_params"]
+__all__ = ["COMPENSATED_DTYPES", "CompensatedParamsState", "compensated_master",
+           "compensated_params"]
