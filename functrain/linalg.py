@@ -528,7 +528,8 @@ def map_stacks(fn: Callable[..., Any], *stacks: Array,
     out = jax_compat.shard_map(fn, mesh=mesh,
                                in_specs=(split,) * len(stacks) + (whole,) * len(shared),
                                out_specs=split)(
-        *(place(x, split) for x in stacks), *(place(jnp.asarray(x), whole) for x in shared))
+        *(place(place(x, whole), split) for x in stacks),
+        *(place(jnp.asarray(x), whole) for x in shared))
     return jax.tree.map(lambda y: place(y, PartitionSpec())[:k], out)
 
 

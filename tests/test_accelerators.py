@@ -201,3 +201,19 @@ def test_zero1_adamw_on_eight_h100s_gathers_the_params_once():
     assert set(found) == {"top level"}, found
     assert set(found["top level"]) == {"all-gather"}, found
     assert found["top level"]["all-gather"]["bytes"] == 4 * (1024 * 4096 + 4096), found
+
+
+@pytest.mark.long
+def test_muon_with_mesh_on_eight_h100s_gathers_the_update_once():
+    # replicated params and state in and out, Newton-Schulz split over the devices: the least
+    # it communicates is the orthogonalized update (each device receives the stacks it did
+    # not compute); the momentum is computed where it is kept, not split and gathered back
+    python = os.path.join(accelerators.VENVS["h100"], "bin", "python")
+    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import accel_sharded as a; "
+            "c = a.compile_matrix_with_mesh('muon', a.topology_devices('h100'), 8, 256); "
+            "print(json.dumps(a.collectives(c.as_text())))")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"top level": {"all-gather": {"count": 1, "bytes": 4 * 8 * 256 * 256}}}, found
