@@ -10,7 +10,7 @@ CUDA_VENV  ?= .venv-accel-cuda
 TPU_VENV   ?= .venv-accel-tpu
 ACCEL_STAMPS := $(CUDA_VENV)/.installed $(TPU_VENV)/.installed
 
-.PHONY: test test-long test-plan stress soak conformance clients test-oldest test-oldest-long accel package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
+.PHONY: test test-long test-plan check-new stress soak conformance clients test-oldest test-oldest-long accel package demo speedrun bench bench-device lightbench docs docs-tables docs-check venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ test-plan: $(STAMP)
 	  --durations=0 > $(PLAN_LOG) 2>&1
 	tail -n 3 $(PLAN_LOG)
 	$(PY) tests/plan_fast_suite.py $(PLAN_LOG)
+
+# The checks of one optimizer, new or changed (tests/check_new.py): its own test files, the
+# declaration, registry, public-API, optax-coverage and docs-table checks, and its cases of
+# every registry-wide suite. Usage: make check-new NAME=laprop
+check-new: $(STAMP)
+	@test -n "$(NAME)" || { echo "usage: make check-new NAME=<optimizer>"; exit 2; }
+	$(PY) tests/check_new.py $(NAME) -n $(TEST_WORKERS)
 
 # Every optimizer whose step holds a conditional or a decomposition, in fresh processes
 # under a timeout (docs/matrix_optimizers.md): 50+ runs, a hang fails naming the optimizer.

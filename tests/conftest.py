@@ -20,6 +20,11 @@ if TESTS not in sys.path:
 from helpers import make_params  # noqa: E402
 
 
+# make clients' files (tests/clients/) run in their own pytest processes, with optax or with
+# functrain installed as optax; the suite's doctest collection must not import them.
+collect_ignore_glob = ["clients/*"]
+
+
 # The test cases make test leaves to make test-long by measured duration (tests/
 # plan_fast_suite.py writes the list; FUNCTRAIN_LONG_BY_DURATION=off ignores it, to measure).
 LONG_BY_DURATION = os.path.join(TESTS, "long_by_duration.txt")

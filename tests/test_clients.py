@@ -21,7 +21,8 @@ import run_clients  # noqa: E402
 
 ALIASED = """
 import sys
-import functrain_as_optax  # noqa: F401  (installs the alias, as pytest's -p does)
+import functrain_as_optax
+functrain_as_optax.install()  # as its pytest_configure does under pytest's -p
 import optax
 from optax import contrib, losses
 import optax.tree

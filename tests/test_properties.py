@@ -155,6 +155,8 @@ NOT_TRANSFORMATIONS = {
                        "test_stateless.py)",
     "lookahead": "its params and updates are LookaheadParams (fast, slow) pairs, not trees "
                  "like the gradients; against optax in tests/wrappers/test_lookahead.py",
+    "compensated_master": "reads a state's master values, not a transformation (tests/"
+                          "wrappers/test_compensated.py)",
 }
 
 
@@ -307,6 +309,8 @@ WRAPPER_RECIPES = {
     "chain(stateless_with_tree_map, adam)": Recipe(
         "stateless_with_tree_map",
         lambda m: m.chain(m.stateless_with_tree_map(lambda g, p: g - 0.01 * p), m.adam(LR))),
+    "compensated_params(adam)": Recipe(
+        "compensated_params", lambda m: m.compensated_params(m.adam(LR))),
     "inject_stateful_hyperparams(adam)": Recipe(
         "inject_stateful_hyperparams",
         lambda m: m.inject_stateful_hyperparams(m.adam)(

@@ -105,9 +105,10 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
     master value is ``m = float32(p) + float32(c)``; ``inner`` steps ``m`` with the
     gradient in float32 (its state is made from the master values, so it is float32 as a
     float32 model's); ``t = m + u``; the new weight is ``t`` rounded to ``p``'s dtype, and the
-    returned update is the difference that :func:`functrain.apply_updates` (optax's
-    ``apply_updates`` too) turns into exactly that weight; the new compensation is ``t`` less
-    that weight, rounded to ``compensation_dtype``. So ``p + c`` follows float32 master
+    returned update (in ``p``'s dtype, as optax's) is its difference from ``p``, which
+    :func:`functrain.apply_updates` (optax's ``apply_updates`` too) turns into that weight
+    (exactly unless the weight changes by more than a factor 2); the new compensation is
+    ``t`` less the weight ``apply_updates`` makes, rounded to ``compensation_dtype``. So ``p + c`` follows float32 master
     weights within the compensation's rounding (``|c| 2**-9`` for bfloat16: ``m`` keeps about
     16 significant bits where the weight alone keeps 8; ``int8`` keeps the error in 127ths of
     its bound, half the weight's spacing, about 15 bits in all). Leaves of any other dtype are
@@ -120,8 +121,8 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
     ``inner``'s state; with ``quantized_state(adamw(...), bits=8)`` as ``inner`` and an
     ``int8`` compensation, 5 bytes in all.
 
-    Use it as the outermost transformation (the updates it returns are float32, sized for
-    the weights it keeps), and pass the params to ``update``. Any optimizer works as
+    Use it as the outermost transformation (the updates it returns are sized for the
+    weights it keeps), and pass the params to ``update``. Any optimizer works as
     ``inner``: its ``params`` are the master values, so weight decay and trust ratios see
     them.
 
@@ -187,7 +188,11 @@ def compensated_params(inner: Any, compensation_dtype: Any = jnp.bfloat16
                 comps.append(c)
                 continue
             target = m_ + u_.astype(jnp.float32)
-            update = target.astype(p.dtype).astype(jnp.float32) - p.astype(jnp.float32)
+            # In the weight's dtype, as optax's updates are: the difference of the new and
+            # the old weight, exact when they are within a factor 2 (Sterbenz); the
+            # compensation takes what apply_updates makes of it either way.
+            update = (target.astype(p.dtype).astype(jnp.float32)
+                      - p.astype(jnp.float32)).astype(p.dtype)
             applied = (p + update).astype(p.dtype)  # what apply_updates makes of it
             outs.append(update)
             comps.append(encode(target - applied.astype(jnp.float32), applied))

@@ -1,9 +1,10 @@
 """``import optax`` resolves to functrain: a pytest plugin (``-p functrain_as_optax``) for
 ``make clients``, which runs other projects' optax-using tests with functrain in optax's place.
 
-Loaded before any test module is imported, it puts functrain in ``sys.modules`` under the
-name ``optax``, and each of functrain's modules that optax also has under optax's name
-(``optax.contrib``, ``optax.losses``, ``optax.tree``, ...), so that the project's own imports
+Loaded with ``-p``, before any test module is imported (``pytest_configure``), it puts
+functrain in ``sys.modules`` under the name ``optax``, and each of functrain's modules that
+optax also has under optax's name (``optax.contrib``, ``optax.losses``, ``optax.tree``,
+...), so that the project's own imports
 (``import optax``, ``from optax import contrib``, flax's ``import optax`` inside
 ``flax.training``) get functrain. optax's modules that functrain does not mirror
 (``optax.assignment``, ``optax.perturbations``, ...) are left unimportable, as they would be
@@ -35,7 +36,8 @@ def install() -> None:
         sys.modules[f"optax.{name}"] = importlib.import_module(f"functrain.{name}")
 
 
-install()
+def pytest_configure(config):
+    install()  # loaded with -p: before any test module is collected (imported)
 
 
 def pytest_sessionfinish(session, exitstatus):

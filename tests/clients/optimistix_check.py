@@ -25,7 +25,7 @@ import optax  # functrain, when run under tests/clients/functrain_as_optax.py
 import optimistix as optx
 import pytest
 
-jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_enable_x64", True)  # as optimistix's tests run (its own process)
 
 TOL = 1e-8  # the solvers' rtol and atol, as optimistix's tests use
 

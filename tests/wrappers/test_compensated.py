@@ -36,8 +36,8 @@ def numpy_step(p, c, u, p_dtype, c_dtype):
     m = p.astype(np.float32) + numpy_decode(c, p, p_dtype)
     target = m + u.astype(np.float32)
     new_p = target.astype(p_dtype)
-    update = new_p.astype(np.float32) - p.astype(np.float32)
-    applied = (p.astype(np.float32) + update).astype(p_dtype)
+    update = (new_p.astype(np.float32) - p.astype(np.float32)).astype(p_dtype)
+    applied = (p.astype(np.float32) + update.astype(np.float32)).astype(p_dtype)
     error = target - applied.astype(np.float32)
     if c_dtype == np.int8:
         k = np.round(error / half_spacing(applied, p_dtype) * np.float32(127))
@@ -134,7 +134,7 @@ def test_other_leaves_get_the_inner_update_unchanged():
     theirs, _ = inner.update(grads, inner.init(params), params)
     np.testing.assert_array_equal(ours["f32"], theirs["f32"])
     assert isinstance(state.compensation["f32"], functrain.MaskedNode)
-    assert ours["bf16"].dtype == jnp.float32
+    assert ours["bf16"].dtype == jnp.bfloat16
 
 
 def test_composes_with_quantized_state():
