@@ -18,7 +18,8 @@ BF16 = ml_dtypes.bfloat16
 
 
 def half_spacing(w, p_dtype):
-    """Half the spacing of ``p_dtype`` above ``|w|``: 2^(E - p - 1), ``|w|`` in [2^(E-1), 2^E)."""
+    """Half the spacing of ``p_dtype`` above ``|w|``: 2^(E - p - 1), ``|w|`` in [2^(E-1), 2^E)
+    (numpy's frexp; the weights here are normal numbers)."""
     _, exponent = np.frexp(w.astype(np.float32))
     return np.ldexp(np.float32(1), exponent - (ml_dtypes.finfo(p_dtype).nmant + 2))
 
