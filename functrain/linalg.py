@@ -308,6 +308,46 @@ def _gram_pair(x: Array, rows: Array) -> Array:
     return (a1 * q + q @ (b1 * r + c1 * (r @ r))) @ x
 
 
+def check_ns_dtype(dtype: Any, method: str, owner: str = "newton_schulz",
+                   names: tuple[str, str, str] = ("dtype", "method", "x's")) -> None:
+    """Raise a ``ValueError`` unless ``dtype`` may be the dtype Newton-Schulz's steps run in.
+
+    ``None`` (the input's dtype) always may; otherwise a floating dtype, with
+    ``method='standard'``: in bfloat16 Gram Newton-Schulz's ``R = X X^H`` products lost the
+    iteration (singular values up to 2.5 on a 512 x 512 Gaussian matrix with Polar Express's
+    coefficients, where float32 gives at most 1.14).
+
+    Args:
+      dtype: the dtype asked for, or ``None``.
+      method: the Newton-Schulz method asked for (``'standard'`` or ``'gram'``).
+      owner: the function named in the error.
+      names: how the error names the dtype argument, the method argument and whose dtype
+        ``None`` means (``('ns_dtype', 'ns_method', "the updates'")`` for the Muon family).
+
+    Returns:
+      ``None``.
+
+    >>> check_ns_dtype('int8', 'standard', 'muon', ('ns_dtype', 'ns_method', "the updates'"))
+    Traceback (most recent call last):
+    ...
+    ValueError: muon: ns_dtype must be a floating dtype (jnp.bfloat16, say) or None, got 'int8'.
+    """
+    if dtype is None:
+        return
+    dtype_arg, method_arg, whose = names
+    try:
+        floating = jnp.issubdtype(dtype, jnp.floating)
+    except TypeError:
+        floating = False
+    if not floating:
+        raise ValueError(f"{owner}: {dtype_arg} must be a floating dtype (jnp.bfloat16, say) "
+                         f"or None, got {dtype!r}.")
+    if method == "gram":
+        raise ValueError(f"{owner}: {method_arg}='gram' runs in {whose} dtype only: its "
+                         f"R = X X^H products lose the iteration in low precision; use "
+                         f"{method_arg}='standard' with {dtype_arg}.")
+
+
 def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
                   preconditioning: str = "frobenius", eps: Any = 1e-8, *,
                   method: str = "standard", safety_factor: Optional[float] = None,
@@ -387,13 +427,7 @@ def newton_schulz(x: Array, coeffs: Any = "standard", ns_steps: Any = 5,
             isinstance(ns_steps, jax.core.Tracer) or int(ns_steps) != ns_steps):
         raise ValueError(f"newton_schulz: method='gram' with a coefficient triple needs "
                          f"ns_steps as a Python int, got {ns_steps!r}.")
-    if dtype is not None and not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"newton_schulz: dtype must be a floating dtype or None, got "
-                         f"{dtype!r}.")
-    if dtype is not None and method == "gram":
-        raise ValueError("newton_schulz: method='gram' runs in x's dtype only (dtype=None): "
-                         "in bfloat16 its R = X X^H products lost the iteration (singular "
-                         "values up to 2.5 on a 512 x 512 Gaussian matrix).")
+    check_ns_dtype(dtype, method)
     out_dtype = x.dtype
     x, a0 = _normalize(x, preconditioning, eps, float(safety))
     if dtype is not None:

@@ -185,19 +185,24 @@ ENTRY %main (a: f32[2,4], b: f32[8]) -> (f32[8,4], f32[8]) {
         "in a loop or branch": {"all-reduce": {"count": 1, "bytes": 8 * 4}}}
 
 
+def h100_collectives(compile_call: str) -> dict:
+    """The collectives (``accel_sharded.collectives``) of the program that ``compile_call``, an
+    expression of ``accel_sharded`` as ``a``, compiles for H100s in the CUDA venv."""
+    python = os.path.join(accelerators.VENVS["h100"], "bin", "python")
+    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import accel_sharded as a; "
+            f"c = {compile_call}; print(json.dumps(a.collectives(c.as_text())))")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.long
 def test_zero1_adamw_on_eight_h100s_gathers_the_params_once():
     # the least a ZeRO-1 step communicates: each device receives the new params (its own
     # slice included in the gathered output), nothing else, and nothing inside a loop
-    python = os.path.join(accelerators.VENVS["h100"], "bin", "python")
-    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import accel_sharded as a; "
-            "shapes = {'k': (1024, 4096), 'b': (4096,)}; "
-            "c = a.compile_zero1_adamw(a.topology_devices('h100'), shapes); "
-            "print(json.dumps(a.collectives(c.as_text())))")
-    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = h100_collectives("a.compile_zero1_adamw(a.topology_devices('h100'), "
+                             "{'k': (1024, 4096), 'b': (4096,)})")
     assert set(found) == {"top level"}, found
     assert set(found["top level"]) == {"all-gather"}, found
     assert found["top level"]["all-gather"]["bytes"] == 4 * (1024 * 4096 + 4096), found
@@ -208,12 +213,6 @@ def test_muon_with_mesh_on_eight_h100s_gathers_the_update_once():
     # replicated params and state in and out, Newton-Schulz split over the devices: the least
     # it communicates is the orthogonalized update (each device receives the stacks it did
     # not compute); the momentum is computed where it is kept, not split and gathered back
-    python = os.path.join(accelerators.VENVS["h100"], "bin", "python")
-    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import accel_sharded as a; "
-            "c = a.compile_matrix_with_mesh('muon', a.topology_devices('h100'), 8, 256); "
-            "print(json.dumps(a.collectives(c.as_text())))")
-    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = h100_collectives("a.compile_matrix_with_mesh('muon', a.topology_devices('h100'), "
+                             "8, 256)")
     assert found == {"top level": {"all-gather": {"count": 1, "bytes": 4 * 8 * 256 * 256}}}, found

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.linalg import (NS_METHODS, PRECONDITIONINGS, map_stacks, newton_schulz,
-                              newton_schulz_coefficients)
+from functrain.linalg import (NS_METHODS, PRECONDITIONINGS, check_ns_dtype, map_stacks,
+                              newton_schulz, newton_schulz_coefficients)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain import jax_compat, tree as ft
@@ -265,20 +265,7 @@ def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: st
     if ns_method not in NS_METHODS:
         raise ValueError(f"{owner}: ns_method must be one of {list(NS_METHODS)}, got "
                          f"{ns_method!r}.")
-    if ns_dtype is not None:
-        try:
-            floating = jnp.issubdtype(ns_dtype, jnp.floating)
-        except TypeError:
-            floating = False
-        if not floating:
-            raise ValueError(f"{owner}: ns_dtype must be a floating dtype (jnp.bfloat16, "
-                             f"say) or None, got {ns_dtype!r}.")
-        if ns_method == "gram":
-            # Measured: Gram Newton-Schulz in bfloat16 pushed singular values to 2.5 on a
-            # 512 x 512 Gaussian matrix (Polar Express), where float32 gives at most 1.14.
-            raise ValueError(f"{owner}: ns_method='gram' runs in the updates' dtype only: its "
-                             f"R = X X^H products lose the iteration in low precision; use "
-                             f"ns_method='standard' with ns_dtype.")
+    check_ns_dtype(ns_dtype, ns_method, owner, ("ns_dtype", "ns_method", "the updates'"))
     if ns_method == "gram" and isinstance(ns_steps, jax.core.Tracer):
         raise ValueError(f"{owner}: ns_method='gram' needs a static ns_steps (inject_hyperparams"
                          f": static_args=('ns_steps',)).")

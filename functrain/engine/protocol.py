@@ -293,10 +293,15 @@ def _is_stage_child(name: str, value: Any) -> bool:
 
 def _register_stage_pytree(cls: type) -> None:
     def flatten(stage: LeafStage) -> tuple[tuple, tuple]:
-        items = [(f.name, getattr(stage, f.name)) for f in dataclasses.fields(stage)]
-        children = [(n, v) for n, v in items if _is_stage_child(n, v)]
-        static = tuple((n, v) for n, v in items if not _is_stage_child(n, v))
-        return tuple(v for _, v in children), (tuple(n for n, _ in children), static)
+        names, children, static = [], [], []
+        for f in dataclasses.fields(stage):
+            value = getattr(stage, f.name)
+            if _is_stage_child(f.name, value):
+                names.append(f.name)
+                children.append(value)
+            else:
+                static.append((f.name, value))
+        return tuple(children), (tuple(names), tuple(static))
 
     def unflatten(aux: tuple, children: tuple) -> LeafStage:
         names, static = aux
