@@ -158,7 +158,8 @@ def main(argv: list) -> None:
                      "compile_s": seconds, "collectives": found,
                      "param_bytes": 4 * n_params if label.startswith("zero1") else None})
         print(json.dumps(rows[-1]), flush=True)
-    out_dir = os.path.join(HERE, "results")
+    out_dir = os.environ.get("FUNCTRAIN_RECORDS") or os.path.join(HERE, "results")
+    os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"accelerators_sharded_{target}.json"), "w") as f:
         json.dump({"rows": rows}, f, indent=1)
 

@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
               f"functrain {d['functrain']}")
     if args.out:
         out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "clients.json").write_text(json.dumps(
             {"reduced": args.reduced, "runs": summary, "differences": differences}, indent=1)
             + "\n")
