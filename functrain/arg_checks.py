@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["concrete_real", "check_range", "check_betas", "check_momentum",
+__all__ = ["concrete_real", "check_range", "check_betas", "check_momentum", "check_bools",
            "check_nonnegative", "check_positive", "check_hyperparameter", "hyperparameters",
            "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
@@ -217,6 +217,29 @@ def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
         return checked
 
     return decorate
+
+
+def check_bools(owner: str, **flags: Any) -> None:
+    """Raise ``TypeError`` naming the flag unless each keyword's value is a bool.
+
+    Args:
+      owner: the function that received them, for the message.
+      **flags: name -> value (a Python or numpy bool).
+
+    Returns:
+      ``None``; raises ``TypeError`` for the first value that is not a bool.
+
+    >>> check_bools("soap", merge_dims="yes")
+    Traceback (most recent call last):
+    ...
+    TypeError: soap: merge_dims must be a bool, got str 'yes'.
+    """
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{owner}: {name} must be a bool, got {type(value).__name__} "
+                            f"{value!r:.40}.")
+
+
 def check_betas(owner: str, **betas: Any) -> None:
     """:func:`check_range` in ``[0, 1)`` for each keyword (decay rates such as ``b1``).
 

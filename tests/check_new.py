@@ -3,7 +3,8 @@
 Runs, in three pytest invocations:
 
 1. its own test files (those under ``tests/`` whose file name contains the name, e.g.
-   ``tests/contrib/test_contrib_laprop.py``), long cases included;
+   ``tests/contrib/test_contrib_laprop.py``, and the one its registry record names), long
+   cases included;
 2. the whole-package checks a new optimizer can break (``make test``'s part of them): its
    declaration and the registry's (``test_declarations.py``, ``test_registry.py``), the
    public API's docstrings and examples (``test_public_api.py``), the optax coverage
@@ -31,9 +32,17 @@ REGISTRY_SUITES = ["test_properties.py", "test_checkpoint_sweep.py", "test_hyper
 
 
 def own_files(name: str) -> list[str]:
-    """The test files whose file name holds ``name`` (as ``test_contrib_<name>.py``)."""
-    return sorted(str(p.relative_to(TESTS.parent)) for p in TESTS.rglob("test_*.py")
-                  if name in p.stem)
+    """The test files whose file name holds ``name`` (as ``test_contrib_<name>.py``), and the
+    file its registry record names for its numpy reference (``muonh``: the hyperball file)."""
+    found = {str(p.relative_to(TESTS.parent)) for p in TESTS.rglob("test_*.py")
+             if name in p.stem}
+    sys.path.insert(0, str(TESTS))
+    import registry  # noqa: E402  (tests/ on the path, as pytest puts it)
+    record = registry.REGISTRY.get(name)
+    reference = record.reference.rpartition(" in ")[2] if record else ""
+    if reference.startswith("tests/") and (TESTS.parent / reference).is_file():
+        found.add(reference)
+    return sorted(found)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -534,6 +534,14 @@ _beyond("apollo_mini", dict(learning_rate=1e-2), tests="tests/contrib/test_contr
 # The Muon family's other members: their default records, with Newton-Schulz marked.
 _beyond("normuon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ)
 _beyond("adamuon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ)
+# The hyperball pair (one test file): MuonH with Newton-Schulz marked.
+_HYPERBALL = "tests/contrib/test_contrib_hyperball.py"
+_ON_THE_SPHERE = {"converges": "a hyperball matrix keeps its initial norm, and optax's targets "
+                                "lie at other norms; test_contrib_hyperball.py checks the norm "
+                                "kept and each step's size instead"}
+_beyond("muonh", dict(learning_rate=1e-2), tests=_HYPERBALL, decomposed=_NEWTON_SCHULZ,
+        skip=_ON_THE_SPHERE)
+_beyond("adamh", dict(learning_rate=1e-2), tests=_HYPERBALL, skip=_ON_THE_SPHERE)
 
 
 # --------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
 ``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``, ``adam_mini``, ``apollo``,
-``apollo_mini``, ``adam_accumulation``) and modifiers for any optimizer (``cautious``,
-``cautious_adamw``, ``cautious_lion``, ``mars_correction``, ``trust_region_clip``).
+``apollo_mini``, ``adam_accumulation``, ``muonh``, ``adamh``, ``spam``, ``stable_spam``) and
+modifiers for any optimizer (``cautious``, ``cautious_adamw``, ``cautious_lion``,
+``mars_correction``, ``trust_region_clip``; Cautious Weight Decay is the
+``cautious_weight_decay=`` option of every decoupled-decay optimizer).
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -59,6 +61,8 @@ from functrain.contrib.adam_mini import (ScaleByAdamMiniState, adam_mini, adam_m
 from functrain.contrib.adamuon import AdaMuonState, adamuon, scale_by_adamuon
 from functrain.contrib.apollo import ApolloState, apollo, apollo_mini, scale_by_apollo
 from functrain.contrib.came import CameState, came, scale_by_came
+from functrain.contrib.hyperball import (ScaleByHyperballState, adamh, hyperball_step,
+                                         muonh, scale_by_hyperball)
 from functrain.contrib.dion import ScaleByDionState, dion, scale_by_dion
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
@@ -69,4 +73,6 @@ from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cau
                                          palm_beta2_schedule, trust_region_clip)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap
+from functrain.contrib.spam import (ScaleBySpamState, ScaleByStableSpamState, scale_by_spam,
+                                    scale_by_stable_spam, spam, stable_spam)
 from functrain.contrib.splus import SplusState, scale_by_splus, splus, splus_get_eval_params

@@ -90,7 +90,8 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
                  eps_root="number", weight_decay="schedule")
 def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-16, eps_root: float = 1e-16, weight_decay: ScalarOrSchedule = 0.0,
-           mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+           mask: Optional[MaskOrFn] = None, *,
+           cautious_weight_decay: bool = False) -> GradientTransformation:
     """ACProp (Zhuang et al., 2021): momentum centring and an asynchronous update.
 
     Update rule: ``p -= lr * (g / (sqrt(s_hat_prev) + eps) + weight_decay * p)``
@@ -109,6 +110,9 @@ def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         rate), ``>= 0``; a number or a schedule.
       mask: where to apply the weight decay: a tree of bools (or a prefix), or
         a function of the params returning one; ``None`` decays every leaf.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is ``(ScaleByBeliefState,
@@ -126,5 +130,5 @@ def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     1.30E+01
     """
     return chain(scale_by_acprop(b1, b2, eps, eps_root),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

@@ -239,7 +239,9 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
                       b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                       eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
                       weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,
-                      *, nu_dtype: Optional[Any] = None) -> AccumulatingGradientTransformation:
+                      *, nu_dtype: Optional[Any] = None,
+                      cautious_weight_decay: bool = False
+                      ) -> AccumulatingGradientTransformation:
     """Adam(W) with its moments accumulated over micro-batches: AdamA (Zhang et al., 2023).
 
     Call ``update`` once per micro-batch with that micro-batch's gradient ``g_i`` (the
@@ -294,6 +296,9 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
       mask: which leaves get weight decay (a tree of bools or a function of the params),
         as ``adamw``'s; ``None`` decays every leaf.
       nu_dtype: storage dtype of the second moment; ``None``: each parameter's dtype.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       An :class:`AccumulatingGradientTransformation` (a ``GradientTransformation`` with
@@ -318,7 +323,8 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
     no_decay = not callable(weight_decay) and isinstance(weight_decay, (int, float)) \
         and weight_decay == 0
     decay = identity() if no_decay else add_decayed_weights(
-        _per_optimizer_step(weight_decay, n, last_only=True), mask)
+        _per_optimizer_step(weight_decay, n, last_only=True), mask,
+        cautious=cautious_weight_decay)
     lr = learning_rate if not callable(learning_rate) else _per_optimizer_step(
         learning_rate, n, last_only=False)
     chained = chain(scale_by_adam_accumulation(n, b1, b2, eps, eps_root, mu_dtype,

@@ -316,7 +316,8 @@ def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
 def adam_mini(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-8, weight_decay: ScalarOrSchedule = 0.0,
               mask: Optional[MaskOrFn] = adam_mini_decay_mask, *, blocks: BlocksSpec = None,
-              n_heads: int = 32, mu_dtype: Optional[Any] = None) -> GradientTransformation:
+              n_heads: int = 32, mu_dtype: Optional[Any] = None,
+              cautious_weight_decay: bool = False) -> GradientTransformation:
     """Adam-mini (Zhang et al., 2024): Adam with one second moment per block.
 
     Update rule: ``p -= learning_rate * (mu_hat_i / (sqrt(nu_hat_b) + eps) +
@@ -344,6 +345,9 @@ def adam_mini(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float
       blocks: the partition, as :func:`scale_by_adam_mini` takes it.
       n_heads: the number of attention heads, for the default partition.
       mu_dtype: storage dtype of the momentum.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_adam_mini, add_decayed_weights,
@@ -362,5 +366,5 @@ def adam_mini(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float
     """
     return chain(scale_by_adam_mini(b1, b2, eps, blocks=blocks, n_heads=n_heads,
                                     mu_dtype=mu_dtype),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

@@ -139,8 +139,8 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
 def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
              b3: ScalarOrSchedule = 0.9999, alpha: ScalarOrSchedule = 5.0, eps: float = 1e-8,
              eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
-             weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None
-             ) -> GradientTransformation:
+             weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None, *,
+             cautious_weight_decay: bool = False) -> GradientTransformation:
     """AdEMAMix (Pagliardini et al., 2024): AdamW with a fast and a slow momentum.
 
     Update rule: ``m1 = ema(g, b1)``, ``m2 = ema(g, b3)``, ``nu = ema(|g|**2, b2)``,
@@ -163,6 +163,9 @@ def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999
       weight_decay: the decoupled weight decay, ``>= 0``; a number or a schedule.
       mask: where to apply the weight decay: a tree of bools (or a prefix), or
         a function of the params returning one; ``None`` decays every leaf.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is ``(ScaleByAdemamixState,
@@ -180,7 +183,7 @@ def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999
     1.34E+01
     """
     return chain(scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 
@@ -263,8 +266,8 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
                  eps="number", eps_root="number", weight_decay="schedule")
 def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: float = 0.95,
                         alpha: ScalarOrSchedule = 0.0, eps: float = 1e-8, eps_root: float = 0.0,
-                        weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None
-                        ) -> GradientTransformation:
+                        weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,
+                        *, cautious_weight_decay: bool = False) -> GradientTransformation:
     """Simplified AdEMAMix (Morwani et al., 2025): AdEMAMix with a single momentum.
 
     Update rule: ``m = g + b1 m``, ``n = ema(|g|**2, b2)``,
@@ -283,6 +286,9 @@ def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: f
       weight_decay: the decoupled weight decay, ``>= 0``; a number or a schedule.
       mask: where to apply the weight decay: a tree of bools (or a prefix), or
         a function of the params returning one; ``None`` decays every leaf.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is
@@ -300,5 +306,5 @@ def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: f
     1.23E+01
     """
     return chain(scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

@@ -347,7 +347,8 @@ def apollo(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 256, update_proj_
            eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
            mask: Optional[MaskOrFn] = None, *, norm_growth_limit: Optional[float] = 1.01,
            scale_front: bool = False, seed: int = 0, weight_dimension_numbers: Any = None,
-           mu_dtype: Optional[Any] = None) -> GradientTransformation:
+           mu_dtype: Optional[Any] = None, cautious_weight_decay: bool = False
+           ) -> GradientTransformation:
     """APOLLO (Zhu et al., 2024): AdamW-level steps with SGD-like memory.
 
     Update rule: ``p -= learning_rate * (D + weight_decay * p)`` with ``D``
@@ -386,6 +387,9 @@ def apollo(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 256, update_proj_
       seed: the projections' seed.
       weight_dimension_numbers: which leaves are projected, as :func:`scale_by_apollo`.
       mu_dtype: storage dtype of the first moments.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_apollo, add_decayed_weights,
@@ -406,7 +410,7 @@ def apollo(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 256, update_proj_
                                  norm_growth_limit=norm_growth_limit, scale_front=scale_front,
                                  seed=seed, weight_dimension_numbers=weight_dimension_numbers,
                                  mu_dtype=mu_dtype),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 
@@ -423,7 +427,8 @@ def apollo_mini(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 1,
                 b2: float = 0.999, eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
                 mask: Optional[MaskOrFn] = None, *, norm_growth_limit: Optional[float] = 1.01,
                 scale_front: bool = False, seed: int = 0, weight_dimension_numbers: Any = None,
-                mu_dtype: Optional[Any] = None) -> GradientTransformation:
+                mu_dtype: Optional[Any] = None, cautious_weight_decay: bool = False
+                ) -> GradientTransformation:
     """APOLLO-Mini (Zhu et al., 2024): APOLLO with a rank-1 projection and tensor-wise scaling.
 
     Update rule: :func:`apollo` with ``scale_type='tensor'``: each projected weight's
@@ -452,6 +457,9 @@ def apollo_mini(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 1,
       seed: the projections' seed.
       weight_dimension_numbers: which leaves are projected, as :func:`scale_by_apollo`.
       mu_dtype: storage dtype of the first moments.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``, :func:`apollo` with ``scale_type='tensor'``.
@@ -466,7 +474,8 @@ def apollo_mini(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 1,
     return apollo(learning_rate, rank, update_proj_gap, scale, "tensor", b1, b2, eps,
                   weight_decay, mask, norm_growth_limit=norm_growth_limit,
                   scale_front=scale_front, seed=seed,
-                  weight_dimension_numbers=weight_dimension_numbers, mu_dtype=mu_dtype)
+                  weight_dimension_numbers=weight_dimension_numbers, mu_dtype=mu_dtype,
+                  cautious_weight_decay=cautious_weight_decay)
 
 
 # Python values at build time, never injected as arrays (inject_hyperparams reads these):

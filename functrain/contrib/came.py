@@ -191,7 +191,8 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
 def came(learning_rate: ScalarOrSchedule = 2e-4, b1: float = 0.9, b2: float = 0.999,
          b3: float = 0.9999, eps1: float = 1e-30, eps2: float = 1e-16,
          clip_threshold: Optional[float] = 1.0, weight_decay: ScalarOrSchedule = 0.0,
-         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+         mask: Optional[MaskOrFn] = None, *,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """CAME (Luo et al., 2023): Adafactor-like memory with a confidence-scaled momentum.
 
     Update rule, for a matrix leaf (:func:`scale_by_came`): factored
@@ -224,6 +225,9 @@ def came(learning_rate: ScalarOrSchedule = 2e-4, b1: float = 0.9, b2: float = 0.
         Default 0.
       mask: which leaves get weight decay (a tree of bools or a function of
         the params).
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is ``(CameState, EmptyState,
@@ -241,5 +245,5 @@ def came(learning_rate: ScalarOrSchedule = 2e-4, b1: float = 0.9, b2: float = 0.
     True
     """
     return chain(scale_by_came(b1, b2, b3, eps1, eps2, clip_threshold),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

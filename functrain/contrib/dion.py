@@ -341,7 +341,8 @@ def dion(learning_rate: ScalarOrSchedule, rank: Union[int, float] = 1.0, mu: flo
          scalar_optimizer: str = "adamw", scalar_b1: float = 0.9, scalar_b2: float = 0.95,
          scalar_learning_rate: Optional[ScalarOrSchedule] = None,
          scalar_weight_decay: Optional[ScalarOrSchedule] = None,
-         mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
+         mesh: Optional[jax.sharding.Mesh] = None,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """Dion (Ahn et al., 2025): low-rank orthonormalized updates for matrices, AdamW or Lion
     for the other leaves.
 
@@ -386,6 +387,10 @@ def dion(learning_rate: ScalarOrSchedule, rank: Union[int, float] = 1.0, mu: flo
       scalar_weight_decay: its decoupled weight decay; ``None``: ``weight_decay``.
       mesh: divide Dion's matrix work over this mesh's devices (see
         :func:`scale_by_dion`).
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`), to ``weight_decay`` and the scalar
+        optimizer's decay alike; default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the entries
@@ -412,15 +417,16 @@ def dion(learning_rate: ScalarOrSchedule, rank: Union[int, float] = 1.0, mu: flo
     dion_tx = chain(
         scale_by_dion(rank, mu, eps, rank_multiple_of=rank_multiple_of, seed=seed,
                       mu_dtype=mu_dtype, mesh=mesh),
-        add_decayed_weights(weight_decay, weight_decay_mask),
+        add_decayed_weights(weight_decay, weight_decay_mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate))
     lr = learning_rate if scalar_learning_rate is None else scalar_learning_rate
     wd = weight_decay if scalar_weight_decay is None else scalar_weight_decay
     if scalar_optimizer == "adamw":
         scalar_tx = adamw(lr, b1=scalar_b1, b2=scalar_b2, eps=eps, mu_dtype=mu_dtype,
-                          weight_decay=wd)
+                          weight_decay=wd, cautious_weight_decay=cautious_weight_decay)
     else:
-        scalar_tx = lion(lr, b1=scalar_b1, b2=scalar_b2, mu_dtype=mu_dtype, weight_decay=wd)
+        scalar_tx = lion(lr, b1=scalar_b1, b2=scalar_b2, mu_dtype=mu_dtype, weight_decay=wd,
+                         cautious_weight_decay=cautious_weight_decay)
 
     def labels(tree: Any) -> Any:
         slots = jax.tree_util.tree_leaves(tree, is_leaf=ft.is_placeholder)

@@ -314,7 +314,8 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
 def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: int = 200,
            scale: float = 1.0, base_optimizer: Optional[GradientTransformation] = None,
            weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,
-           weight_dimension_numbers: Optional[Any] = None) -> GradientTransformation:
+           weight_dimension_numbers: Optional[Any] = None, *,
+           cautious_weight_decay: bool = False) -> GradientTransformation:
     """GaLore (Zhao et al., 2024): memory-efficient training by low-rank gradient projection.
 
     Update rule, per projected weight ``W`` (an ``m x n`` matrix, ``m >= n``; the
@@ -341,6 +342,9 @@ def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: in
         a function of the params returning one; ``None`` decays every leaf.
       weight_dimension_numbers: which leaves are projected, and how (see
         :func:`scale_by_galore`).
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is ``(GaLoreState, <weight decay
@@ -359,7 +363,7 @@ def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: in
     """
     return chain(scale_by_galore(rank, update_proj_gap, scale, base_optimizer,
                                  weight_dimension_numbers),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 

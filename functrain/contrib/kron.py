@@ -56,7 +56,7 @@ from functrain.matrix.kron_factors import (diagonal_axes, group_noise, precondit
                                            whitening_step)
 from functrain.linalg import map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
@@ -305,10 +305,7 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                    memory_save_mode)
     block_size = check_block_size(owner, block_size)
     check_dimension_numbers(weight_dimension_numbers, owner)
-    for flag, value in (("merge_dims", merge_dims), ("group_same_shapes", group_same_shapes)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{owner}: {flag} must be a bool, got {type(value).__name__} "
-                            f"{value!r:.40}.")
+    check_bools(owner, merge_dims=merge_dims, group_same_shapes=group_same_shapes)
     prob = (precond_update_prob_schedule() if preconditioner_update_probability is None
             else preconditioner_update_probability)
 
@@ -544,8 +541,8 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          mu_dtype: Optional[Any] = None, precond_dtype: Optional[Any] = None,
          seed: int = 0, mesh: Optional[jax.sharding.Mesh] = None, *,
          block_size: Optional[int] = None, merge_dims: bool = False,
-         weight_dimension_numbers: Any = None, group_same_shapes: bool = False
-         ) -> GradientTransformation:
+         weight_dimension_numbers: Any = None, group_same_shapes: bool = False,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """PSGD Kron (Li, 2018): momentum preconditioned by learned Kronecker factors.
 
     Update rule: ``u = `` :func:`scale_by_kron` 's clipped ``Q^H Q m`` (``m``
@@ -590,6 +587,9 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
       weight_dimension_numbers: stacked layers, each a leaf of its own (see
         :func:`scale_by_kron`).
       group_same_shapes: see :func:`scale_by_kron`.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(KronState, <weight decay
@@ -618,7 +618,8 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
                       block_size=block_size, merge_dims=merge_dims,
                       weight_dimension_numbers=weight_dimension_numbers,
                       group_same_shapes=group_same_shapes),
-        add_decayed_weights(weight_decay, weight_decay_mask),
+        add_decayed_weights(weight_decay, weight_decay_mask,
+                            cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate))
 
 

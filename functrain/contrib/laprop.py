@@ -96,8 +96,8 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
                  weight_decay="schedule")
 def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-15, weight_decay: ScalarOrSchedule = 0.0,
-           mask: Optional[MaskOrFn] = None, mu_dtype: Optional[Any] = None
-           ) -> GradientTransformation:
+           mask: Optional[MaskOrFn] = None, mu_dtype: Optional[Any] = None, *,
+           cautious_weight_decay: bool = False) -> GradientTransformation:
     """LaProp (Ziyin, Wang & Ueda, 2020) with decoupled weight decay.
 
     The update is ``-learning_rate (mu / (1 - b1**t) + weight_decay p)`` with ``mu`` the
@@ -113,6 +113,9 @@ def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 
       weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
       mask: which leaves get weight decay (a tree of bools or a function of params).
       mu_dtype: storage dtype of the momentum.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_laprop, add_decayed_weights,
@@ -127,5 +130,5 @@ def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 
     -0.1
     """
     return chain(scale_by_laprop(b1, b2, eps, mu_dtype),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

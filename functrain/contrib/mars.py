@@ -135,7 +135,8 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
 def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.99,
          eps: float = 1e-8, gamma: float = 0.025, weight_decay: ScalarOrSchedule = 0.0,
          max_norm: Optional[float] = 1.0, mu_dtype: Optional[Any] = None,
-         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+         mask: Optional[MaskOrFn] = None, *,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """MARS-AdamW (Yuan et al., 2024): AdamW on a variance-reduced, clipped gradient.
 
     Update rule, per leaf (:func:`scale_by_mars`; ``g_0 = 0``, ``t`` from 1):
@@ -170,6 +171,9 @@ def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
       mu_dtype: storage dtype of the first moment; ``None`` keeps the params'.
       mask: which leaves get weight decay (a tree of bools or a function of
         the params), as ``adamw``'s.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is ``(MarsState, EmptyState,
@@ -194,5 +198,5 @@ def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
     >>> _ = split.init(params)
     """
     return chain(scale_by_mars(b1, b2, eps, gamma, max_norm, mu_dtype),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

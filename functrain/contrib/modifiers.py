@@ -109,8 +109,8 @@ def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraAr
                  eps_root="number", weight_decay="schedule")
 def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                    eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
-                   weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None
-                   ) -> GradientTransformation:
+                   weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None,
+                   *, cautious_weight_decay: bool = False) -> GradientTransformation:
     """C-AdamW (Liang et al., 2024, Algorithm 2): AdamW whose Adam direction is cautious.
 
     ``d = mu_hat / (sqrt(nu_hat + eps_root) + eps)`` as in ``adamw``; ``phi = (d g > 0)``;
@@ -126,6 +126,9 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
       mu_dtype: storage dtype of the first moment.
       weight_decay: decoupled weight decay (a number or a schedule).
       mask: which leaves get weight decay.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``adamw``'s.
@@ -139,7 +142,7 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
     """
     return chain(_cautious(scale_by_adam(b1, b2, eps, eps_root, mu_dtype), 1.0,
                            "cautious_adamw"),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 
@@ -148,7 +151,8 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                   mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
-                  mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+                  mask: Optional[MaskOrFn] = None, *, cautious_weight_decay: bool = False
+                  ) -> GradientTransformation:
     """C-Lion (Liang et al., 2024): Lion whose sign step is cautious.
 
     ``d = sign(b1 mu + (1 - b1) g)`` as in ``lion``; ``phi = (d g > 0)``; the update is
@@ -162,6 +166,9 @@ def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 
       mu_dtype: storage dtype of the momentum.
       weight_decay: decoupled weight decay (a number or a schedule).
       mask: which leaves get weight decay.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``lion``'s.
@@ -174,7 +181,7 @@ def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 
     Array([-0.1,  0.1,  0. ], dtype=float32)
     """
     return chain(_cautious(scale_by_lion(b1, b2, mu_dtype), 1.0, "cautious_lion"),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 

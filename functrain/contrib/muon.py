@@ -446,7 +446,8 @@ def split_muon_adam(muon_tx: GradientTransformation, adam_tx: GradientTransforma
 
 def muon_family(direction: Sequence[GradientTransformation], learning_rate: ScalarOrSchedule,
                 weight_decay: ScalarOrSchedule, weight_decay_mask: Optional[MaskOrFn],
-                adam_tx: GradientTransformation, spec: Any) -> GradientTransformation:
+                adam_tx: GradientTransformation, spec: Any, *,
+                cautious: bool = False) -> GradientTransformation:
     """How the Muon family's named optimizers are assembled: on the leaves ``spec`` selects
     (:func:`split_muon_adam`), ``direction`` (the orthogonalized step and its scaling), then
     decoupled weight decay and the learning rate; ``adam_tx`` on the other leaves.
@@ -458,6 +459,8 @@ def muon_family(direction: Sequence[GradientTransformation], learning_rate: Scal
       weight_decay_mask: which of those leaves get weight decay.
       adam_tx: the transformation of the other leaves.
       spec: the dimension numbers argument as the user gave it (``None``: the 2-D leaves).
+      cautious: Cautious Weight Decay for ``weight_decay`` (the ``cautious`` of
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       optax's ``partition({'muon': ..., 'adam': ...})`` of the two.
@@ -468,7 +471,8 @@ def muon_family(direction: Sequence[GradientTransformation], learning_rate: Scal
     >>> opt.update(params, opt.init(params), params)[0]  # 'w' is 2-D: the Muon side
     {'b': Array([-0.1], dtype=float32), 'w': Array([[-0.5]], dtype=float32)}
     """
-    muon_tx = chain(*direction, add_decayed_weights(weight_decay, weight_decay_mask),
+    muon_tx = chain(*direction,
+                    add_decayed_weights(weight_decay, weight_decay_mask, cautious=cautious),
                     scale_by_learning_rate(learning_rate))
     return split_muon_adam(muon_tx, adam_tx, spec)
 
@@ -492,7 +496,8 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
          muon_weight_dimension_numbers: Any = None,
          consistent_rms: Optional[float] = None,
          mesh: Optional[jax.sharding.Mesh] = None,
-         ns_method: str = "standard", ns_dtype: Optional[Any] = None) -> GradientTransformation:
+         ns_method: str = "standard", ns_dtype: Optional[Any] = None,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """Muon (Jordan, 2024): orthogonalized momentum for matrices, AdamW for the other leaves.
 
     Update rule for a Muon leaf: ``O`` = :func:`scale_by_muon`'s orthogonalized
@@ -545,6 +550,10 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
       ns_method: ``'standard'`` or ``'gram'`` (see :func:`scale_by_muon`).
       ns_dtype: the dtype Newton-Schulz runs in, e.g. ``jnp.bfloat16`` (beyond optax; see
         :func:`scale_by_muon`); ``None``: the updates'.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`), to ``weight_decay`` and
+        ``adam_weight_decay`` alike; default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the
@@ -576,9 +585,10 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
                  scale_by_shape(spec, consistent_rms)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=eps, eps_root=adam_eps_root, mu_dtype=mu_dtype,
-                    weight_decay=adam_weight_decay, nesterov=nesterov)
+                    weight_decay=adam_weight_decay, nesterov=nesterov,
+                    cautious_weight_decay=cautious_weight_decay)
     return muon_family(direction, learning_rate, weight_decay, weight_decay_mask, adam_tx,
-                       muon_weight_dimension_numbers)
+                       muon_weight_dimension_numbers, cautious=cautious_weight_decay)
 
 
 __all__ = ["MuonDimensionNumbers", "MuonState", "scale_by_muon", "muon"]

@@ -202,7 +202,7 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
             adam_learning_rate: Optional[ScalarOrSchedule] = None,
             muon_weight_dimension_numbers: Any = None,
             mesh: Optional[jax.sharding.Mesh] = None, ns_method: str = "standard",
-            ns_dtype: Optional[Any] = None
+            ns_dtype: Optional[Any] = None, cautious_weight_decay: bool = False
             ) -> GradientTransformation:
     """NorMuon (Li et al., 2025): Muon normalized per neuron, AdamW for the other leaves.
 
@@ -248,6 +248,10 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
       mesh: divide Newton-Schulz over this mesh's devices, as ``muon(mesh=)``.
       ns_method: ``'standard'`` or ``'gram'``, as ``muon(ns_method=)``.
       ns_dtype: the dtype Newton-Schulz runs in, as ``muon(ns_dtype=)``.
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`), to ``weight_decay`` and
+        ``adam_weight_decay`` alike; default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``PartitionState`` with the entries
@@ -276,9 +280,10 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
                  scale_by_shape(spec, None)]
     adam_tx = adamw(learning_rate if adam_learning_rate is None else adam_learning_rate,
                     b1=adam_b1, b2=adam_b2, eps=adam_eps, eps_root=adam_eps_root,
-                    mu_dtype=mu_dtype, weight_decay=adam_weight_decay)
+                    mu_dtype=mu_dtype, weight_decay=adam_weight_decay,
+                    cautious_weight_decay=cautious_weight_decay)
     return muon_family(direction, learning_rate, weight_decay, weight_decay_mask, adam_tx,
-                       muon_weight_dimension_numbers)
+                       muon_weight_dimension_numbers, cautious=cautious_weight_decay)
 
 
 # A Mesh and a dtype class are callable: inject_hyperparams must not take them for schedules.

@@ -22,7 +22,6 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from functrain import tree as ft
 from functrain.matrix.blocks import (block_grid, check_block_size, from_blocks,
@@ -35,7 +34,8 @@ from functrain.linalg import map_matrices
 from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.families.adam.stages import corrections
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range, hyperparameters)
+from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
+                                  hyperparameters)
 from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskOrFn,
                                        ScalarOrSchedule, as_array)
 from functrain.engine.program import (chain, leaf_compute_dtype, run_block,
@@ -282,9 +282,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     _check_int(owner, "max_precond_dim", max_precond_dim, 1)
     check_range("precondition_frequency", precondition_frequency, 1.0, owner=owner)
     check_range("start_preconditioning_step", start_preconditioning_step, 1.0, owner=owner)
-    if not isinstance(group_same_shapes, (bool, np.bool_)):
-        raise TypeError(f"{owner}: group_same_shapes must be a bool, got "
-                        f"{type(group_same_shapes).__name__} {group_same_shapes!r:.40}.")
+    check_bools(owner, group_same_shapes=group_same_shapes)
     if graft_type not in _GRAFT_TYPES:
         raise ValueError(f"{owner}: graft_type must be one of {list(_GRAFT_TYPES)}, got "
                          f"{graft_type!r}.")
@@ -506,7 +504,8 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             mu_dtype: Optional[Any] = None,
             mesh: Optional[jax.sharding.Mesh] = None,
             weight_dimension_numbers: Any = None,
-            group_same_shapes: bool = False) -> GradientTransformation:
+            group_same_shapes: bool = False,
+            cautious_weight_decay: bool = False) -> GradientTransformation:
     """Shampoo (Gupta et al., 2018), as scaled by Anil et al. (2020): Kronecker-factored preconditioning.
 
     Update rule: ``p <- p - learning_rate * (s + weight_decay * p)`` with ``s``
@@ -546,6 +545,9 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         :func:`scale_by_shampoo`); ``None``: every leaf as it is.
       group_same_shapes: run same-shape leaves as one stack (see
         :func:`scale_by_shampoo`).
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(ShampooState, EmptyState,
@@ -568,7 +570,7 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                          graft_type=graft_type, nesterov=nesterov, mu_dtype=mu_dtype,
                          mesh=mesh, weight_dimension_numbers=weight_dimension_numbers,
                          group_same_shapes=group_same_shapes),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate))
 
 

@@ -47,7 +47,7 @@ from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbe
                                                 from_layers, layer_views, stacked_shape,
                                                 stacked_view, to_layers)
 from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
@@ -277,10 +277,7 @@ def _check_options(owner: str, b1: Any, b2: Any, shampoo_beta: Any, eps: Any,
     check_nonnegative(owner, eps=eps)
     _check_int(owner, "precondition_frequency", precondition_frequency)
     _check_int(owner, "max_precond_dim", max_precond_dim)
-    for name, value in flags.items():
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{owner}: {name} must be a bool, got {type(value).__name__} "
-                            f"{value!r:.40}.")
+    check_bools(owner, **flags)
 
 
 def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
@@ -542,8 +539,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
          precondition_1d: bool = False, normalize_grads: bool = False,
          correct_bias: bool = True, weight_decay_mask: Optional[MaskOrFn] = None, *,
          block_size: Optional[int] = None, mesh: Optional[jax.sharding.Mesh] = None,
-         weight_dimension_numbers: Any = None, group_same_shapes: bool = False
-         ) -> GradientTransformation:
+         weight_dimension_numbers: Any = None, group_same_shapes: bool = False,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """SOAP (Vyas et al., 2024): Adam in Shampoo's eigenbasis, with decoupled weight decay.
 
     Update rule: ``N`` = :func:`scale_by_soap`'s direction (Adam's step taken
@@ -594,6 +591,9 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
         ``MuonDimensionNumbers`` is preconditioned as a leaf of its own (see
         :func:`scale_by_soap`); ``None``: every leaf as it is.
       group_same_shapes: run same-shape leaves as one stack (see :func:`scale_by_soap`).
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(SoapState, EmptyState,
@@ -620,7 +620,8 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
                                normalize_grads, correct_bias, block_size=block_size,
                                mesh=mesh, weight_dimension_numbers=weight_dimension_numbers,
                                group_same_shapes=group_same_shapes),
-                 add_decayed_weights(weight_decay, weight_decay_mask),
+                 add_decayed_weights(weight_decay, weight_decay_mask,
+                                     cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 

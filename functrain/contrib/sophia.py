@@ -216,7 +216,8 @@ def sophia(learning_rate: ScalarOrSchedule, b1: float = 0.965, b2: float = 0.99,
            clip_threshold: Optional[float] = 1.0, update_interval: int = 10,
            hessian_diagonal_fn: GradientTransformation = hutchinson_estimator_diag_hessian(),
            mu_dtype: Optional[Any] = None, verbose: bool = False,
-           print_win_rate_every_n_steps: int = 0) -> GradientTransformationExtraArgs:
+           print_win_rate_every_n_steps: int = 0, *,
+           cautious_weight_decay: bool = False) -> GradientTransformationExtraArgs:
     """Sophia (Liu et al., 2023): a clipped, Hessian-preconditioned momentum method.
 
     Call ``update(grads, state, params, obj_fn=f)`` with ``f(params) -> loss``
@@ -253,6 +254,9 @@ def sophia(learning_rate: ScalarOrSchedule, b1: float = 0.965, b2: float = 0.99,
         ``print_win_rate_every_n_steps`` steps.
       print_win_rate_every_n_steps: how often ``verbose`` prints, ``>= 1`` when
         ``verbose``.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformationExtraArgs``; its state is a tuple of
@@ -279,5 +283,5 @@ def sophia(learning_rate: ScalarOrSchedule, b1: float = 0.965, b2: float = 0.99,
     return chain(
         _scale_by_sophia(b1, b2, eps, gamma, clip_threshold, update_interval,
                          hessian_diagonal_fn, mu_dtype, verbose, print_win_rate_every_n_steps),
-        add_decayed_weights(weight_decay, mask=weight_decay_mask),
+        add_decayed_weights(weight_decay, mask=weight_decay_mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate))

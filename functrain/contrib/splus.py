@@ -337,8 +337,8 @@ def splus(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           nonstandard_constant: float = 0.001,
           nonstandard_strings: Sequence[str] = ("embed", "layernorm"),
           weight_decay: ScalarOrSchedule = 1e-2, mask: Optional[MaskOrFn] = None,
-          max_dim: int = 10000, *, mesh: Optional[jax.sharding.Mesh] = None
-          ) -> GradientTransformation:
+          max_dim: int = 10000, *, mesh: Optional[jax.sharding.Mesh] = None,
+          cautious_weight_decay: bool = False) -> GradientTransformation:
     """SPlus (Frans, Levine & Abbeel, 2025): a stable whitening optimizer.
 
     Update rule: ``U`` = :func:`scale_by_splus`'s direction (the sign of the momentum in
@@ -379,6 +379,9 @@ def splus(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         ``nonstandard_constant``.
       mesh: divide each refresh's ``eigh`` calls over this mesh's devices (see
         :func:`scale_by_splus`).
+      cautious_weight_decay: apply the weight decay only where the update and the param
+        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation`` whose state is ``(SplusState, EmptyState, EmptyState,
@@ -404,7 +407,7 @@ def splus(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     check_range("weight_decay", weight_decay, 0.0, owner="splus")
     strings = _check_strings(nonstandard_strings)
     return chain(scale_by_splus(b1, b2, ema_rate, eps, inverse_every, max_dim, mesh=mesh),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate),
                  _scale_by_shape(nonstandard_constant, strings, int(max_dim)))
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
+from functrain.arg_checks import (check_bools, check_range, check_state_type, hyperparameters,
                                   missing_argument_error)
 from functrain import tree as ft
 from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
@@ -171,7 +171,8 @@ def learning_rate_stage(learning_rate: Optional[ScalarOrSchedule]) -> GradientTr
 
 @hyperparameters(weight_decay="schedule")
 def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
-                        mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+                        mask: Optional[MaskOrFn] = None, *,
+                        cautious: bool = False) -> GradientTransformation:
     """Add ``weight_decay * params`` to the updates, where ``mask`` is True.
 
     ``weight_decay`` is a number, a scalar array, or a schedule of the step
@@ -182,6 +183,13 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
     before the learning rate, as in AdamW: Loshchilov & Hutter, 2019, "Decoupled
     Weight Decay Regularization"). ``update`` needs the params.
 
+    With ``cautious=True`` (beyond optax) the decay is Cautious Weight Decay (Chen et al.,
+    2025, "Cautious Weight Decay", arXiv 2510.12402): ``g + weight_decay * I(g * p >= 0) *
+    p``, the decay kept only on the entries where the update ``g`` (the descent direction
+    the learning rate then scales, so this stage goes between an optimizer's direction and
+    its learning rate) has the param's sign, i.e. where the step already shrinks the
+    weight (``Re(g * conj(p)) >= 0`` for complex leaves). No state, no new hyperparameter.
+
     Args:
       weight_decay: the decay rate, ``>= 0`` (default 0: no decay); a number, a
         scalar array, or a schedule of the step count (counted from 0).
@@ -189,6 +197,8 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
         Python bools shaped like the params or a prefix of it (a bool at a node
         covers its whole subtree), or a function of the params returning one.
         Leaves where it is False pass through unchanged and hold no state.
+      cautious: decay only where the update and the param agree in sign (Cautious
+        Weight Decay); default ``False``, optax's decay.
 
     Returns:
       A ``GradientTransformation``: with a fixed decay it keeps no state
@@ -203,15 +213,24 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0,
     {'b': Array([0.], dtype=float32), 'w': Array([0.1], dtype=float32)}
     """
     check_range("weight_decay", weight_decay, 0.0, owner="add_decayed_weights")
-    return decayed_weights_stage(weight_decay, mask)
+    return decayed_weights_stage(weight_decay, mask, cautious=cautious)
+
+
+def _decayed(g: Array, p: Array, weight_decay: Any, cautious: bool) -> Array:
+    """``g + weight_decay * p``; cautious: only where ``Re(g * conj(p)) >= 0``."""
+    if cautious:
+        p = jnp.where(jnp.real(g * jnp.conj(p)) >= 0, p, jnp.zeros_like(p))
+    return g + weight_decay * p
 
 
 @hyperparameters(weight_decay="schedule")
 def decayed_weights_stage(weight_decay: ScalarOrSchedule,
-                          mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+                          mask: Optional[MaskOrFn] = None, *,
+                          cautious: bool = False) -> GradientTransformation:
     """:func:`add_decayed_weights` without the sign check (Fromage shrinks with ``< 0``).
 
-    The update is ``g + weight_decay * p``; ``update`` needs the params.
+    The update is ``g + weight_decay * p`` (``cautious``: only where ``g`` and ``p`` agree
+    in sign, as :func:`add_decayed_weights`); ``update`` needs the params.
 
     Args:
       weight_decay: the decay rate, of any sign; a number, a scalar array, or a
@@ -220,6 +239,7 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
         Python bools shaped like the params or a prefix of it (a bool at a node
         covers its whole subtree), or a function of the params returning one.
         Leaves where it is False pass through unchanged and hold no state.
+      cautious: decay only where the update and the param agree in sign.
 
     Returns:
       A ``GradientTransformation``, stateless for a fixed decay, with state
@@ -233,6 +253,7 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
     >>> tx.update([jnp.zeros(1)], state, params)[0]
     [Array([-2.], dtype=float32)]
     """
+    check_bools("add_decayed_weights", cautious=cautious)
     if not callable(weight_decay):
         # A decay that is the number 0 adds nothing, as optax skips it: no read of the params
         # (which would also keep the compiler from fusing the update into a matmul's
@@ -241,14 +262,15 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
         tx = _none_updates_pass(stage_transform(LeafStage(
             name="add_decayed_weights",
             update_leaf=(lambda g, s, p, c: (g, ())) if zero else
-            (lambda g, s, p, c: (g + weight_decay * p, ())),
+            (lambda g, s, p, c: (_decayed(g, p, weight_decay, cautious), ())),
             needs_params=True, mask=mask)), scheduled=False)
     else:
         def prepare(glob: dict, _: Any) -> tuple:
             return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
 
         tx = _none_updates_pass(stage_transform(LeafStage(
-            name="add_decayed_weights", update_leaf=lambda g, s, p, wd: (g + wd * p, ()),
+            name="add_decayed_weights",
+            update_leaf=lambda g, s, p, wd: (_decayed(g, p, wd, cautious), ()),
             state_cls=WeightDecayScheduleState,
             leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare,
             needs_params=True, mask=mask)), scheduled=True)
@@ -276,7 +298,7 @@ def _none_updates_pass(tx: GradientTransformation, scheduled: bool) -> GradientT
 
 @hyperparameters(weight_decay="schedule")
 def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] = None, *,
-                       signed: bool = False) -> GradientTransformation:
+                       signed: bool = False, cautious: bool = False) -> GradientTransformation:
     """``updates + weight_decay * params`` where ``mask`` is True; the decay may be a schedule.
 
     A Python ``0`` needs no params (an ``identity``); a schedule is evaluated
@@ -291,6 +313,8 @@ def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] 
         Leaves where it is False pass through unchanged and hold no state.
       signed: allow a negative ``weight_decay`` (:func:`decayed_weights_stage`);
         the default ``False`` checks it is ``>= 0`` (:func:`add_decayed_weights`).
+      cautious: decay only where the update and the param agree in sign (Cautious
+        Weight Decay, :func:`add_decayed_weights`).
 
     Returns:
       ``identity()`` for a Python zero decay, else the
@@ -304,12 +328,13 @@ def weight_decay_stage(weight_decay: ScalarOrSchedule, mask: Optional[MaskOrFn] 
     >>> tx.update([jnp.zeros(1)], state, params)[0]
     [Array([2.], dtype=float32)]
     """
+    check_bools("add_decayed_weights", cautious=cautious)
     if not callable(weight_decay) and isinstance(weight_decay, (int, float)) \
             and weight_decay == 0:
         return identity()
     if not signed:
-        return add_decayed_weights(weight_decay, mask)
-    return decayed_weights_stage(weight_decay, mask)
+        return add_decayed_weights(weight_decay, mask, cautious=cautious)
+    return decayed_weights_stage(weight_decay, mask, cautious=cautious)
 
 
 @hyperparameters(f_min="bound", max_learning_rate="bound", eps="number")

@@ -1,5 +1,7 @@
 """functrain.contrib's modifiers for any optimizer: cautious, cautious_adamw, cautious_lion,
-mars_correction, palm_beta2_schedule, trust_region_clip (no optax counterpart).
+mars_correction, palm_beta2_schedule, trust_region_clip, and Cautious Weight Decay
+(``add_decayed_weights(cautious=True)``, the ``cautious_weight_decay=`` option of the
+decoupled-decay optimizers); no optax counterpart.
 
 Compared with: the papers' pseudo-code in numpy float64 (C-AdamW and C-Lion: Liang et al.,
 2024, Algorithm 2, with the authors' scale ``size / (kept + 1)`` per array; the MARS
@@ -7,9 +9,14 @@ correction: Yuan et al., 2024, Algorithm 1, approximate variant, feeding Lion), 
 ``cautious(optimizer)`` on adam, adamw, lion, sgd, soap and muon, the caution written in
 numpy applied to the updates of the same optimizer run alone on the same gradients (the
 caution does not touch the state, so the two runs see the same inner trajectory).
+Cautious Weight Decay: Chen et al., 2025 (arXiv 2510.12402), ``x <- x - lr * (u + wd * I(u * x
+>= 0) * x)``, in numpy float64 for AdamW and Lion, and for every optimizer with the option as
+that rule applied to the same optimizer's decay-free direction at the same params.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +57,12 @@ def _run(opt, params, grads):
     return p, state, us
 
 
-def ref_adamw(params, grads, lr, b1, b2, eps, wd, caution):
+def np_decay(wd, u, p, cautious_decay):
+    """The paper's decay term: ``wd * p``, or with CWD ``wd * I(u * p >= 0) * p``."""
+    return wd * p * (u * p >= 0) if cautious_decay else wd * p
+
+
+def ref_adamw(params, grads, lr, b1, b2, eps, wd, caution, cautious_decay=False):
     p = {k: np.array(v) for k, v in params.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v = {k: np.zeros_like(x) for k, x in p.items()}
@@ -61,11 +73,11 @@ def ref_adamw(params, grads, lr, b1, b2, eps, wd, caution):
             d = (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k] / (1 - b2 ** t)) + eps)
             if caution:
                 d = np_caution(d, g[k], 1.0)
-            p[k] = p[k] - lr * (d + wd * p[k])
+            p[k] = p[k] - lr * (d + np_decay(wd, d, p[k], cautious_decay))
     return p
 
 
-def ref_lion(params, grads, lr, b1, b2, wd, caution, mars=None):
+def ref_lion(params, grads, lr, b1, b2, wd, caution, mars=None, cautious_decay=False):
     p = {k: np.array(v) for k, v in params.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     prev = {k: np.zeros_like(v) for k, v in p.items()}
@@ -83,7 +95,7 @@ def ref_lion(params, grads, lr, b1, b2, wd, caution, mars=None):
             m[k] = b2 * m[k] + (1 - b2) * c
             if caution:
                 d = np_caution(d, c, 1.0)
-            p[k] = p[k] - lr * (d + wd * p[k])
+            p[k] = p[k] - lr * (d + np_decay(wd, d, p[k], cautious_decay))
     return p
 
 
@@ -333,3 +345,174 @@ def test_palm_beta2_schedule_reaches_muons_adamw():
         ref = ref_adam_palm(params, grads, 1e-2, 0.9, 0.8, 1e-8)
         for k in params:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, err_msg=k)
+
+
+# --------------------------------------------------------------------------
+# Cautious Weight Decay (Chen et al., 2025)
+# --------------------------------------------------------------------------
+
+def test_cautious_decay_by_hand_real_complex_masked_and_scheduled():
+    """``u + wd * I(u * p >= 0) * p`` entry by entry (a zero update counts as agreeing, as
+    the paper's ``>=``); complex leaves use ``Re(u * conj(p))``; the mask and a schedule act
+    as on the plain decay."""
+    p = {"w": jnp.array([1.0, -1.0, 2.0, -2.0, 3.0]), "b": jnp.array([1.0, 1.0])}
+    u = {"w": jnp.array([1.0, 1.0, -1.0, -1.0, 0.0]), "b": jnp.array([-1.0, 1.0])}
+    tx = functrain.add_decayed_weights(0.5, cautious=True)
+    got = tx.update(u, tx.init(p), p)[0]
+    np.testing.assert_array_equal(got["w"], [1.5, 1.0, -1.0, -2.0, 1.5])
+    np.testing.assert_array_equal(got["b"], [-1.0, 1.5])
+    masked = functrain.add_decayed_weights(0.5, mask={"w": False, "b": True}, cautious=True)
+    got = masked.update(u, masked.init(p), p)[0]
+    np.testing.assert_array_equal(got["w"], u["w"])
+    np.testing.assert_array_equal(got["b"], [-1.0, 1.5])
+    sched = functrain.add_decayed_weights(lambda c: 0.25 * (c + 1), cautious=True)
+    state = sched.init(p)
+    _, state = sched.update(u, state, p)
+    np.testing.assert_array_equal(sched.update(u, state, p)[0]["w"], [1.5, 1.0, -1.0, -2.0, 1.5])
+    # complex: (1+1j) * conj(1-1j) = 2j: real part 0, kept; (1+0j) * conj(-1+0j) = -1: dropped
+    pc = [jnp.array([1 - 1j, -1 + 0j])]
+    uc = [jnp.array([1 + 1j, 1 + 0j])]
+    got = functrain.add_decayed_weights(1.0, cautious=True).update(uc, None, pc)[0][0]
+    np.testing.assert_array_equal(got, [2 + 0j, 1 + 0j])
+
+
+def test_cautious_weight_decay_adamw_and_lion_match_the_paper():
+    with enable_x64(True):
+        params, grads = _problem(4)
+        for opt, ref in [
+                (functrain.adamw(1e-2, weight_decay=0.3, cautious_weight_decay=True),
+                 ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.3, False, True)),
+                (functrain.lion(1e-3, weight_decay=2.0, cautious_weight_decay=True),
+                 ref_lion(params, grads, 1e-3, 0.9, 0.99, 2.0, False, cautious_decay=True)),
+                (cautious_adamw(1e-2, weight_decay=0.3, cautious_weight_decay=True),
+                 ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.3, True, True))]:
+            p, _, _ = _run(opt, params, grads)
+            for k in params:
+                np.testing.assert_allclose(p[k], ref[k], rtol=1e-12, atol=1e-14)
+        # the mask did something: the plain decay lands elsewhere
+        plain = ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.3, False, False)
+        cwd = ref_adamw(params, grads, 1e-2, 0.9, 0.999, 1e-8, 0.3, False, True)
+        assert np.abs(plain["w"] - cwd["w"]).max() > 1e-4
+
+
+def test_cautious_weight_decay_lamb_decays_before_the_trust_ratio():
+    """LAMB's direction is Adam's plus the decay, then the layer's trust ratio ``||p|| /
+    ||d||`` (1 where either norm is 0): the caution acts on Adam's direction, before it."""
+    lr, b1, b2, eps, wd = 1e-2, 0.9, 0.999, 1e-6, 0.5
+    with enable_x64(True):
+        params, grads = _problem(5)
+        p, _, _ = _run(functrain.lamb(lr, weight_decay=wd, cautious_weight_decay=True),
+                       params, grads)
+        ref = {k: np.array(v) for k, v in params.items()}
+        m = {k: np.zeros_like(v) for k, v in ref.items()}
+        v = {k: np.zeros_like(x) for k, x in ref.items()}
+        for t, g in enumerate(grads, start=1):
+            for k in ref:
+                m[k] = b1 * m[k] + (1 - b1) * g[k]
+                v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
+                r = (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k] / (1 - b2 ** t)) + eps)
+                d = r + np_decay(wd, r, ref[k], True)
+                pn, dn = np.linalg.norm(ref[k]), np.linalg.norm(d)
+                ref[k] = ref[k] - lr * (pn / dn if pn > 0 and dn > 0 else 1.0) * d
+        for k in params:
+            np.testing.assert_allclose(p[k], ref[k], rtol=1e-12, atol=1e-14)
+
+
+def _cwd_optimizers() -> list:
+    """Every registry optimizer with a ``cautious_weight_decay`` option (less LAMB, whose
+    trust ratio comes after the decay: its own test above)."""
+    import registry
+    return sorted(name for name, record in registry.REGISTRY.items()
+                  if record.factory(functrain) is not None and name != "lamb"
+                  and "cautious_weight_decay" in inspect.signature(
+                      record.factory(functrain)).parameters)
+
+
+_DECAYS = ("weight_decay", "adam_weight_decay", "scalar_weight_decay")
+
+
+@pytest.mark.parametrize("name", _cwd_optimizers())
+def test_every_decoupled_decay_applies_the_papers_rule(name):
+    """At each step, the cautious update is the decay-free update ``B`` plus the plain decay's
+    term ``D - B`` (``D``: the same optimizer with the plain decay) kept only where the paper's
+    indicator ``I(u * p >= 0)`` holds, ``u = -B`` the step's direction: the three run beside
+    each other on the same gradients and are fed the same params (a decoupled decay leaves
+    the state alone). The decay term is ``-lr * wd * p`` times any factor the optimizer
+    applies after it (SPlus's shape scale), which this form does not need to know."""
+    import registry
+    record = registry.REGISTRY[name]
+    factory = record.factory(functrain)
+    accepted = inspect.signature(factory).parameters
+    lr, wd = 1e-2, 0.7
+    decays = [d for d in _DECAYS if d in accepted]
+    kwargs = {k: v for k, v in record.args.items() if k not in decays} | {"learning_rate": lr}
+    with enable_x64(True):
+        params = {"w": jnp.asarray(np.random.default_rng(6).standard_normal((6, 4))),
+                  "b": jnp.asarray(np.random.default_rng(7).standard_normal(4))}
+        loss_fn = lambda q: 0.5 * sum(jnp.sum(x * x) for x in jax.tree.leaves(q))
+        extra = record.update_kwargs(loss_fn, params)
+        opts = [factory(**kwargs, **{d: wd for d in decays}, cautious_weight_decay=True),
+                factory(**kwargs, **{d: wd for d in decays}),
+                factory(**kwargs, **{d: 0.0 for d in decays})]
+        states = [o.init(params) for o in opts]
+        step = jax.jit(lambda o, g, s, p: o.update(g, s, p, **extra), static_argnums=0)
+        rng = np.random.default_rng(8)
+        masked = 0
+        for _ in range(6):
+            g = {k: jnp.asarray(rng.standard_normal(v.shape)) for k, v in params.items()}
+            (got, decayed, base), states = zip(*[step(o, g, s, params)
+                                                 for o, s in zip(opts, states)])
+            for k in params:
+                b, d, p = (np.asarray(t[k]) for t in (base, decayed, params))
+                term = d - b
+                assert np.any(term) or not np.any(b), f"{name}: the decay did nothing"
+                want = b + np.where(-b * p >= 0, term, 0.0)
+                scale = np.abs(d).max()
+                np.testing.assert_allclose(got[k], want, rtol=1e-9, atol=1e-12 * scale,
+                                           err_msg=f"{name}: leaf {k}")
+                masked += int(np.sum((-b * p < 0) & (term != 0)))
+            params = functrain.apply_updates(params, got)
+        assert masked, f"{name}: the caution never masked a decay"
+
+
+def test_cautious_weight_decay_keeps_the_losss_minimizer():
+    """The paper's point: plain decoupled decay settles where the step balances the decay (a
+    shrunk solution), cautious decay on a stationary point of the loss itself. Least squares
+    with a mixed-sign minimizer ``x*``, AdamW with a cosine learning rate to zero: CWD ends
+    100x closer to ``x*`` than the plain decay, which ends shrunk towards 0."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((20, 8))
+    x_star = rng.standard_normal(8) * 2
+    b = a @ x_star
+    loss = lambda x: 0.5 * jnp.sum((a @ x - b) ** 2)
+    with enable_x64(True):
+        def train(cautious):
+            sched = functrain.cosine_decay_schedule(3e-2, 4000)
+            opt = functrain.adamw(sched, weight_decay=0.1, cautious_weight_decay=cautious)
+            x = jnp.zeros(8)
+
+            def body(_, carry):
+                x, s = carry
+                u, s = opt.update(jax.grad(loss)(x), s, x)
+                return functrain.apply_updates(x, u), s
+
+            return np.asarray(jax.lax.fori_loop(0, 4000, body, (x, opt.init(x)))[0])
+
+        plain, cwd = train(False), train(True)
+    assert np.linalg.norm(plain) < np.linalg.norm(x_star)  # shrunk
+    assert np.linalg.norm(cwd - x_star) * 100 < np.linalg.norm(plain - x_star), (
+        np.linalg.norm(cwd - x_star), np.linalg.norm(plain - x_star))
+
+
+def test_cautious_weight_decay_under_inject_hyperparams_and_bad_flags():
+    params = {"w": jnp.array([1.0, -2.0]), "b": jnp.array([0.5])}
+    grads = {"w": jnp.array([0.3, 0.4]), "b": jnp.array([-1.0])}
+    plain = functrain.adamw(0.1, weight_decay=0.5, cautious_weight_decay=True)
+    injected = functrain.inject_hyperparams(functrain.adamw)(
+        learning_rate=0.1, weight_decay=0.5, cautious_weight_decay=True)
+    want = plain.update(grads, plain.init(params), params)[0]
+    got = injected.update(grads, injected.init(params), params)[0]
+    for k in params:  # a traced learning rate rounds Adam's bias corrections otherwise
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-5)
+    with pytest.raises(TypeError, match="cautious must be a bool, got str"):
+        functrain.add_decayed_weights(0.1, cautious="yes")

@@ -91,7 +91,8 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
           weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
-          nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
+          nesterov: bool = False, nu_dtype: Optional[Any] = None,
+          cautious_weight_decay: bool = False) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
 
     Update rule: ``m, v`` as in :func:`adam`;
@@ -122,6 +123,9 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
       nesterov: use Nesterov momentum (NAdamW), see :func:`adam`.
       nu_dtype: storage dtype of the second moment; ``None``: each
         parameter's dtype.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
@@ -138,7 +142,7 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     """
     return chain(
         scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_learning_rate(learning_rate))
 
 
@@ -195,7 +199,8 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
            weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
-           nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
+           nesterov: bool = True, nu_dtype: Optional[Any] = None,
+           cautious_weight_decay: bool = False) -> GradientTransformation:
     """NAdamW: NAdam with decoupled weight decay; ``adamw(..., nesterov=True)``.
 
     Update rule: ``m_hat`` as in :func:`nadam`;
@@ -221,6 +226,9 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
       nesterov: the Nesterov look-ahead; True by default (False gives AdamW).
       nu_dtype: storage dtype of the second moment; ``None``: each
         parameter's dtype.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``, the same as :func:`adamw`'s; its state is
@@ -234,7 +242,8 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     [Array([-0.2], dtype=float32)]
     """
     return adamw(learning_rate, b1, b2, eps, eps_root, mu_dtype, weight_decay, mask,
-                 nesterov=nesterov, nu_dtype=nu_dtype)
+                 nesterov=nesterov, nu_dtype=nu_dtype,
+                 cautious_weight_decay=cautious_weight_decay)
 
 
 @declare_optimizer("optimizers", "Reddi et al., 2018", optax="core",
@@ -328,7 +337,8 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  weight_decay="schedule")
 def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, weight_decay: ScalarOrSchedule = 1e-4,
-            mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+            mask: Optional[MaskOrFn] = None, *,
+            cautious_weight_decay: bool = False) -> GradientTransformation:
     """AdaMax with decoupled weight decay (which may be a schedule).
 
     Update rule: ``m, u`` as in :func:`adamax`;
@@ -349,6 +359,9 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         at all (then ``update`` needs no params).
       mask: where to apply the weight decay: a tree (or prefix) of bools, or
         a function of the params returning one; ``None`` decays every leaf.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
@@ -362,7 +375,8 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     >>> opt.update([jnp.array([-2.])], opt.init(params), params)[0]
     [Array([0.], dtype=float32)]
     """
-    return chain(scale_by_adamax(b1, b2, eps), weight_decay_stage(weight_decay, mask),
+    return chain(scale_by_adamax(b1, b2, eps),
+                 weight_decay_stage(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 
@@ -504,7 +518,8 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-6, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 0.0,
          mask: Optional[MaskOrFn] = None, *, trust_ratio_mask: MaskOrFn = True,
          max_trust_ratio: Optional[float] = None, mu_dtype: Optional[Any] = None,
-         nu_dtype: Optional[Any] = None) -> GradientTransformation:
+         nu_dtype: Optional[Any] = None,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """LAMB: Adam with weight decay and a per-leaf trust ratio (You et al., 2019).
 
     Update rule: ``m, v`` as in :func:`adam`; per leaf,
@@ -543,6 +558,9 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         dtype.
       nu_dtype: storage dtype of the second moment; ``None``: each
         parameter's dtype.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
@@ -559,7 +577,7 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     """
     return chain(
         scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nu_dtype=nu_dtype),
-        add_decayed_weights(weight_decay, mask),
+        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
         scale_by_trust_ratio(max_trust_ratio=max_trust_ratio, mask=trust_ratio_mask),
         scale_by_learning_rate(learning_rate))
 
@@ -573,8 +591,8 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                  eps_root="number", weight_decay="schedule")
 def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
          b3: float = 0.99, eps: float = 1e-8, eps_root: float = 1e-8,
-         weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None
-         ) -> GradientTransformation:
+         weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None, *,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """Adan (Xie et al., 2022): adaptive Nesterov momentum estimation.
 
     Update rule, with ``d = g - g_prev`` (0 at the first step):
@@ -604,6 +622,9 @@ def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
       mask: where to apply the weight decay: a tree of bools (or a prefix of
         the params' tree), or a function of the params returning one; ``None``
         decays every leaf.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is optax's layout:
@@ -619,5 +640,5 @@ def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
     -0.1
     """
     return chain(scale_by_adan(b1, b2, b3, eps, eps_root),
-                 add_decayed_weights(weight_decay, mask),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))

@@ -89,7 +89,8 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
          mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
-         mask: Optional[MaskOrFn] = None) -> GradientTransformation:
+         mask: Optional[MaskOrFn] = None, *,
+         cautious_weight_decay: bool = False) -> GradientTransformation:
     """Lion (Chen et al., 2023): sign of an interpolated momentum, decoupled decay.
 
     Update rule: ``u = sign(b1 m + (1-b1) g); m = b2 m + (1-b2) g;
@@ -113,6 +114,9 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
       mask: where to apply the weight decay: a tree of bools shaped like the
         params (or a prefix of it), or a function of the params returning one;
         ``None`` decays every leaf.
+      cautious_weight_decay: apply the weight decay only where the update and
+        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
+        :func:`functrain.add_decayed_weights`); default ``False``.
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
@@ -126,7 +130,8 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
     >>> opt.update([jnp.array([2., -0.1])], opt.init(params), params)[0]
     [Array([-0.1,  0.1], dtype=float32)]
     """
-    return chain(scale_by_lion(b1, b2, mu_dtype), add_decayed_weights(weight_decay, mask),
+    return chain(scale_by_lion(b1, b2, mu_dtype),
+                 add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
                  scale_by_learning_rate(learning_rate))
 
 
