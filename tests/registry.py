@@ -542,6 +542,27 @@ _ON_THE_SPHERE = {"converges": "a hyperball matrix keeps its initial norm, and o
 _beyond("muonh", dict(learning_rate=1e-2), tests=_HYPERBALL, decomposed=_NEWTON_SCHULZ,
         skip=_ON_THE_SPHERE)
 _beyond("adamh", dict(learning_rate=1e-2), tests=_HYPERBALL, skip=_ON_THE_SPHERE)
+# Scion (the official 'Auto' norms), with Newton-Schulz marked: the record runs the
+# unconstrained variant, which reaches optax's targets at lr=1e-3 (measured: within 3e-3 of
+# each); the constrained default, its setting, cannot.
+_beyond("scion", dict(learning_rate=1e-3, constrained=False), decomposed=_NEWTON_SCHULZ,
+        settings={"scion(constrained)": (dict(learning_rate=1e-2), {
+            "converges": "the constrained method keeps each leaf in its ball of radius scale "
+                         "(1 here) and optax's targets lie outside (e.g. the matrix parabola's "
+                         "[[3, -2], [1, 4]]); test_contrib_scion.py checks the ball is kept"})})
+# MuonClip: the registry's drawn trees have no attention layers, so its record names none
+# (qk_layers={}, update(..., attention_logits={})): the clip is a no-op there and the generic
+# checks run muon_clip's Muon step and the clip stage's tree and keyword handling; the clip
+# itself (fused, per-head and stacked layouts, muon_clip's steps, the attention model demo) is
+# checked in tests/contrib/test_contrib_muon_clip.py.
+_beyond("muon_clip", dict(learning_rate=1e-2, qk_layers={}), decomposed=_NEWTON_SCHULZ,
+        extra=lambda loss_fn, params: {"attention_logits": {}})
+# tail_ema around adam: its updates are adam's (the average is read out separately).
+_beyond("tail_ema", dict(tau=3.0, start_step=2), build=lambda m, **kw: m.contrib.tail_ema(
+    m.adam(1e-2), **kw))
+# ema_nesterov around adam: the params it produces are the look-ahead points.
+_beyond("ema_nesterov", dict(lookahead_stepsize=0.3, lookahead_ema=0.9),
+        build=lambda m, **kw: m.contrib.ema_nesterov(m.adam(1e-2), **kw))
 
 
 # --------------------------------------------------------------------------
@@ -595,6 +616,8 @@ del _name
 NOT_OPTIMIZERS = {
     "hutchinson_estimator_diag_hessian": "sophia's Hessian estimate (tests/contrib/"
                                          "test_contrib_sophia.py)",
+    "qk_clip": "muon_clip's clip stage, the last of any chain (tests/contrib/"
+               "test_contrib_muon_clip.py)",
 }
 
 

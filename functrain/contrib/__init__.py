@@ -1,10 +1,11 @@
 """functrain.contrib: every optimizer of ``optax.contrib`` under optax's names, and the
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
 ``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``, ``adam_mini``, ``apollo``,
-``apollo_mini``, ``adam_accumulation``, ``muonh``, ``adamh``, ``spam``, ``stable_spam``) and
-modifiers for any optimizer (``cautious``, ``cautious_adamw``, ``cautious_lion``,
-``mars_correction``, ``trust_region_clip``; Cautious Weight Decay is the
-``cautious_weight_decay=`` option of every decoupled-decay optimizer).
+``apollo_mini``, ``adam_accumulation``, ``muonh``, ``adamh``, ``muon_clip``, ``scion``,
+``spam``, ``stable_spam``), modifiers for any optimizer (``cautious``, ``cautious_adamw``,
+``cautious_lion``, ``mars_correction``, ``trust_region_clip``, ``tail_ema``,
+``ema_nesterov``), and Cautious Weight Decay, the ``cautious_weight_decay=`` option of every
+decoupled-decay optimizer.
 
 Switching is a changed import: ``optax.contrib.muon`` is ``functrain.contrib.muon``,
 with the same arguments, defaults and numbers (tested step by step against
@@ -64,15 +65,21 @@ from functrain.contrib.came import CameState, came, scale_by_came
 from functrain.contrib.hyperball import (ScaleByHyperballState, adamh, hyperball_step,
                                          muonh, scale_by_hyperball)
 from functrain.contrib.dion import ScaleByDionState, dion, scale_by_dion
+from functrain.contrib.ema_nesterov import (EmaNesterovState, ema_nesterov,
+                                            ema_nesterov_eval_params)
 from functrain.contrib.kron import KronState, kron, precond_update_prob_schedule, scale_by_kron
 from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
+from functrain.contrib.muon_clip import QKClipLayer, muon_clip, qk_clip
 from functrain.contrib.normuon import NorMuonState, normuon, scale_by_normuon
 from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cautious,
                                          cautious_adamw, cautious_lion, mars_correction,
                                          palm_beta2_schedule, trust_region_clip)
+from functrain.contrib.scion import (ScaleByScionState, scale_by_scion, scion,
+                                    scion_direction)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap
 from functrain.contrib.spam import (ScaleBySpamState, ScaleByStableSpamState, scale_by_spam,
                                     scale_by_stable_spam, spam, stable_spam)
 from functrain.contrib.splus import SplusState, scale_by_splus, splus, splus_get_eval_params
+from functrain.contrib.tail_ema import TailEmaState, tail_ema, tail_ema_eval_params

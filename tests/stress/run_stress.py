@@ -53,6 +53,20 @@ def _linesearch(loss: Callable, params: Any, grads: Any) -> dict:
     return {"value": loss(params), "grad": grads, "value_fn": loss}
 
 
+def _muon_clip_layers(ft: Any) -> dict:
+    return {f"b{b}": ft.contrib.QKClipLayer(f"b{b}_q", f"b{b}_k", num_heads=4)
+            for b in range(4)}
+
+
+def _muon_clip_logits(loss: Callable, params: Any, grads: Any) -> dict:
+    """Per-head stand-ins for the max logits, near tau = 100: 60 times the product of each
+    head's query and key norms (the leaves start at norm ~1.3 per head)."""
+    import jax.numpy as jnp
+    norm = lambda w: jnp.linalg.norm(w.reshape(128, 4, 32), axis=(0, 2))  # noqa: E731
+    return {"attention_logits": {f"b{b}": 60 * norm(params[f"b{b}_q"]) * norm(params[f"b{b}_k"])
+                                 for b in range(4)}}
+
+
 # name -> setting. The four matrix optimizers get most of the runs (at least 50 in all).
 STRESSED: dict[str, Stressed] = {
     "shampoo": Stressed(lambda ft: ft.contrib.shampoo(1e-3), steps=40, runs=12),
@@ -64,7 +78,10 @@ STRESSED: dict[str, Stressed] = {
     "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
                           runs=2),
     "normuon": Stressed(lambda ft: ft.contrib.normuon(1e-3), steps=8, runs=1),
+    "scion": Stressed(lambda ft: ft.contrib.scion(1e-3), steps=8, runs=1),
     "adamuon": Stressed(lambda ft: ft.contrib.adamuon(1e-3), steps=8, runs=1),
+    "muon_clip": Stressed(lambda ft: ft.contrib.muon_clip(1e-3, qk_layers=_muon_clip_layers(ft)),
+                          steps=8, runs=1, extra=_muon_clip_logits),
     "dion": Stressed(lambda ft: ft.contrib.dion(1e-3, rank=0.5), steps=10, runs=2),
     "galore": Stressed(lambda ft: ft.contrib.galore(1e-3, rank=16, update_proj_gap=5),
                        steps=12, runs=3),
