@@ -354,8 +354,9 @@ def scion(learning_rate: ScalarOrSchedule, momentum: float = 0.1, *, norms: Any 
     per-leaf ``scale`` values here; its ``SpectralConv`` (PyTorch ``(out, in, k, k)``) scales
     by ``sqrt(out / in) / k**2``, where ``'spectral'`` with
     ``MuonDimensionNumbers((0, 1, 2), 3)`` on a ``(k, k, in, out)`` kernel gives
-    ``sqrt(out / (in k**2))``. Its Newton-Schulz runs in bfloat16, here in the updates'
-    compute dtype. Reference: Pethick, Xie, Antonakopoulos, Zhu, Silveti-Falls & Cevher,
+    ``sqrt(out / (in k**2))``; its ``BiasRMS`` of a matrix normalizes each column (axis 0),
+    ``'rms'`` each matrix (the same for a vector). Its Newton-Schulz runs in bfloat16 with
+    ``eps = 1e-7``, here in the updates' compute dtype with ``eps``. Reference: Pethick, Xie, Antonakopoulos, Zhu, Silveti-Falls & Cevher,
     2025, "Training Deep Learning Models with Norm-Constrained LMOs" (ICML 2025,
     arXiv:2502.07529); code github.com/LIONS-EPFL/scion.
 

@@ -78,6 +78,7 @@ STRESSED: dict[str, Stressed] = {
     "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
                           runs=2),
     "normuon": Stressed(lambda ft: ft.contrib.normuon(1e-3), steps=8, runs=1),
+    "muonh": Stressed(lambda ft: ft.contrib.muonh(1e-2), steps=8, runs=1),
     "scion": Stressed(lambda ft: ft.contrib.scion(1e-3), steps=8, runs=1),
     "adamuon": Stressed(lambda ft: ft.contrib.adamuon(1e-3), steps=8, runs=1),
     "muon_clip": Stressed(lambda ft: ft.contrib.muon_clip(1e-3, qk_layers=_muon_clip_layers(ft)),
