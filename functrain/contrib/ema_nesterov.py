@@ -54,7 +54,9 @@ class EmaNesterovState(NamedTuple):
 
 
 def _wide(x: Array) -> Array:
-    return x.astype(jnp.promote_types(jnp.result_type(x), jnp.float32))
+    """``x`` in the dtype leaf math runs in (float32 for 16-bit floats)."""
+    x = jnp.asarray(x)
+    return x.astype(ft.compute_dtype(x.dtype))
 
 
 @declare_optimizer("beyond optax", "Yau et al., 2026", optax=None, summary=(

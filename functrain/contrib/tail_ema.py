@@ -60,7 +60,9 @@ class TailEmaState(NamedTuple):
 
 
 def _wide(x: Array) -> Array:
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    """``x`` in the dtype leaf math runs in (float32 for 16-bit floats)."""
+    x = jnp.asarray(x)
+    return x.astype(ft.compute_dtype(x.dtype))
 
 
 @declare_optimizer("beyond optax", "modded-nanogpt, 2026", optax=None, summary=(
