@@ -534,6 +534,11 @@ _beyond("apollo_mini", dict(learning_rate=1e-2), tests="tests/contrib/test_contr
 # The Muon family's other members: their default records, with Newton-Schulz marked.
 _beyond("normuon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ)
 _beyond("adamuon", dict(learning_rate=1e-2), decomposed=_NEWTON_SCHULZ)
+# SOAP-Muon: SOAP's eigenbases (eigh, then QR power steps) of each matrix's Gram statistics,
+# then Newton-Schulz.
+_beyond("soap_muon", dict(learning_rate=1e-2), real_only=_EIGH,
+        decomposed="eigh, then QR power steps, of each matrix's Gram statistics for its "
+                   "eigenbasis; Newton-Schulz iterations orthogonalize the whitened momentum")
 # The hyperball pair (one test file): MuonH with Newton-Schulz marked.
 _HYPERBALL = "tests/contrib/test_contrib_hyperball.py"
 _ON_THE_SPHERE = {"converges": "a hyperball matrix keeps its initial norm, and optax's targets "

@@ -2,8 +2,8 @@
 matrix and adaptive optimizers optax does not have (``shampoo``, ``soap``, ``splus``, ``kron``,
 ``dion``, ``came``, ``mars``, ``laprop``, ``normuon``, ``adamuon``, ``adam_mini``, ``apollo``,
 ``apollo_mini``, ``adam_accumulation``, ``muonh``, ``adamh``, ``muon_clip``, ``scion``,
-``spam``, ``stable_spam``), modifiers for any optimizer (``cautious``, ``cautious_adamw``,
-``cautious_lion``, ``mars_correction``, ``trust_region_clip``, ``tail_ema``,
+``spam``, ``stable_spam``, ``soap_muon``), modifiers for any optimizer (``cautious``,
+``cautious_adamw``, ``cautious_lion``, ``mars_correction``, ``trust_region_clip``, ``tail_ema``,
 ``ema_nesterov``), and Cautious Weight Decay, the ``cautious_weight_decay=`` option of every
 decoupled-decay optimizer.
 
@@ -79,6 +79,7 @@ from functrain.contrib.scion import (ScaleByScionState, scale_by_scion, scion,
                                     scion_direction)
 from functrain.contrib.shampoo import ShampooState, scale_by_shampoo, shampoo
 from functrain.contrib.soap import SoapState, scale_by_soap, soap
+from functrain.contrib.soap_muon import SoapMuonState, scale_by_soap_muon, soap_muon
 from functrain.contrib.spam import (ScaleBySpamState, ScaleByStableSpamState, scale_by_spam,
                                     scale_by_stable_spam, spam, stable_spam)
 from functrain.contrib.splus import SplusState, scale_by_splus, splus, splus_get_eval_params

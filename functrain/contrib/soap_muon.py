@@ -251,7 +251,7 @@ def scale_by_soap_muon(beta: float = 0.95, b2: float = 0.9, eps: float = 1e-8,
     [0.72, 1.12]
     >>> u, state = tx.update(g, state)  # now whitened in the eigenbasis: equal entries
     >>> [round(float(x), 2) for x in jnp.diag(u['w'])]
-    [0.87, 0.87]
+    [1.11, 1.11]
     """
     check_betas(_OWNER, beta=beta, b2=b2)
     check_nonnegative(_OWNER, eps=eps)

@@ -516,3 +516,18 @@ def test_cautious_weight_decay_under_inject_hyperparams_and_bad_flags():
         np.testing.assert_allclose(got[k], want[k], rtol=2e-5)
     with pytest.raises(TypeError, match="cautious must be a bool, got str"):
         functrain.add_decayed_weights(0.1, cautious="yes")
+
+
+def test_the_docs_count_the_optimizers_with_the_option():
+    """docs/optimizers.md and the README say how many optimizers take
+    ``cautious_weight_decay``: the counts are the package's."""
+    import pathlib
+    import functrain.declarations as declarations
+    having = [name for name, d in declarations.OPTIMIZERS.items()
+              if "cautious_weight_decay" in inspect.signature(d.function).parameters]
+    contrib = [name for name in having if declarations.OPTIMIZERS[name].contrib]
+    root = pathlib.Path(__file__).resolve().parents[2]
+    docs = " ".join((root / "docs" / "optimizers.md").read_text().split())
+    assert f"lion and {len(contrib)} in `functrain.contrib`" in docs
+    assert f"of the {len(having)} against the rule" in docs
+    assert f"on all {len(having)} decoupled-decay optimizers" in (root / "README.md").read_text()

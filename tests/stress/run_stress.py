@@ -78,6 +78,8 @@ STRESSED: dict[str, Stressed] = {
     "muon(aol)": Stressed(lambda ft: ft.contrib.muon(1e-3, preconditioning="aol"), steps=10,
                           runs=2),
     "normuon": Stressed(lambda ft: ft.contrib.normuon(1e-3), steps=8, runs=1),
+    "soap_muon": Stressed(lambda ft: ft.contrib.soap_muon(1e-3, precondition_frequency=3),
+                          steps=8, runs=1),
     "muonh": Stressed(lambda ft: ft.contrib.muonh(1e-2), steps=8, runs=1),
     "scion": Stressed(lambda ft: ft.contrib.scion(1e-3), steps=8, runs=1),
     "adamuon": Stressed(lambda ft: ft.contrib.adamuon(1e-3), steps=8, runs=1),
