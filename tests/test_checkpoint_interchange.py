@@ -41,9 +41,9 @@ def _grads(step):
             "b": jnp.asarray(rng.standard_normal(6), jnp.float32)}
 
 
-def _train(opt, params, state, steps, start):
+def _train(opt, params, state, steps, start, extra=None):
     for t in range(start, start + steps):
-        updates, state = opt.update(_grads(t), state, params)
+        updates, state = opt.update(_grads(t), state, params, **(extra or {}))
         params = optax.apply_updates(params, updates)
     return params, state
 
@@ -89,7 +89,10 @@ def test_optimizers_optax_lacks_round_trip_through_orbax(name, tmp_path):
     """Their states hold no zero-size array (Orbax refuses those) and restore exactly."""
     opt = _beyond(name)
     params = _params()
-    params, state = _train(opt, params, opt.init(params), 3, 0)
+    # the keywords its update needs (muon_clip's attention logits), as the registry gives them
+    extra = registry.REGISTRY[name].update_kwargs(
+        lambda q: sum(jnp.sum(x * x) for x in jax.tree.leaves(q)), params)
+    params, state = _train(opt, params, opt.init(params), 3, 0, extra)
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(tmp_path / "ckpt", {"params": params, "opt_state": state})
     checkpointer.wait_until_finished()
@@ -98,7 +101,7 @@ def test_optimizers_optax_lacks_round_trip_through_orbax(name, tmp_path):
     for a, b in zip(jax.tree.leaves(restored),
                     jax.tree.leaves({"params": params, "opt_state": state})):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    p1, _ = _train(opt, restored["params"], restored["opt_state"], 2, 3)
-    p2, _ = _train(opt, params, state, 2, 3)
+    p1, _ = _train(opt, restored["params"], restored["opt_state"], 2, 3, extra)
+    p2, _ = _train(opt, params, state, 2, 3, extra)
     for k in params:
         np.testing.assert_array_equal(p1[k], p2[k])
