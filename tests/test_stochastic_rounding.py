@@ -237,14 +237,17 @@ def test_bad_trees_are_named_as_apply_updates_does():
 
 def test_the_benchmark_shows_the_difference():
     """benchmarks/stochastic_rounding.py on a short run: round-to-nearest stalls with Adam
-    at lr 1e-3 on bfloat16 weights; stochastic rounding tracks float32."""
+    at lr 1e-3 on bfloat16 weights; stochastic rounding and compensated weights track
+    float32."""
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "stochastic_rounding.py"
     spec = importlib.util.spec_from_file_location("_stochastic_rounding_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = {r["mode"]: r for r in bench.run(steps=400, settings=(("adam", 1e-3),))}
     start, end = "loss@0", "loss@400"
-    f32, rtn, sr = (rows[m][end] for m in bench.MODES)
+    f32, rtn, sr, comp = (rows[m][end] for m in ("float32", "bf16 nearest", "bf16 stochastic",
+                                                  "bf16 compensated"))
+    assert comp < 1.5 * f32  # the compensated bfloat16 weights track float32 too
     assert rows["bf16 stochastic"][start] == rows["bf16 nearest"][start]
     np.testing.assert_allclose(rows["float32"][start], rows["bf16 nearest"][start], rtol=1e-2)
     assert rtn > 0.7 * rows["bf16 nearest"][start]        # barely moved
