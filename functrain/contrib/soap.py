@@ -42,7 +42,8 @@ from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
                                      from_blocks, from_layer_blocks, gather_blocks,
                                      layer_block_groups, map_by_shape, merged_shape,
                                      scatter_blocks, to_blocks, to_layer_blocks)
-from functrain.matrix.eigenbases import gram, refresh_bases, rotate
+from functrain.matrix.eigenbases import (flatten_eigenbasis_inputs, gram, refresh_bases,
+                                        rotate)
 from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
                                                 from_layers, layer_views, stacked_shape,
                                                 stacked_view, to_layers)
@@ -437,20 +438,8 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                   **extra_args: Any) -> tuple[Updates, SoapState]:
         del extra_args
         check_state_type(state, SoapState, _OWNER)
-        paths, gs, treedef = ft.flatten_with_paths(updates)
-        gs = [jnp.asarray(g) for g in gs]
-        active, ps = [True] * len(gs), [None] * len(gs)
-        ft.check_leaf_dtypes(paths, gs, active, _OWNER, "updates", real_only=True)
-        if params is not None:
-            ft.check_structure(updates, params, "params", "updates")
-            ps = [jnp.asarray(p) for p in treedef.flatten_up_to(params)]
-            ft.check_shapes(paths, ps, gs, "updates", "params")
-            ft.check_leaf_dtypes(paths, ps, active, _OWNER, "params", real_only=True)
-        fields = {name: ft.flatten_like(treedef, getattr(state, name),
-                                        f"{_OWNER} state .{name}", updates, "updates")
-                  for name in ("mu", "nu", "stats", "bases")}
-        for name in ("mu", "nu"):
-            ft.check_shapes(paths, fields[name], gs, "updates", f"{_OWNER} state .{name}")
+        paths, gs, ps, treedef, fields = flatten_eigenbasis_inputs(updates, state, params,
+                                                                   _OWNER)
         views = views_of(updates, gs)
         for where, x, v, s, q in zip(paths, gs, views, fields["stats"], fields["bases"]):
             _check_leaf_state(where or "<root>", layout(x, v), s, q)

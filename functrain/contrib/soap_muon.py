@@ -43,7 +43,8 @@ from functrain.matrix.blocks import map_by_shape
 from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
                                                 dims_of_leaves, from_layers, layer_view,
                                                 leaf_axes, stacked_shape, to_layers)
-from functrain.matrix.eigenbases import gram, refresh_bases, rotate
+from functrain.matrix.eigenbases import (flatten_eigenbasis_inputs, gram, refresh_bases,
+                                        rotate)
 from functrain.numerics import ema_update
 
 Array = jax.Array
@@ -286,20 +287,8 @@ def scale_by_soap_muon(beta: float = 0.95, b2: float = 0.9, eps: float = 1e-8,
                   **extra_args: Any) -> tuple[Updates, SoapMuonState]:
         del extra_args
         check_state_type(state, SoapMuonState, _OWNER)
-        paths, gs, treedef = ft.flatten_with_paths(updates)
-        gs = [jnp.asarray(g) for g in gs]
-        active, ps = [True] * len(gs), [None] * len(gs)
-        ft.check_leaf_dtypes(paths, gs, active, _OWNER, "updates", real_only=True)
-        if params is not None:
-            ft.check_structure(updates, params, "params", "updates")
-            ps = [jnp.asarray(p) for p in treedef.flatten_up_to(params)]
-            ft.check_shapes(paths, ps, gs, "updates", "params")
-            ft.check_leaf_dtypes(paths, ps, active, _OWNER, "params", real_only=True)
-        fields = {name: ft.flatten_like(treedef, getattr(state, name),
-                                        f"{_OWNER} state .{name}", updates, "updates")
-                  for name in ("mu", "nu", "stats", "bases")}
-        for name in ("mu", "nu"):
-            ft.check_shapes(paths, fields[name], gs, "updates", f"{_OWNER} state .{name}")
+        paths, gs, ps, treedef, fields = flatten_eigenbasis_inputs(updates, state, params,
+                                                                   _OWNER)
         lays = layouts(updates, paths, gs)
         for where, lay, s, q in zip(paths, lays, fields["stats"], fields["bases"]):
             _check_leaf_state(where or "<root>", lay, s, q)

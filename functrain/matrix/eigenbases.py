@@ -13,15 +13,17 @@ caller's map, :func:`functrain.matrix.blocks.map_by_shape` in
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from functrain import tree as ft
+
 Array = jax.Array
 
-__all__ = ["rotate", "gram", "refresh_bases"]
+__all__ = ["rotate", "gram", "refresh_bases", "flatten_eigenbasis_inputs"]
 
 
 def rotate(x: Array, bases: Sequence[Array], rotated: Sequence[bool], back: bool) -> Array:
@@ -139,3 +141,42 @@ def refresh_bases(units: list, count: Array, precondition_frequency: int,
                                lambda ops: run(ops, True), lambda ops: run(ops, False)],
                       [(stats, bases, nu) for stats, bases, nu, _ in units])
 
+
+
+def flatten_eigenbasis_inputs(updates: Any, state: Any, params: Any, owner: str) -> tuple:
+    """An eigenbasis optimizer's inputs, flattened and checked before any math (SOAP's and
+    SOAP-Muon's ``update``): real floating leaves, params that fit the updates, and the
+    state's ``mu``, ``nu``, ``stats`` and ``bases`` fields shaped like the tree.
+
+    Args:
+      updates: the gradients.
+      state: the optimizer's state (fields ``mu``, ``nu``, ``stats``, ``bases``).
+      params: the params, or ``None``.
+      owner: the optimizer, for the messages.
+
+    Returns:
+      ``(paths, gradient leaves, param leaves or Nones, treedef, {field: leaves})``; a
+      ``ValueError`` or ``TypeError`` naming the leaf's key path otherwise.
+
+    >>> import jax.numpy as jnp, functrain
+    >>> opt = functrain.contrib.soap(1e-3)
+    >>> g = {'w': jnp.ones((2, 2))}
+    >>> paths, gs, ps, _, fields = flatten_eigenbasis_inputs(g, opt.init(g)[0], None, "soap")
+    >>> paths, sorted(fields)
+    (["['w']"], ['bases', 'mu', 'nu', 'stats'])
+    """
+    paths, gs, treedef = ft.flatten_with_paths(updates)
+    gs = [jnp.asarray(g) for g in gs]
+    active, ps = [True] * len(gs), [None] * len(gs)
+    ft.check_leaf_dtypes(paths, gs, active, owner, "updates", real_only=True)
+    if params is not None:
+        ft.check_structure(updates, params, "params", "updates")
+        ps = [jnp.asarray(p) for p in treedef.flatten_up_to(params)]
+        ft.check_shapes(paths, ps, gs, "updates", "params")
+        ft.check_leaf_dtypes(paths, ps, active, owner, "params", real_only=True)
+    fields = {name: ft.flatten_like(treedef, getattr(state, name), f"{owner} state .{name}",
+                                    updates, "updates")
+              for name in ("mu", "nu", "stats", "bases")}
+    for name in ("mu", "nu"):
+        ft.check_shapes(paths, fields[name], gs, "updates", f"{owner} state .{name}")
+    return paths, gs, ps, treedef, fields
