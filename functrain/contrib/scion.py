@@ -44,7 +44,7 @@ as Muon's; optax has no Scion.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +61,7 @@ from functrain.engine.program import chain, stage_transform
 from functrain.engine.protocol import (GradientTransformation, LeafStage, Params,
                                        ScalarOrSchedule, Updates)
 from functrain.matrix.dimension_numbers import (check_dimension_numbers, dims_of_slots,
-                                                leaf_axes)
+                                                entries_per_slot, leaf_axes)
 from functrain.numerics import abs_sq
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 
@@ -138,30 +138,13 @@ def _check_arguments(owner: str, momentum: Any, norms: Any, scale: Any, eps: Any
     return resolve_coeffs(ns_coeffs, ns_steps, owner)
 
 
-def _per_slot(spec: Any, tree: Any, is_entry: Callable[[Any], bool], owner: str,
-              name: str) -> list:
-    """``spec`` (one entry, or a tree prefix of ``tree`` of entries) as one entry per slot."""
-    entries, spec_def = jax.tree_util.tree_flatten(spec, is_leaf=is_entry)
-    try:
-        subtrees = spec_def.flatten_up_to(tree)
-    except (ValueError, TypeError):
-        shape_only = jax.tree_util.tree_map(lambda _: 0, spec, is_leaf=is_entry)
-        ft.check_structure(shape_only, tree, "params", f"the {name} of {owner}", prefix=True)
-        raise ValueError(f"{owner}: {name} does not fit the params tree ({name}: {spec_def}; "
-                         f"params: {jax.tree_util.tree_structure(tree)}).") from None
-    out = []
-    for entry, sub in zip(entries, subtrees):
-        out.extend([entry] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
-    return out
-
-
 def _plan(norms: Any, scale: Any, dims: Any, tree: Any, owner: str) -> list:
     """A :class:`_Leaf` per array leaf of ``tree``, or a ``ValueError`` naming the leaf."""
     resolved = norms(tree) if callable(norms) else norms
     if callable(norms):
         _check_norms(resolved, owner)
-    names = _per_slot(resolved, tree, _is_norm_entry, owner, "norms")
-    scales = _per_slot(scale, tree, lambda x: x is None, owner, "scale")
+    names = entries_per_slot(resolved, tree, _is_norm_entry, owner, "norms")
+    scales = entries_per_slot(scale, tree, lambda x: x is None, owner, "scale")
     all_dims = dims_of_slots(_DEFAULT_DIMS if dims is None else dims, tree, owner,
                              "weight_dimension_numbers")
     plan = []

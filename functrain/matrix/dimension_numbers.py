@@ -23,7 +23,7 @@ the tree, they are:
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -34,8 +34,8 @@ from functrain import tree as ft
 Array = jax.Array
 
 __all__ = ["DIMS_FIELDS", "is_dims", "dims_key", "check_dims_type", "check_dimension_numbers",
-           "leaf_axes", "dims_of_slots", "dims_of_leaves", "MatrixView", "matrix_view",
-           "LayerView", "layer_view", "layer_views", "to_layers", "from_layers",
+           "leaf_axes", "dims_of_slots", "entries_per_slot", "dims_of_leaves", "MatrixView",
+           "matrix_view", "LayerView", "layer_view", "layer_views", "to_layers", "from_layers",
            "stacked_shape", "stacked_view"]
 
 #: The fields of dimension numbers (``MuonDimensionNumbers``, optax's alike).
@@ -212,18 +212,43 @@ def dims_of_slots(spec: Any, tree: Any, owner: str, name: str) -> list:
             check_dims_type(resolved, owner, name)
         return [resolved] * len(slots)
     check_dimension_numbers(resolved, owner, name)
-    spec_leaves, spec_def = jax.tree_util.tree_flatten(resolved, is_leaf=_is_spec_leaf)
+    return [d if is_dims(d) else None
+            for d in entries_per_slot(resolved, tree, _is_spec_leaf, owner, name)]
+
+
+def entries_per_slot(spec: Any, tree: Any, is_entry: Callable[[Any], bool], owner: str,
+                     name: str) -> list:
+    """A tree prefix of ``tree`` whose leaves are entries (``is_entry``), one entry per slot.
+
+    Each entry of ``spec`` covers every leaf slot (placeholders counted) of the subtree of
+    ``tree`` it stands over.
+
+    Args:
+      spec: one entry, or a tree prefix of ``tree`` of entries.
+      tree: the tree (updates or params).
+      is_entry: what counts as an entry (a leaf of ``spec``).
+      owner: the function named in an error.
+      name: the argument named in an error.
+
+    Returns:
+      A list with one entry per leaf slot of ``tree``; ``ValueError`` naming the key paths
+      where ``spec`` is not a prefix of ``tree``.
+
+    >>> entries_per_slot({'w': 'a', 'b': 'b'}, {'w': (1, 2), 'b': 3},
+    ...                  lambda x: isinstance(x, str), "scion", "norms")
+    ['b', 'a', 'a']
+    """
+    entries, spec_def = jax.tree_util.tree_flatten(spec, is_leaf=is_entry)
     try:
         subtrees = spec_def.flatten_up_to(tree)
     except (ValueError, TypeError):
-        shape_only = jax.tree_util.tree_map(lambda _: 0, resolved, is_leaf=_is_spec_leaf)
+        shape_only = jax.tree_util.tree_map(lambda _: 0, spec, is_leaf=is_entry)
         ft.check_structure(shape_only, tree, "params", f"the {name} of {owner}", prefix=True)
         raise ValueError(f"{owner}: {name} does not fit the params tree ({name}: {spec_def}; "
                          f"params: {jax.tree_util.tree_structure(tree)}).") from None
     out = []
-    for dims, sub in zip(spec_leaves, subtrees):
-        dims = dims if is_dims(dims) else None
-        out.extend([dims] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
+    for entry, sub in zip(entries, subtrees):
+        out.extend([entry] * len(jax.tree_util.tree_leaves(sub, is_leaf=ft.is_placeholder)))
     return out
 
 
