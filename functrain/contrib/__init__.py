@@ -72,6 +72,8 @@ from functrain.contrib.laprop import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.contrib.mars import MarsState, mars, scale_by_mars
 from functrain.contrib.muon_clip import QKClipLayer, muon_clip, qk_clip
 from functrain.contrib.normuon import NorMuonState, normuon, scale_by_normuon
+from functrain.contrib.radius_pin import (ScaleByRadiusPinState, radius_pin_step,
+                                          scale_by_radius_pin)
 from functrain.contrib.modifiers import (DecaySchedule, MarsCorrectionState, cautious,
                                          cautious_adamw, cautious_lion, mars_correction,
                                          palm_beta2_schedule, trust_region_clip)
