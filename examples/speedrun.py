@@ -1,23 +1,28 @@
-"""Steps to a target, with error bars: fifteen optimizers on one small character-level GPT.
+"""Steps to a target, with error bars: sixteen rows on a small GPT, three on a larger one.
 
 Run it with ``make speedrun`` (which sets up ``.venv`` first) or, in an environment
-with ``functrain[demo]``, with ``python examples/speedrun.py``. The rules (docs/speedrun.md
-states them in full) are the NanoGPT speedrun's optimization track, scaled to two CPU cores:
-fixed data (the standard library's own source), model (a small pre-norm GPT written here in
-plain JAX), batch, step budget and learning-rate multiplier (``FULL``, ``lr_multiplier``);
-each optimizer's learning rate tuned on its grid by ``--tune``, a separate, longer mode, on
-seeds that are not the measured ones (``TUNE_GRID``, ``TUNE_SEEDS``; the chosen rates are
-``LEARNING_RATES``, the sweep ``TUNE_RESULTS`` of ``TUNED_ON``); every other argument the
-optimizer's default, the Muon family's AdamW part at AdamW's rate. The score of a run is the
-first step whose validation loss is at or below ``TARGET_LOSS``, exact to the step; a run that
-never gets there in the budget is censored. Each of ``--seeds`` seeds (default 10: 0 to 9)
-draws the initialization and the batch order; every optimizer sees the same ones.
+with ``functrain[demo]``, with ``python examples/speedrun.py [--model medium]``. The rules
+(docs/speedrun.md states them in full) are the NanoGPT speedrun's optimization track, scaled to
+two CPU cores: fixed data (the standard library's own source), model (a pre-norm GPT in plain
+JAX, examples/speedrun_model.py: ``FULL``, the small model, or ``MEDIUM``), batch, step budget
+and learning-rate multiplier (``lr_multiplier``); each optimizer's learning rate tuned on its
+grid by ``--tune``, a separate, longer mode, on seeds that are not the measured ones
+(``TUNE_GRID``, ``TUNE_SEEDS``; the chosen rates are ``LEARNING_RATES``, the sweep
+``TUNE_RESULTS`` of ``TUNED_ON``; ``MEDIUM_*`` for the second model); every other argument the
+optimizer's default, the Muon family's AdamW part at AdamW's rate; the record recipe is
+examples/speedrun_recipe.py's. The score of a run is the first step whose validation loss is at
+or below the target (``TARGET_LOSS``, ``MEDIUM_TARGET_LOSS``), exact to the step; a run that
+never gets there in the budget is censored. Runs go on to the budget either way, for the
+optimization track's statistics (examples/speedrun_track.py). Each of ``--seeds`` seeds
+(default 10: 0 to 9) draws the initialization and the batch order; every optimizer sees the
+same ones.
 
 It prints and writes (``--out``, default ``benchmarks/results/``) the table of, per
 optimizer, the tuned rate, the mean steps to target with a 95% t-interval, the censored runs
-and Welch's p-values against AdamW and Muon (examples/speedrun_results.py), with
-``speedrun.json`` and ``speedrun.png``; a full default run also rewrites the tables of
-docs/speedrun.md and the README. ``--tiny`` is the test suite's size. The runs are
+and Welch's p-values against AdamW and Muon (examples/speedrun_results.py), the track's
+validity and pairwise tests, with ``speedrun.json`` and ``speedrun.png`` (``speedrun_medium.*``
+for the second model); a full default run also rewrites its tables in docs/speedrun.md (and,
+for the small model, the README's). ``--tiny`` is the test suite's size. The runs are
 deterministic given the seeds (on one machine and set of versions).
 """
 from __future__ import annotations
@@ -41,7 +46,11 @@ import numpy as np
 import functrain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import speedrun_recipe as recipe_lib  # noqa: E402
 import speedrun_results as results_lib  # noqa: E402
+import speedrun_track as track_lib  # noqa: E402
+from speedrun_model import (FULL, MEDIUM, TINY, Config, batch_starts,  # noqa: E402,F401
+                            init_params, load_data, loss_fn)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +78,7 @@ LEARNING_RATES = {
     "apollo_mini": 0.002,
     "adamw_8bit": 0.002,
     "adamw_4bit": 0.002,
+    "record_recipe": 0.04,
 }
 # The grid --tune starts from (a factor 2 between neighbours); where the best rate is at
 # an edge, the sweep adds the next rate beyond it (twice at most).
@@ -88,11 +98,12 @@ TUNE_GRID = {
     "apollo_mini": (2e-3, 4e-3, 8e-3, 1.6e-2),
     "adamw_8bit": (1e-3, 2e-3, 4e-3, 8e-3),
     "adamw_4bit": (1e-3, 2e-3, 4e-3, 8e-3),
+    "record_recipe": (0.01, 0.02, 0.04, 0.08),
 }
 TUNE_SEEDS = (1000, 1001)
 # 16 minutes on the shared 2-core machine (load average 5-7); the last five (adam_mini to
 # adamw_4bit) the same day, 16 minutes on their own (load average 8-14).
-TUNED_ON = "2026-11-26"
+TUNED_ON = "2026-11-26 (the record recipe: 2026-11-29, 2 minutes)"
 # The sweep behind LEARNING_RATES: mean final validation loss over TUNE_SEEDS, per rate
 # (Python 3.11.7's stdlib, jax 0.10.2 on CPU; also benchmarks/results/speedrun_tune.json).
 TUNE_RESULTS: dict = {
@@ -112,8 +123,30 @@ TUNE_RESULTS: dict = {
     "apollo_mini": {0.001: 2.3752, 0.002: 2.306, 0.004: 2.3098, 0.008: 2.3466, 0.016: 2.3653},
     "adamw_8bit": {0.001: 2.2272, 0.002: 2.1442, 0.004: 2.5336, 0.008: 2.367},
     "adamw_4bit": {0.001: 2.2253, 0.002: 2.147, 0.004: 2.1692, 0.008: 2.3153},
+    "record_recipe": {0.01: 2.0288, 0.02: 1.9191, 0.04: 1.8469, 0.08: 1.9182},
 }
 OPTIMIZERS = tuple(LEARNING_RATES)
+
+# The second model (speedrun_model.MEDIUM, about 0.8M parameters) and its main rows: the
+# reference optimizers and the record recipe, tuned and targeted the same way.
+MEDIUM_LEARNING_RATES: dict = {}
+MEDIUM_TUNE_GRID = {"adamw": (1e-3, 2e-3, 4e-3, 8e-3), "muon": (0.008, 0.016, 0.032, 0.064),
+                    "record_recipe": (0.01, 0.02, 0.04, 0.08)}
+MEDIUM_TUNE_RESULTS: dict = {}
+MEDIUM_TARGET_LOSS = float("nan")
+
+
+def target_from_sweep(adamw_final: float) -> float:
+    """The target rule: the first multiple of 0.05 at least 0.05 above ``adamw_final``.
+
+    ``adamw_final`` is tuned AdamW's mean final validation loss on the tuning seeds; the
+    first model's 2.1812 gives its 2.25.
+
+    >>> target_from_sweep(2.1812)
+    2.25
+    """
+    return round(math.ceil(round((adamw_final + 0.05) / 0.05, 9)) * 0.05, 2)
+MEDIUM_TUNED_ON = ""
 # APOLLO's rank: the largest whose state is at most 0.1x AdamW's on the FULL model
 # (tests/test_speedrun.py checks it from the shapes). Every 2-D leaf is projected (APOLLO's
 # default): its 15 matrices keep 2 r max(m, n) float32 numbers each, 14,336 r bytes in all;
@@ -131,7 +164,8 @@ LOCATION = {"adamw": "functrain.adamw", "muon": "functrain.contrib.muon",
             "splus": "functrain.contrib.splus", "soap": "functrain.contrib.soap",
             "kron": "functrain.contrib.kron", "adam_mini": "functrain.contrib.adam_mini",
             "apollo": "functrain.contrib.apollo", "apollo_mini": "functrain.contrib.apollo_mini",
-            "adamw_8bit": "functrain.adamw_8bit", "adamw_4bit": "functrain.adamw_4bit"}
+            "adamw_8bit": "functrain.adamw_8bit", "adamw_4bit": "functrain.adamw_4bit",
+            "record_recipe": "functrain.contrib.scale_by_radius_pin"}
 # Muon's arguments for its Newton-Schulz variants.
 MUON_VARIANTS = {"muon": {}, "muon_polar_express": {"ns_coeffs": "polar_express"},
                  "muon_gram": {"ns_method": "gram"}}
@@ -139,122 +173,32 @@ COLORS = {"adamw": "tab:blue", "muon": "tab:red", "muon_polar_express": "salmon"
           "muon_gram": "darkred", "normuon": "tab:orange", "adamuon": "gold",
           "dion": "tab:pink", "splus": "tab:cyan", "soap": "tab:green", "kron": "tab:brown",
           "adam_mini": "tab:purple", "apollo": "tab:olive", "apollo_mini": "yellowgreen",
-          "adamw_8bit": "steelblue", "adamw_4bit": "lightsteelblue"}
+          "adamw_8bit": "steelblue", "adamw_4bit": "lightsteelblue",
+          "record_recipe": "darkgreen"}
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    chars: int          # characters of standard-library source used (train + validation)
-    n_layer: int
-    d_model: int
-    n_head: int
-    context: int
-    batch: int
-    steps: int          # the step budget
-    eval_every: int
-    val_windows: int    # validation sequences (each `context` characters, fixed)
-    seed: int = 0       # the seed of `train`'s single run
+class Setup:
+    """One speedrun: a model with its target, tuned rates, grid and sweep (``--model``)."""
+
+    model: Config
+    target: float
+    rates: dict
+    grid: dict
+    sweep: dict
+    tuned_on: str
+    stem: str  # the results' file names: ``stem``.json, .md, .png
 
 
-FULL = Config(chars=1_000_000, n_layer=2, d_model=64, n_head=4, context=64, batch=16,
-              steps=300, eval_every=10, val_windows=64)
-TINY = Config(chars=60_000, n_layer=1, d_model=32, n_head=2, context=32, batch=8,
-              steps=12, eval_every=4, val_windows=16)
+SETUPS = {
+    "small": Setup(FULL, TARGET_LOSS, LEARNING_RATES, TUNE_GRID, TUNE_RESULTS, TUNED_ON,
+                   "speedrun"),
+    "medium": Setup(MEDIUM, MEDIUM_TARGET_LOSS, MEDIUM_LEARNING_RATES, MEDIUM_TUNE_GRID,
+                    MEDIUM_TUNE_RESULTS, MEDIUM_TUNED_ON, "speedrun_medium"),
+}
+
+
 SEEDS = 10
-
-
-# ----------------------------------------------------------------------------- data
-def stdlib_text(n_chars: int) -> str:
-    """The first ``n_chars`` characters of the standard library's top-level ``.py`` files."""
-    lib = os.path.dirname(os.__file__)
-    parts, total = [], 0
-    for name in sorted(os.listdir(lib)):
-        path = os.path.join(lib, name)
-        if not name.endswith(".py") or not os.path.isfile(path):
-            continue
-        with open(path, encoding="utf-8", errors="replace") as f:
-            parts.append(f.read())
-        total += len(parts[-1])
-        if total >= n_chars:
-            break
-    text = "".join(parts)[:n_chars]
-    if len(text) < n_chars:
-        raise RuntimeError(f"the standard library in {lib} has only {len(text)} characters of "
-                           f".py source; {n_chars} are needed.")
-    return text
-
-
-def load_data(cfg: Config) -> dict:
-    """Token arrays (train, validation), the vocabulary, and the fixed validation windows."""
-    text = stdlib_text(cfg.chars)
-    vocab = sorted(set(text))
-    lookup = {c: i for i, c in enumerate(vocab)}
-    tokens = np.fromiter((lookup[c] for c in text), np.int32, len(text))
-    split = int(0.9 * len(tokens))
-    train, val = tokens[:split], tokens[split:]
-    starts = np.linspace(0, len(val) - cfg.context - 1, cfg.val_windows).astype(np.int64)
-    val_x = np.stack([val[s:s + cfg.context + 1] for s in starts])
-    return {"train": train, "val": val_x, "vocab": vocab}
-
-
-def batch_starts(cfg: Config, n_train: int, steps: int, seed: Optional[int] = None
-                 ) -> np.ndarray:
-    """The start of every training window of every step: one order per seed, for all runs.
-
-    ``seed``: ``None`` is ``cfg.seed``.
-    """
-    rng = np.random.default_rng(cfg.seed if seed is None else seed)
-    return rng.integers(0, n_train - cfg.context - 1, size=(steps, cfg.batch))
-
-
-# ----------------------------------------------------------------------------- model
-def init_params(key: jax.Array, cfg: Config, vocab_size: int) -> dict:
-    """GPT-2-style init: N(0, 0.02); residual outputs scaled by 1/sqrt(2 n_layer)."""
-    d = cfg.d_model
-    keys = iter(jax.random.split(key, 3 + 6 * cfg.n_layer))
-    normal = lambda shape, std=0.02: std * jax.random.normal(next(keys), shape)  # noqa: E731
-    out_std = 0.02 / math.sqrt(2 * cfg.n_layer)
-    blocks = []
-    for _ in range(cfg.n_layer):
-        blocks.append({
-            "attn_gain": jnp.ones(d), "wq": normal((d, d)), "wk": normal((d, d)),
-            "wv": normal((d, d)), "wo": normal((d, d), out_std),
-            "mlp_gain": jnp.ones(d), "w_in": normal((d, 4 * d)),
-            "w_out": normal((4 * d, d), out_std)})
-    return {"tok_embed": normal((vocab_size, d)), "pos_embed": normal((cfg.context, d)),
-            "blocks": blocks, "final_gain": jnp.ones(d), "head": normal((d, vocab_size))}
-
-
-def rms_norm(x: jax.Array, gain: jax.Array) -> jax.Array:
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * gain
-
-
-def attention(block: dict, x: jax.Array, n_head: int) -> jax.Array:
-    b, t, d = x.shape
-    heads = lambda w: (x @ w).reshape(b, t, n_head, d // n_head)  # noqa: E731
-    q, k, v = heads(block["wq"]), heads(block["wk"]), heads(block["wv"])
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // n_head)
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    scores = jnp.where(causal, scores, -1e30)
-    out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
-    return out.reshape(b, t, d) @ block["wo"]
-
-
-def forward(params: dict, tokens: jax.Array, n_head: int) -> jax.Array:
-    """Logits (batch, time, vocab) of the next character at every position."""
-    x = params["tok_embed"][tokens] + params["pos_embed"][: tokens.shape[1]]
-    for block in params["blocks"]:
-        x = x + attention(block, rms_norm(x, block["attn_gain"]), n_head)
-        h = jax.nn.gelu(rms_norm(x, block["mlp_gain"]) @ block["w_in"])
-        x = x + h @ block["w_out"]
-    return rms_norm(x, params["final_gain"]) @ params["head"]
-
-
-def loss_fn(params: dict, window: jax.Array, n_head: int) -> jax.Array:
-    """Mean next-character cross-entropy (nats) over windows of ``context + 1`` tokens."""
-    logits = forward(params, window[:, :-1], n_head)
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.take_along_axis(logp, window[:, 1:, None], axis=-1).mean()
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -315,14 +259,19 @@ def adam_mini_blocks(params: dict, n_head: int) -> dict:
 
 
 def make_optimizer(name: str, lr: float, steps: int, adamw_lr: float, params: dict,
-                   n_head: int = FULL.n_head):
+                   n_head: int = FULL.n_head, with_eval: bool = False):
     """The optimizer ``name`` at peak learning rate ``lr``; its defaults otherwise.
 
     The Muon family's AdamW part (embeddings, head, gains) runs at ``adamw_lr``. APOLLO
     runs at rank ``APOLLO_RANK``; Adam-mini's partition is :func:`adam_mini_blocks` with
-    ``n_head`` heads.
+    ``n_head`` heads; ``record_recipe`` is examples/speedrun_recipe.py's. With
+    ``with_eval``, ``(optimizer, eval_params)``: ``eval_params(state, params)`` gives the
+    weights to evaluate (the params themselves but for the recipe's read-out).
     """
     contrib, dims = functrain.contrib, muon_dims(params)
+    if name == "record_recipe":
+        opt, read_out = recipe_lib.record_recipe(lr, adamw_lr, lr_multiplier(steps), steps, dims)
+        return (opt, read_out) if with_eval else opt
     if name in ("adamw", "adamw_8bit", "adamw_4bit"):
         base = getattr(functrain, name)(lr)
     elif name in MUON_VARIANTS:
@@ -343,7 +292,8 @@ def make_optimizer(name: str, lr: float, steps: int, adamw_lr: float, params: di
         base = getattr(contrib, name)(lr)
     # The updates are proportional to the learning rate (weight decay included), so a
     # multiplier after the optimizer is the same as a scheduled learning rate.
-    return functrain.chain(base, functrain.scale_by_schedule(lr_multiplier(steps)))
+    opt = functrain.chain(base, functrain.scale_by_schedule(lr_multiplier(steps)))
+    return (opt, lambda state, params: params) if with_eval else opt
 
 
 def state_bytes(opt, params: dict) -> int:
@@ -358,22 +308,26 @@ def state_bytes(opt, params: dict) -> int:
 # ----------------------------------------------------------------------------- training
 def train_seeds(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw_lr: float,
                 seeds: Sequence[int], target: Optional[float] = None, quiet: bool = False,
-                make: Optional[Callable] = None) -> list:
+                make: Optional[Callable] = None, stop_at_target: bool = True) -> list:
     """Train ``name`` once per seed (one compilation for all); one dict per run.
 
     The validation loss is evaluated at step 0, every ``cfg.eval_every`` steps and at the
-    end. With a ``target``, the first evaluation at or below it stops the run, after the
-    steps since the previous evaluation were evaluated one by one (their parameters were
-    kept): ``steps_to_target`` is exact to the step. A non-finite training loss stops the
-    run with a NaN validation loss (diverged: never reaches the target).
+    end. With a ``target``, the first evaluation at or below it has the steps since the
+    previous evaluation evaluated one by one (their parameters were kept), so
+    ``steps_to_target`` is exact to the step; with ``stop_at_target`` the run stops there,
+    otherwise it goes on to the budget (the optimization track's way: no decision depends on
+    a run's own validation loss). A non-finite training loss stops the run with a NaN
+    validation loss (diverged: never reaches the target).
 
     ``make`` builds the optimizer from ``(name, lr, steps, adamw_lr, params)`` (default
     ``make_optimizer``; benchmarks/quantized_accuracy.py passes its own).
     """
     n_head, vocab = cfg.n_head, len(data["vocab"])
     shapes = init_params(jax.random.PRNGKey(0), cfg, vocab)
-    opt = (make(name, lr, steps, adamw_lr, shapes) if make else
-           make_optimizer(name, lr, steps, adamw_lr, shapes, n_head))
+    if make:
+        opt, read_out = make(name, lr, steps, adamw_lr, shapes), (lambda state, params: params)
+    else:
+        opt, read_out = make_optimizer(name, lr, steps, adamw_lr, shapes, n_head, with_eval=True)
     val = jnp.asarray(data["val"])
 
     def step(params, state, window):
@@ -381,14 +335,14 @@ def train_seeds(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw
         updates, state = opt.update(grads, state, params)
         return functrain.apply_updates(params, updates), state, loss
 
-    def evaluate(params):  # at the iterate, SPlus's too (docs/speedrun.md says why)
-        return loss_fn(params, val, n_head)
+    def evaluate(params, state):  # at the iterate, SPlus's too (docs/speedrun.md says why)
+        return loss_fn(read_out(state, params), val, n_head)
 
     t0 = time.perf_counter()
     state0 = opt.init(shapes)
     window_spec = jax.ShapeDtypeStruct((cfg.batch, cfg.context + 1), jnp.int32)
     step_c = jax.jit(step).lower(shapes, state0, window_spec).compile()
-    eval_c = jax.jit(evaluate).lower(shapes).compile()
+    eval_c = jax.jit(evaluate).lower(shapes, state0).compile()
     compile_s = time.perf_counter() - t0
 
     runs = []
@@ -397,13 +351,13 @@ def train_seeds(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw
         state = opt.init(params)
         windows = (batch_starts(cfg, len(data["train"]), steps, seed)[:, :, None]
                    + np.arange(cfg.context + 1))
-        curve_steps, curve_loss = [0], [float(eval_c(params))]
+        curve_steps, curve_loss = [0], [float(eval_c(params, state))]
         kept, train_s, start = [], 0.0, time.perf_counter()
-        t = time.perf_counter()
+        t, reached_at = time.perf_counter(), None
         for i in range(steps):
             params, state, loss = step_c(params, state, data["train"][windows[i]])
-            if target is not None:
-                kept.append((i + 1, params))
+            if target is not None and reached_at is None:
+                kept.append((i + 1, params, state))
             if (i + 1) % cfg.eval_every and i + 1 != steps:
                 continue
             loss = float(loss)  # waits for the step: the time below is the real time
@@ -412,21 +366,20 @@ def train_seeds(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw
                 curve_steps.append(i + 1)
                 curve_loss.append(float("nan"))
                 break
-            val_loss = float(eval_c(params))
-            reached = target is not None and val_loss <= target
-            if reached:  # which of the steps since the last evaluation reached it first?
-                for s, p in kept[:-1]:
+            val_loss = float(eval_c(params, state))
+            if reached_at is None and target is not None and val_loss <= target:
+                reached_at = i + 1  # which of the steps since the last evaluation was first?
+                for s, p, st in kept[:-1]:
                     curve_steps.append(s)
-                    curve_loss.append(float(eval_c(p)))
+                    curve_loss.append(float(eval_c(p, st)))
                     if curve_loss[-1] <= target:
                         break
-            if not reached or curve_loss[-1] > target:
-                curve_steps.append(i + 1)
-                curve_loss.append(val_loss)
+            curve_steps.append(i + 1)
+            curve_loss.append(val_loss)
             if not quiet:
-                print(f"  {name:<19} lr {lr:<7g} seed {seed:<4} step {curve_steps[-1]:>5}  "
-                      f"train {loss:.3f}  val {curve_loss[-1]:.3f}  {train_s:6.1f} s", flush=True)
-            if reached:
+                print(f"  {name:<19} lr {lr:<7g} seed {seed:<4} step {i + 1:>5}  "
+                      f"train {loss:.3f}  val {val_loss:.3f}  {train_s:6.1f} s", flush=True)
+            if reached_at is not None and stop_at_target:
                 break
             kept, t = [], time.perf_counter()
         reached = (results_lib.steps_to_target(curve_steps, curve_loss, target)
@@ -449,17 +402,20 @@ def train(name: str, lr: float, data: dict, cfg: Config, steps: int, adamw_lr: f
 
 
 def tune(names: Sequence[str], data: dict, cfg: Config, steps: int, seeds: Sequence[int],
-         quiet: bool) -> dict:
-    """Mean final validation loss over ``seeds`` for each rate of TUNE_GRID; the best per
+         quiet: bool, setup: Setup = SETUPS["small"]) -> dict:
+    """Mean final validation loss over ``seeds`` for each rate of ``setup.grid``; the best per
     optimizer. A best rate at the grid's edge adds the next rate beyond it (twice at most).
+    The others' AdamW part runs at AdamW's rate: this sweep's when it tunes AdamW first.
     """
-    sweep, adamw_lr = {}, LEARNING_RATES["adamw"]
+    sweep, adamw_lr = {}, setup.rates.get("adamw")
     for name in names:
-        grid, finals = list(TUNE_GRID[name]), {}
+        grid, finals = list(setup.grid[name]), {}
         for _ in range(3):
             for lr in grid:
                 if lr in finals:
                     continue
+                if adamw_lr is None and name != "adamw":
+                    raise ValueError("tune: AdamW's rate is not known yet; tune adamw first.")
                 runs = train_seeds(name, lr, data, cfg, steps, adamw_lr, seeds, quiet=True)
                 losses = [r["final_val_loss"] for r in runs]
                 finals[lr] = float(np.mean(losses)) if all(map(math.isfinite, losses)) \
@@ -482,20 +438,25 @@ def tune(names: Sequence[str], data: dict, cfg: Config, steps: int, seeds: Seque
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None,
-                        help=f"the step budget (default {FULL.steps}; --tiny: {TINY.steps})")
+                        help=f"the step budget (default {FULL.steps}, medium {MEDIUM.steps}; "
+                             f"--tiny: {TINY.steps})")
     parser.add_argument("--seeds", type=int, default=SEEDS,
                         help=f"measured seeds 0, 1, ..., N-1 (default {SEEDS})")
-    parser.add_argument("--opts", default=",".join(OPTIMIZERS),
-                        help="comma-separated subset of " + ", ".join(OPTIMIZERS))
+    parser.add_argument("--model", choices=sorted(SETUPS), default="small",
+                        help="the small model (FULL, fifteen optimizers and the recipe) or the "
+                             "medium one (MEDIUM, the main rows)")
+    parser.add_argument("--opts", default=None,
+                        help="comma-separated subset of the model's optimizers (default: all "
+                             "of them; the small model's: " + ", ".join(OPTIMIZERS) + ")")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results",
                         help="where speedrun.md, speedrun.png and speedrun.json go")
     parser.add_argument("--tiny", action="store_true",
                         help="a much smaller model and budget (the test suite's)")
     parser.add_argument("--tune", action="store_true",
-                        help="sweep TUNE_GRID on TUNE_SEEDS at the full budget; print the best "
-                             "rates (writes speedrun_tune.json to --out)")
-    parser.add_argument("--target", type=float, default=TARGET_LOSS,
-                        help="the validation loss to reach")
+                        help="sweep the model's grid on TUNE_SEEDS at the full budget; print the "
+                             "best rates (writes speedrun_tune.json to --out)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="the validation loss to reach (default: the model's)")
     parser.add_argument("--quiet", action="store_true")
     return parser.parse_args(argv)
 
@@ -507,23 +468,25 @@ def load_average() -> str:
         return "unknown"
 
 
-def measure(names, data, cfg, steps, seeds, target, quiet) -> dict:
-    """Every optimizer over every seed: the runs, their summary and the p-values.
+def measure(names, data, cfg, steps, seeds, target, quiet, rates=LEARNING_RATES) -> dict:
+    """Every optimizer over every seed, to the budget: the runs, their summaries, the tests.
 
-    Each result also holds its optimizer's state bytes on the model (:func:`state_bytes`,
-    the learning-rate multiplier's count included), per parameter and over AdamW's.
+    Each result holds the steps-to-target summary with Welch's p-values against AdamW and
+    Muon, the optimization track's statistics (``track``: examples/speedrun_track.py), and
+    the optimizer's state bytes on the model (:func:`state_bytes`, the learning-rate
+    multiplier's count included), per parameter and over AdamW's.
     """
     results = {}
     shapes = jax.eval_shape(lambda: init_params(jax.random.PRNGKey(0), cfg, len(data["vocab"])))
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(shapes))
     memory = lambda n, lr: state_bytes(  # noqa: E731
-        make_optimizer(n, lr, steps, LEARNING_RATES["adamw"], shapes, cfg.n_head), shapes)
-    adamw_bytes = memory("adamw", LEARNING_RATES["adamw"])
+        make_optimizer(n, lr, steps, rates["adamw"], shapes, cfg.n_head), shapes)
+    adamw_bytes = memory("adamw", rates["adamw"])
     for name in names:
-        runs = train_seeds(name, LEARNING_RATES[name], data, cfg, steps,
-                           LEARNING_RATES["adamw"], seeds, target, quiet)
-        nbytes = memory(name, LEARNING_RATES[name])
-        results[name] = {"lr": LEARNING_RATES[name], "runs": runs,
+        runs = train_seeds(name, rates[name], data, cfg, steps, rates["adamw"], seeds, target,
+                           quiet, stop_at_target=False)
+        nbytes = memory(name, rates[name])
+        results[name] = {"lr": rates[name], "runs": runs,
                          "summary": results_lib.summarize([r["steps_to_target"] for r in runs],
                                                           steps),
                          "state_bytes": nbytes, "state_bytes_per_param": nbytes / n_params,
@@ -535,19 +498,36 @@ def measure(names, data, cfg, steps, seeds, target, quiet) -> dict:
         for ref in ("adamw", "muon"):
             res[f"p_vs_{ref}"] = (results_lib.compare(res["summary"], results[ref]["summary"])
                                   if ref in results and res is not results[ref] else None)
+    track_lib.add_track_statistics(results, cfg.eval_every, steps, target)
     return results
+
+
+def track_blocks(summary: dict) -> list:
+    """The track's table and the recipe's verdict, for the pages (markdown blocks)."""
+    verdict = track_lib.speedup_verdict(summary)
+    return ["The optimization track's statistics (every run trained to the budget; "
+            "examples/speedrun_track.py):", track_lib.track_table(summary),
+            *([verdict] if verdict else [])]
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    names = [n.strip() for n in args.opts.split(",") if n.strip()]
+    setup = SETUPS[args.model]
+    names = [n.strip() for n in (args.opts or ",".join(setup.rates or setup.grid)).split(",")
+             if n.strip()]
     check_available(names)
-    cfg = TINY if args.tiny else FULL
+    cfg = TINY if args.tiny else setup.model
     steps = args.steps if args.steps is not None else cfg.steps
+    target = args.target if args.target is not None else setup.target
     if steps < 1:
         raise ValueError(f"--steps must be >= 1, got {steps}.")
     if args.seeds < 2:
         raise ValueError(f"--seeds must be >= 2 (an interval needs two), got {args.seeds}.")
+    missing = [n for n in names if n not in (setup.grid if args.tune else setup.rates)]
+    if missing:
+        raise ValueError(f"--model {args.model} has no {'grid' if args.tune else 'tuned rate'} "
+                         f"for {', '.join(missing)}" + ("" if args.tune else
+                                                        "; run --tune first") + ".")
     # One OpenBLAS thread for the CPU eigh/qr calls of SOAP, SPlus, Kron and Dion: its
     # busy-waiting pool otherwise competes with XLA's threads (functrain.linalg).
     functrain.linalg.set_lapack_threads(1)
@@ -558,40 +538,46 @@ def main(argv=None) -> dict:
           f"on {jax.devices()[0].platform}; load average {load}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.tune:
-        sweep = tune(names, data, cfg, steps, TUNE_SEEDS, args.quiet)
+        sweep = tune(names, data, cfg, steps, TUNE_SEEDS, args.quiet, setup)
         out = {"date": datetime.date.today().isoformat(), "seeds": list(TUNE_SEEDS),
-               "steps": steps, "sweep": {n: {"best": t["best"], "grid": {
+               "steps": steps, "model": args.model, "sweep": {n: {"best": t["best"], "grid": {
                    f"{lr:g}": v for lr, v in t["grid"].items()}} for n, t in sweep.items()}}
-        (args.out / "speedrun_tune.json").write_text(json.dumps(out, indent=2))
+        (args.out / f"{setup.stem}_tune.json").write_text(json.dumps(out, indent=2))
         print("LEARNING_RATES =", {n: t["best"] for n, t in sweep.items()})
         print("TUNE_RESULTS =", {n: {lr: round(v, 4) for lr, v in t["grid"].items()}
                                  for n, t in sweep.items()})
         return out
+    if not math.isfinite(target):
+        raise ValueError(f"--model {args.model} has no target yet; give --target.")
 
     seeds = list(range(args.seeds))
-    results = measure(names, data, cfg, steps, seeds, args.target, args.quiet)
+    results = measure(names, data, cfg, steps, seeds, target, args.quiet, setup.rates)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(
         init_params(jax.random.PRNGKey(0), cfg, len(data["vocab"]))))
-    meta = {"n_params": int(n_params), "steps": steps, "target": args.target, "seeds": seeds,
+    meta = {"n_params": int(n_params), "steps": steps, "target": target, "seeds": seeds,
             "vocab": len(data["vocab"]), "python": platform.python_version(),
             "jax": jax.__version__, "load": load, "date": datetime.date.today().isoformat(),
             "machine": f"{os.cpu_count()} CPU cores", "config": dataclasses.asdict(cfg),
-            "tuned_on": TUNED_ON, "tune_seeds": list(TUNE_SEEDS),
+            "model": args.model, "tuned_on": setup.tuned_on, "tune_seeds": list(TUNE_SEEDS),
             "total_seconds": time.perf_counter() - start,
             "cpu_seconds": time.process_time() - cpu_start}
     summary = {"meta": meta, "results": results}
-    (args.out / "speedrun.json").write_text(json.dumps(summary, indent=1))
-    (args.out / "speedrun.md").write_text(results_lib.results_page(summary))
-    results_lib.plot(summary, args.out / "speedrun.png", COLORS)
-    full_default = (not args.tiny and args.steps is None and names == list(OPTIMIZERS)
-                    and args.seeds == SEEDS and args.target == TARGET_LOSS
+    blocks = track_blocks(summary)
+    (args.out / f"{setup.stem}.json").write_text(json.dumps(summary, indent=1))
+    (args.out / f"{setup.stem}.md").write_text(results_lib.results_page(summary, blocks,
+                                                                        setup.stem))
+    results_lib.plot(summary, args.out / f"{setup.stem}.png", COLORS)
+    full_default = (not args.tiny and args.steps is None and names == list(setup.rates)
+                    and args.seeds == SEEDS and target == setup.target
                     and args.out == ROOT / "benchmarks" / "results")
     if full_default:
         results_lib.write_docs(summary, ROOT, {
-            n: {"grid": TUNE_RESULTS[n], "best": LEARNING_RATES[n]} for n in OPTIMIZERS})
-    print("\n" + results_lib.results_table(summary))
-    print(f"\nwrote {args.out / 'speedrun.json'}, speedrun.md, speedrun.png"
-          f"{', docs/speedrun.md and the README' if full_default else ''}; "
+            n: {"grid": setup.sweep[n], "best": setup.rates[n]} for n in setup.rates},
+            blocks, args.model, setup.stem)
+    print("\n" + results_lib.results_table(summary) + "\n\n" + "\n\n".join(blocks))
+    print(f"\nwrote {args.out / (setup.stem + '.json')}, .md, .png"
+          f"{', docs/speedrun.md' if full_default else ''}"
+          f"{' and the README' if full_default and args.model == 'small' else ''}; "
           f"{meta['total_seconds']:.0f} s of wall time, {meta['cpu_seconds']:.0f} s of CPU time")
     return summary
 

@@ -350,11 +350,13 @@ def replace_between(text: str, begin: str, end: str, new: str) -> str:
     return "\n".join(lines[:i + 1] + new.split("\n") + lines[j:])
 
 
-def results_page(summary: dict) -> str:
-    """``benchmarks/results/speedrun.md``: when, where and how long, and the table.
+def results_page(summary: dict, extra: Sequence[str] = (), stem: str = "speedrun") -> str:
+    """``benchmarks/results/speedrun.md``: when, where and how long, and the tables.
 
     Args:
       summary: the speedrun's JSON.
+      extra: more markdown blocks after the table.
+      stem: the results' file name (the plot is ``stem``.png).
 
     Returns:
       The page.
@@ -366,44 +368,66 @@ def results_page(summary: dict) -> str:
             f"{meta['cpu_seconds']:.0f} s of CPU time. Target {meta['target']}, budget "
             f"{meta['steps']} steps, seeds {meta['seeds']}, learning rates tuned on "
             f"{meta['tuned_on']}. Method: [docs/speedrun.md](../../docs/speedrun.md).\n\n"
-            f"{results_table(summary)}\n\n![speedrun](speedrun.png)\n")
+            + "\n\n".join([results_table(summary), *extra, f"![speedrun]({stem}.png)"])
+            + "\n")
 
 
 DOCS_BEGIN = "<!-- results: written by examples/speedrun.py -->"
 DOCS_END = "<!-- end of results -->"
 DOCS_PLOT = ("![each seed's steps to target, and seed 0's validation curves]"
-             "(../benchmarks/results/speedrun.png)")
+             "(../benchmarks/results/{stem}.png)")
 README_FIRST = "**Steps to a target, with error bars**"
 
 
-def docs_block(summary: dict, tuning: dict) -> str:
-    """What docs/speedrun.md shows between its markers: the table, the sweep, the plot.
+def docs_markers(model: str) -> tuple[str, str]:
+    """The lines that enclose ``model``'s generated part of docs/speedrun.md.
+
+    >>> docs_markers("medium")[0]
+    '<!-- results (medium): written by examples/speedrun.py -->'
+    """
+    if model == "small":
+        return DOCS_BEGIN, DOCS_END
+    return (f"<!-- results ({model}): written by examples/speedrun.py -->",
+            f"<!-- end of results ({model}) -->")
+
+
+def docs_block(summary: dict, tuning: dict, extra: Sequence[str] = (),
+               stem: str = "speedrun") -> str:
+    """What docs/speedrun.md shows between its markers: the tables, the sweep, the plot.
 
     Args:
       summary: the speedrun's JSON.
       tuning: ``{optimizer: {"grid": {lr: loss}, "best": lr}}``.
+      extra: more markdown blocks, after the results table (the track's statistics).
+      stem: the results' file name (the plot is ``stem``.png).
 
     Returns:
       The markdown.
     """
     return "\n\n".join([
-        results_table(summary),
+        results_table(summary), *extra,
         f"The sweep (mean final validation loss on the tuning seeds after "
         f"{summary['meta']['steps']} steps; bold: chosen, on {summary['meta']['tuned_on']}):",
-        tuning_table(tuning), DOCS_PLOT])
+        tuning_table(tuning), DOCS_PLOT.format(stem=stem)])
 
 
-def write_docs(summary: dict, root: Path, tuning: dict) -> None:
-    """Rewrite the tables of ``root``/docs/speedrun.md and ``root``/README.md.
+def write_docs(summary: dict, root: Path, tuning: dict, extra: Sequence[str] = (),
+               model: str = "small", stem: str = "speedrun") -> None:
+    """Rewrite ``model``'s tables in ``root``/docs/speedrun.md; the small model's in the README.
 
     Args:
       summary: the speedrun's JSON, from a full default run.
       root: the repository.
       tuning: as :func:`docs_block` takes it.
+      extra: as :func:`docs_block` takes it.
+      model: which model's part of the page (:func:`docs_markers`).
+      stem: the results' file name.
     """
     page = root / "docs" / "speedrun.md"
-    page.write_text(replace_between(page.read_text(), DOCS_BEGIN, DOCS_END,
-                                    docs_block(summary, tuning)))
+    page.write_text(replace_between(page.read_text(), *docs_markers(model),
+                                    docs_block(summary, tuning, extra, stem)))
+    if model != "small":
+        return
     readme = root / "README.md"
     lines = readme.read_text().split("\n")
     first = next(i for i, x in enumerate(lines) if x.startswith(README_FIRST))

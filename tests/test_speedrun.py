@@ -1,10 +1,11 @@
-"""`make speedrun` (examples/speedrun.py and examples/speedrun_results.py).
+"""`make speedrun` (examples/speedrun.py, speedrun_results.py, speedrun_track.py).
 
-The statistics against values computed by hand, the t tables and SciPy's own Welch test;
-the steps-to-target count on synthetic curves, and in the harness against a run evaluated
-at every step; every optimizer of the speedrun built on its model; a tiny run of the whole
-script (table, plot, JSON); and the README's and docs/speedrun.md's tables against the
-committed results.
+The statistics against values computed by hand, the t tables and SciPy's own Welch tests
+(two-sided and one-sided); the optimization track's validity test against its formula; the
+steps-to-target count on synthetic curves, and in the harness against a run evaluated at
+every step, stopped at the target or trained on to the budget; every optimizer of the
+speedrun built on its model; a tiny run of the whole script (tables, plot, JSON); and the
+README's and docs/speedrun.md's tables against the committed results of both models.
 """
 
 import doctest
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import speedrun  # noqa: E402
 import speedrun_results as results  # noqa: E402
+import speedrun_track as track  # noqa: E402
 
 T_975_4 = 2.7764451051977987  # t_{0.975} with 4 degrees of freedom, to 16 digits
 
@@ -111,6 +113,62 @@ def test_steps_to_target_on_synthetic_curves():
 def test_the_statistics_module_examples_run():
     failed, attempted = doctest.testmod(results, optionflags=doctest.ELLIPSIS)
     assert failed == 0 and attempted >= 12
+    failed, attempted = doctest.testmod(track, optionflags=doctest.ELLIPSIS)
+    assert failed == 0 and attempted >= 4
+
+
+def test_track_validity_is_the_one_sided_test_at_the_first_step_that_passes():
+    # The track's rule with the group's own spread: (target - mean) sqrt(n) >= t_{.999,n-1} s.
+    rng = np.random.default_rng(0)
+    n, target = 10, 2.25
+    steps = [10, 20, 30, 40]
+    means = [2.40, 2.252, 2.245, 2.20]  # above, just above, below but not enough, clearly
+    losses = np.stack([m + 0.01 * rng.standard_normal(n) for m in means], axis=1)
+    crit = stats.t.ppf(0.999, n - 1)
+    passes = [(target - losses[:, j].mean()) * math.sqrt(n) >= crit * losses[:, j].std(ddof=1)
+              for j in range(4)]
+    assert passes == [False, False, False, True]
+    got = track.track_valid(steps, losses, target)
+    assert got["step"] == 40 and got["n"] == n
+    assert got["mean"] == losses[:, 3].mean() and got["sd"] == losses[:, 3].std(ddof=1)
+    # Never valid: the last step's numbers; a run without a loss there is never valid.
+    never = track.track_valid(steps[:3], losses[:, :3], target)
+    assert never["step"] is None and never["mean"] == losses[:, 2].mean()
+    holed = losses.copy()
+    holed[3, 3] = np.inf
+    assert track.track_valid(steps, holed, target)["step"] is None
+    with pytest.raises(ValueError, match="at least two runs"):
+        track.track_valid(steps, losses[:1], target)
+
+
+def test_lower_p_is_welchs_one_sided_test():
+    rng = np.random.default_rng(1)
+    for shift in (-0.5, 0.0, 0.3):
+        x, y = rng.normal(size=8) + shift, rng.normal(size=6)
+        ref = stats.ttest_ind(x, y, equal_var=False, alternative="less").pvalue
+        assert abs(track.lower_p(x, y) - ref) < 1e-10, shift
+    assert track.lower_p([1.0, np.inf], [2.0, 2.1]) == 1.0  # a diverged run never wins
+    assert track.lower_p([1.0, 1.1], [2.0, np.inf]) == 0.0
+
+
+def test_losses_at_grid_and_the_track_statistics_of_a_group():
+    runs = [{"steps": [0, 5, 7, 10, 15, 20], "val_loss": [4, 3, 2.2, 2.1, 2.0, 1.9]},
+            {"steps": [0, 5, 10, 15], "val_loss": [4, 3.1, 2.2, math.nan]}]  # diverged at 15
+    steps, x = track.losses_at_grid(runs, 5, 20)
+    assert steps == [5, 10, 15, 20]
+    assert x.tolist() == [[3, 2.1, 2.0, 1.9], [3.1, 2.2, math.inf, math.inf]]
+    good = [{"steps": [0, 10, 20], "val_loss": [4, 2.0 + 0.01 * i, 1.5 + 0.01 * i]}
+            for i in range(4)]
+    slow = [{"steps": [0, 10, 20], "val_loss": [4, 2.5 + 0.01 * i, 2.0 + 0.01 * i]}
+            for i in range(4)]
+    res = {"adamw": {"runs": slow}, "fast": {"runs": good}}
+    track.add_track_statistics(res, 10, 20, 2.25)
+    assert res["fast"]["track"]["step"] == 10 and res["adamw"]["track"]["step"] == 20
+    # compared at the challenger's step: 10 for "fast", 20 for adamw (against "fast" there)
+    assert res["fast"]["track"]["p_lower_than"]["adamw"] == track.lower_p(
+        [2.0, 2.01, 2.02, 2.03], [2.5, 2.51, 2.52, 2.53])
+    assert res["adamw"]["track"]["p_lower_than"] == {}  # muon is absent, adamw is itself
+    assert res["fast"]["track"]["final"] == results.mean_interval([1.5, 1.51, 1.52, 1.53])
 
 
 # ----------------------------------------------------------------------------- harness
@@ -131,6 +189,15 @@ def test_steps_to_target_is_exact_to_the_step_and_deterministic():
         for s, loss in zip(c["steps"], c["val_loss"]):
             assert loss == per_step[s], (s, loss, per_step[s])
     assert coarse[0]["val_loss"][0] != coarse[1]["val_loss"][0]  # seeds: other inits
+    # Trained on to the budget (the track's way): the same count, and every grid loss.
+    full = speedrun.train_seeds("adamw", lr, data, speedrun.TINY, 12, lr, [0, 1], target, True,
+                                stop_at_target=False)
+    for f, e in zip(full, every):
+        assert f["steps_to_target"] == e["steps_to_target"] and f["steps"][-1] == 12
+        assert f["steps"] == sorted(set(f["steps"]))
+        per_step = dict(zip(e["steps"], e["val_loss"]))
+        assert all(loss == per_step[s] for s, loss in zip(f["steps"], f["val_loss"]))
+        assert {4, 8, 12} <= set(f["steps"])
 
 
 def test_every_optimizer_is_built_on_the_model_with_its_split():
@@ -188,26 +255,47 @@ def test_missing_or_unknown_optimizer_is_named_before_training(tmp_path, monkeyp
 
 
 # ----------------------------------------------------------------------------- results
-def test_tuning_record_and_committed_results_agree_with_the_docs():
-    for name, grid in speedrun.TUNE_RESULTS.items():  # the chosen rate is the sweep's best
-        assert speedrun.LEARNING_RATES[name] == min(grid, key=grid.get), name
-    assert set(speedrun.TUNE_RESULTS) == set(speedrun.OPTIMIZERS)
-    summary = json.loads((ROOT / "benchmarks" / "results" / "speedrun.json").read_text())
+def test_targets_follow_the_stated_rule_from_the_sweeps():
+    # Set after each sweep, before any measured run: 0.05 above tuned AdamW, rounded up.
+    for setup in speedrun.SETUPS.values():
+        adamw = setup.sweep["adamw"][setup.rates["adamw"]]
+        assert setup.target == speedrun.target_from_sweep(adamw)
+        assert setup.target - 0.1 < adamw + 0.05 <= setup.target
+
+
+@pytest.mark.parametrize("model", ["small", "medium"])
+def test_tuning_record_and_committed_results_agree_with_the_docs(model):
+    setup = speedrun.SETUPS[model]
+    for name, grid in setup.sweep.items():  # the chosen rate is the sweep's best
+        assert setup.rates[name] == min(grid, key=grid.get), name
+    assert set(setup.sweep) == set(setup.rates) == set(setup.grid)
+    summary = json.loads((ROOT / "benchmarks" / "results" / f"{setup.stem}.json").read_text())
     meta = summary["meta"]
-    assert meta["target"] == speedrun.TARGET_LOSS and meta["steps"] == speedrun.FULL.steps
-    assert meta["config"] == speedrun.dataclasses.asdict(speedrun.FULL)
-    assert len(meta["seeds"]) == speedrun.SEEDS and tuple(summary["results"]) == speedrun.OPTIMIZERS
-    for name, res in summary["results"].items():  # the table follows from the runs
-        assert res["lr"] == speedrun.LEARNING_RATES[name]
+    assert meta["target"] == setup.target and meta["steps"] == setup.model.steps
+    assert meta["config"] == speedrun.dataclasses.asdict(setup.model)
+    assert len(meta["seeds"]) == speedrun.SEEDS and tuple(summary["results"]) == tuple(
+        setup.rates)
+    for name, res in summary["results"].items():  # the tables follow from the runs
+        assert res["lr"] == setup.rates[name]
         reached = [results.steps_to_target(r["steps"], r["val_loss"], meta["target"])
                    for r in res["runs"]]
         assert res["summary"] == results.summarize(reached, meta["steps"]), name
+        assert all(r["steps"][-1] == meta["steps"] for r in res["runs"])  # to the budget
         for ref in ("adamw", "muon"):
             expected = None if name == ref else results.compare(
                 res["summary"], summary["results"][ref]["summary"])
             assert res[f"p_vs_{ref}"] == expected, (name, ref)
-    assert results.results_table(summary) in (ROOT / "docs" / "speedrun.md").read_text()
-    assert results.readme_block(summary) in (ROOT / "README.md").read_text()
+    recorded = {name: json.loads(json.dumps(res["track"]))
+                for name, res in summary["results"].items()}
+    track.add_track_statistics(summary["results"], meta["config"]["eval_every"],
+                               meta["steps"], meta["target"])
+    assert json.loads(json.dumps({n: r["track"] for n, r in summary["results"].items()})) \
+        == recorded
+    page = (ROOT / "docs" / "speedrun.md").read_text()
+    assert results.results_table(summary) in page and track.track_table(summary) in page
+    assert track.speedup_verdict(summary) in page
+    if model == "small":
+        assert results.readme_block(summary) in (ROOT / "README.md").read_text()
 
 
 # ----------------------------------------------------------------------------- memory

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
+from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   concrete_real, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.program import chain, identity, stage_transform
@@ -320,6 +320,7 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
     """
     n = _checked_micro_batches("adam_accumulation", num_micro_batches)
     check_range("weight_decay", weight_decay, 0.0, owner="adam_accumulation")
+    check_bools("adam_accumulation", cautious_weight_decay=cautious_weight_decay)
     no_decay = not callable(weight_decay) and isinstance(weight_decay, (int, float)) \
         and weight_decay == 0
     decay = identity() if no_decay else add_decayed_weights(

@@ -518,6 +518,23 @@ def test_cautious_weight_decay_under_inject_hyperparams_and_bad_flags():
         functrain.add_decayed_weights(0.1, cautious="yes")
 
 
+def test_every_optimizer_with_the_option_rejects_a_flag_that_is_not_a_bool():
+    """Also where the decay is zero and its stage is left out (adam_accumulation's)."""
+    import functrain.declarations as declarations
+    required = {"adam_accumulation": {"num_micro_batches": 2},
+                "muon_clip": {"qk_layers": []}}
+    having = [name for name, d in declarations.OPTIMIZERS.items()
+              if "cautious_weight_decay" in inspect.signature(d.function).parameters]
+    assert len(having) == 32
+    for name in having:
+        fn = declarations.OPTIMIZERS[name].function
+        with pytest.raises(TypeError, match="cautious"):
+            fn(0.1, cautious_weight_decay="yes", **required.get(name, {}))
+        if "weight_decay" in inspect.signature(fn).parameters:
+            with pytest.raises(TypeError, match="cautious"):
+                fn(0.1, weight_decay=0.0, cautious_weight_decay=1, **required.get(name, {}))
+
+
 def test_the_docs_count_the_optimizers_with_the_option():
     """docs/optimizers.md and the README say how many optimizers take
     ``cautious_weight_decay``: the counts are the package's."""
