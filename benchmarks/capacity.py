@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import re
 import sys
@@ -68,9 +67,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-VOCAB = 32768
-HEAD_DIM = 128
-MLP_RATIO = 4
+import capacity_model as model_lib  # noqa: E402
+from capacity_model import (HEAD_DIM, MLP_RATIO, VOCAB, loss_fn,  # noqa: E402,F401
+                            param_count, param_shapes)
+
 BATCH, SEQ = 8, 2048
 LEARNING_RATE = 1e-4
 
@@ -86,104 +86,21 @@ LIMIT = _device_memory()
 
 
 # --------------------------------------------------------------------------
-# The model
-# --------------------------------------------------------------------------
-
-def param_shapes(d_model: int, n_layers: int, vocab: int = VOCAB) -> dict:
-    """The model's parameter shapes.
-
-    Args:
-      d_model: the width, a multiple of ``HEAD_DIM``.
-      n_layers: the number of blocks.
-      vocab: the vocabulary size.
-
-    Returns:
-      ``{"embed", "layers": {...}, "final_norm", "unembed"}`` of shape tuples; every leaf of
-      ``"layers"`` has the leading layer axis ``n_layers``.
-    """
-    if d_model % HEAD_DIM:
-        raise ValueError(f"d_model must be a multiple of {HEAD_DIM}, got {d_model}.")
-    d, f, n = d_model, MLP_RATIO * d_model, n_layers
-    return {"embed": (vocab, d),
-            "layers": {"norm1": (n, d), "wq": (n, d, d), "wk": (n, d, d), "wv": (n, d, d),
-                       "wo": (n, d, d), "norm2": (n, d), "w_in": (n, d, f),
-                       "w_out": (n, f, d)},
-            "final_norm": (d,), "unembed": (d, vocab)}
-
-
-def param_count(d_model: int, n_layers: int, vocab: int = VOCAB) -> int:
-    """The model's parameter count, by formula: ``2 V d + d + L (12 d^2 + 2 d)``.
-
-    Args:
-      d_model: the width.
-      n_layers: the number of blocks.
-      vocab: the vocabulary size.
-
-    Returns:
-      The number of parameters (embedding, blocks, final norm, output projection).
-    """
-    d = d_model
-    return 2 * vocab * d + d + n_layers * ((4 + 2 * MLP_RATIO) * d * d + 2 * d)
-
-
-def _rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
-    """RMSNorm in float32, returned in bfloat16."""
-    x32 = x.astype(jnp.float32)
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + 1e-6)
-    return (x32 * scale.astype(jnp.float32)).astype(jnp.bfloat16)
-
-
-def _block(x: jax.Array, p: dict) -> jax.Array:
-    """One pre-norm block on bfloat16 activations ``x`` of shape (B, S, d)."""
-    bf = jnp.bfloat16
-    b, s, d = x.shape
-    heads = d // HEAD_DIM
-    h = _rms_norm(x, p["norm1"])
-    q, k, v = (jnp.einsum("bsd,de->bse", h, p[w].astype(bf)).reshape(b, s, heads, HEAD_DIM)
-               for w in ("wq", "wk", "wv"))
-    scores = jnp.einsum("bqhk,bthk->bhqt", q, k,
-                        preferred_element_type=jnp.float32) / math.sqrt(HEAD_DIM)
-    causal = jnp.tril(jnp.ones((s, s), bool))
-    scores = jnp.where(causal, scores, -1e30)
-    probs = jax.nn.softmax(scores, axis=-1).astype(bf)
-    attended = jnp.einsum("bhqt,bthk->bqhk", probs, v).reshape(b, s, d)
-    x = x + jnp.einsum("bsd,de->bse", attended, p["wo"].astype(bf))
-    h = _rms_norm(x, p["norm2"])
-    h = jax.nn.gelu(jnp.einsum("bsd,df->bsf", h, p["w_in"].astype(bf)))
-    return x + jnp.einsum("bsf,fd->bsd", h, p["w_out"].astype(bf))
-
-
-def loss_fn(params: dict, batch: dict) -> jax.Array:
-    """Mean next-token cross-entropy (float32) of the model on ``batch``.
-
-    Args:
-      params: a tree of :func:`param_shapes` (float32 or bfloat16 leaves).
-      batch: ``{"inputs": (B, S) int32 tokens, "targets": (B, S) int32 next tokens}``.
-
-    Returns:
-      The scalar float32 loss.
-    """
-    bf = jnp.bfloat16
-    x = jnp.take(params["embed"], batch["inputs"], axis=0).astype(bf)
-    body = jax.checkpoint(lambda carry, p: (_block(carry, p), None), prevent_cse=False)
-    x, _ = jax.lax.scan(body, x, params["layers"])
-    x = _rms_norm(x, params["final_norm"])
-    logits = jnp.einsum("bsd,dv->bsv", x, params["unembed"].astype(bf),
-                        preferred_element_type=jnp.float32)
-    picked = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
-    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
-
-
-# --------------------------------------------------------------------------
 # The configurations
 # --------------------------------------------------------------------------
 
 class Config(NamedTuple):
-    """One optimizer configuration: the params' dtype, the optimizer and its library."""
+    """One optimizer configuration: the params' dtype, the optimizer and its library.
+
+    With ``release``, the step is ``functrain.gradient_release``'s: each layer's optimizer
+    step inside the backward pass (the model's parts: ``capacity_model.embed``, ``block``,
+    ``head``), so the whole gradient tree is never held.
+    """
 
     param_dtype: Any
     optimizer: Any  # GradientTransformation
     library: Any  # the module whose apply_updates the step uses
+    release: bool = False
 
 
 def _optax_f32() -> Config:
@@ -202,12 +119,12 @@ def _bf16_compensated() -> Config:
                   functrain)
 
 
-def _int8_quantized(bits: int) -> Callable[[], Config]:
+def _int8_quantized(bits: int, release: bool = False) -> Callable[[], Config]:
     def make() -> Config:
         import functrain
         inner = functrain.quantized_state(functrain.adamw(LEARNING_RATE), bits=bits)
         return Config(jnp.bfloat16, functrain.compensated_params(
-            inner, compensation_dtype=jnp.int8), functrain)
+            inner, compensation_dtype=jnp.int8), functrain, release)
     return make
 
 
@@ -218,6 +135,8 @@ CONFIGS: dict[str, Callable[[], Config]] = {
     "bf16 params + bf16 compensation": _bf16_compensated,
     "bf16 params + int8 compensation + 8-bit moments": _int8_quantized(8),
     "bf16 params + int8 compensation + 4-bit moments": _int8_quantized(4),
+    "bf16 + int8 compensation + 8-bit moments + gradient release": _int8_quantized(8, True),
+    "bf16 + int8 compensation + 4-bit moments + gradient release": _int8_quantized(4, True),
 }
 BASELINE = "optax adamw, float32 params"
 
@@ -300,11 +219,21 @@ def measure(config: str, d_model: int, n_layers: int, *, batch: int = BATCH,
     shapes = param_shapes(d_model, n_layers, vocab)
     params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s, made.param_dtype, sharding=placed),
                           shapes, is_leaf=lambda s: isinstance(s, tuple))
-    state = jax.tree.map(abstract, jax.eval_shape(made.optimizer.init, params))
+    release = None
+    if made.release:
+        if update_only:
+            raise ValueError(f"{config}: the update runs inside the backward pass; there is "
+                             f"no update-only step.")
+        release = made.library.gradient_release(made.optimizer, model_lib.embed,
+                                                model_lib.block, model_lib.head)
+    init = release.init if release else made.optimizer.init
+    state = jax.tree.map(abstract, jax.eval_shape(init, params))
     tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=placed)
     data: Any = params if update_only else {"inputs": tokens, "targets": tokens}
 
     def step(p: Any, s: Any, b: Any) -> tuple:
+        if release is not None:
+            return release.step(p, s, b)
         if update_only:
             updates, s = made.optimizer.update(b, s, p)
             return made.library.apply_updates(p, updates), s
@@ -430,7 +359,8 @@ for the backward pass, the recomputed block, gradients, the optimizer's intermed
 **temp beyond SGD** that temp less the temp of the same step with plain SGD
 (`functrain.sgd`, no state) on the same size and params dtype, i.e. about what the
 optimizer's own intermediates add at the step's peak (temp is a peak of live buffers, so the
-difference is indicative, not additive); **update-only temp** the temp of the optimizer's
+difference is indicative, not additive); **update-only temp** (– with gradient release,
+whose update runs inside the backward pass, one layer at a time) the temp of the optimizer's
 step alone (`update` and `apply_updates` on params, state and gradients in the params'
 dtype, no model) at that size: what the optimizer needs while the gradients are alive;
 **next rung** the smallest ladder size that did not fit and its peak; **x optax** the
@@ -555,7 +485,7 @@ def main(argv: Optional[list] = None) -> dict:
                 print(_line(references[key]), flush=True)
             reference = references[key]
         update = None
-        if best_row is not None:  # the optimizer's step alone at that size
+        if best_row is not None and not CONFIGS[name]().release:  # the optimizer's step alone
             try:
                 update = measure(name, best_row["d_model"], best_row["n_layers"],
                                  target=args.target, update_only=True, **shape_kwargs)

@@ -93,6 +93,8 @@ from functrain.wrappers.hyperparams import (HyperparamsDict, InjectHyperparamsSt
 from functrain.hyperparams_reader import current_hyperparams
 from functrain.wrappers.compensated import (CompensatedParamsState, compensated_master,
                                             compensated_params)
+from functrain.gradient_release import (GradientRelease, GradientReleaseState,
+                                        gradient_release)
 from functrain.wrappers.lookahead import LookaheadParams, LookaheadState, lookahead
 from functrain.wrappers.masking import (MaskedState, MultiTransformState, PartitionState,
                                         freeze, masked, multi_transform, partition,
