@@ -196,3 +196,44 @@ def test_quick_run_writes_the_table_and_the_ladder_rows(tmp_path):
     assert result["update_row"]["update_only"] and result["reference_row"]["config"] == \
         "sgd, float32 params"
     assert f"| {config} | 384 x 2 |" in (tmp_path / "cap.md").read_text()
+
+
+def _hand_release_state_bytes(config: str, shapes: dict) -> int:
+    """A gradient-release configuration's state by hand: each layer its own count, moments and
+    compensation (the quantization blocks and 4-bit scales of one layer's slice), the rest's
+    state as an ordinary step's, and the float32 norm of the last gradients."""
+    bits = 8 if "8-bit" in config else 4
+    plain = f"bf16 params + int8 compensation + {bits}-bit moments"
+    layers = list(shapes["layers"].values())
+    n_layers = layers[0][0]
+    per_layer = _hand_state_bytes(plain, [s[1:] for s in layers])
+    rest = [s for k, s in shapes.items() if k != "layers"]
+    return n_layers * per_layer + _hand_state_bytes(plain, rest) + 4
+
+
+@pytest.mark.long
+def test_h100_gradient_release_state_by_hand_and_its_smaller_temp():
+    if not os.path.exists(CUDA_PYTHON):
+        pytest.skip(f"{CUDA_PYTHON} is missing (make accel builds the CUDA venv): the H100 "
+                    f"compiler runs only there")
+    configs = ["bf16 + int8 compensation + 8-bit moments + gradient release",
+               "bf16 + int8 compensation + 4-bit moments + gradient release",
+               "bf16 params + int8 compensation + 4-bit moments"]
+    size = dict(SMALL, n_layers=4)
+    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import capacity as c; "
+            f"print(json.dumps([c.measure(name, **{size!r}) for name in {configs!r}]))")
+    done = subprocess.run([CUDA_PYTHON, "-c", code], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    shapes = capacity.param_shapes(size["d_model"], size["n_layers"], size["vocab"])
+    n = capacity.param_count(size["d_model"], size["n_layers"], size["vocab"])
+    batch_bytes = 2 * size["batch"] * size["seq"] * 4
+    for config, row in zip(configs[:2], rows):
+        # without clip_norm the step never reads the last norm, and jit drops an unused
+        # argument: its 4 bytes are written (a fresh output) but not passed in
+        state_bytes = _hand_release_state_bytes(config, shapes) - 4
+        assert row["argument_bytes"] == 2 * n + state_bytes + batch_bytes, (config, row)
+        assert row["alias_bytes"] == 2 * n + state_bytes, (config, row)
+    # the same optimizer without release holds the whole gradient tree: more temp
+    assert rows[1]["temp_bytes"] < rows[2]["temp_bytes"], rows

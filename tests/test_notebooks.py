@@ -40,11 +40,12 @@ NOTEBOOKS = [
     "05_performance.ipynb",
     "06_muon_schedule_free.ipynb",
     "07_low_bit_state.ipynb",
+    "08_gradient_release.ipynb",
 ]
 # Notebooks that must draw at least this many figures.
 FIGURES = {"01_quickstart.ipynb": 3, "03_lamb_lars_large_batch.ipynb": 2,
            "04_scaling_out.ipynb": 1, "06_muon_schedule_free.ipynb": 3,
-           "07_low_bit_state.ipynb": 2}
+           "07_low_bit_state.ipynb": 2, "08_gradient_release.ipynb": 2}
 
 
 def execute(name: str) -> nbformat.NotebookNode:
