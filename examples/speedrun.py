@@ -129,11 +129,18 @@ OPTIMIZERS = tuple(LEARNING_RATES)
 
 # The second model (speedrun_model.MEDIUM, about 0.8M parameters) and its main rows: the
 # reference optimizers and the record recipe, tuned and targeted the same way.
-MEDIUM_LEARNING_RATES: dict = {}
+MEDIUM_LEARNING_RATES = {"adamw": 0.001, "muon": 0.032, "record_recipe": 0.04}
 MEDIUM_TUNE_GRID = {"adamw": (1e-3, 2e-3, 4e-3, 8e-3), "muon": (0.008, 0.016, 0.032, 0.064),
                     "record_recipe": (0.01, 0.02, 0.04, 0.08)}
-MEDIUM_TUNE_RESULTS: dict = {}
-MEDIUM_TARGET_LOSS = float("nan")
+# `--model medium --tune`: 37 minutes beside other runs (load average 3-5), 2026-11-29.
+MEDIUM_TUNE_RESULTS = {
+    "adamw": {0.0005: 2.2972, 0.001: 2.245, 0.002: 2.3085, 0.004: 2.5784, 0.008: 2.6918},
+    "muon": {0.008: 2.0361, 0.016: 1.9132, 0.032: 1.8936, 0.064: 2.1423},
+    "record_recipe": {0.01: 2.0407, 0.02: 1.9029, 0.04: 1.8289, 0.08: 1.9168},
+}
+# Set by target_from_sweep from tuned AdamW's 2.245, after the sweep, before any measured run.
+MEDIUM_TARGET_LOSS = 2.3
+MEDIUM_TUNED_ON = "2026-11-29"
 
 
 def target_from_sweep(adamw_final: float) -> float:
@@ -146,7 +153,8 @@ def target_from_sweep(adamw_final: float) -> float:
     2.25
     """
     return round(math.ceil(round((adamw_final + 0.05) / 0.05, 9)) * 0.05, 2)
-MEDIUM_TUNED_ON = ""
+
+
 # APOLLO's rank: the largest whose state is at most 0.1x AdamW's on the FULL model
 # (tests/test_speedrun.py checks it from the shapes). Every 2-D leaf is projected (APOLLO's
 # default): its 15 matrices keep 2 r max(m, n) float32 numbers each, 14,336 r bytes in all;
