@@ -465,6 +465,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "best rates (writes speedrun_tune.json to --out)")
     parser.add_argument("--target", type=float, default=None,
                         help="the validation loss to reach (default: the model's)")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="train nothing: recompute the statistics of the model's recorded "
+                             "run (--out's speedrun[_medium].json) and rewrite its pages")
     parser.add_argument("--quiet", action="store_true")
     return parser.parse_args(argv)
 
@@ -558,6 +561,13 @@ def main(argv=None) -> dict:
     if not math.isfinite(target):
         raise ValueError(f"--model {args.model} has no target yet; give --target.")
 
+    if args.rewrite:  # the recorded runs, their statistics recomputed
+        summary = json.loads((args.out / f"{setup.stem}.json").read_text())
+        meta, results = summary["meta"], summary["results"]
+        track_lib.add_track_statistics(results, meta["config"]["eval_every"], meta["steps"],
+                                       meta["target"])
+        return write_results(summary, args, setup, list(results), meta["steps"],
+                             meta["target"], cfg)
     seeds = list(range(args.seeds))
     results = measure(names, data, cfg, steps, seeds, target, args.quiet, setup.rates)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(
@@ -569,7 +579,15 @@ def main(argv=None) -> dict:
             "model": args.model, "tuned_on": setup.tuned_on, "tune_seeds": list(TUNE_SEEDS),
             "total_seconds": time.perf_counter() - start,
             "cpu_seconds": time.process_time() - cpu_start}
-    summary = {"meta": meta, "results": results}
+    return write_results({"meta": meta, "results": results}, args, setup, names, steps, target,
+                         cfg)
+
+
+def write_results(summary: dict, args: argparse.Namespace, setup: Setup, names: list,
+                  steps: int, target: float, cfg: Config) -> dict:
+    """Write a run's JSON, page and plot to ``args.out``; a full default run's tables into
+    docs/speedrun.md (and, for the small model, the README). Returns ``summary``."""
+    meta = summary["meta"]
     blocks = track_blocks(summary)
     (args.out / f"{setup.stem}.json").write_text(json.dumps(summary, indent=1))
     (args.out / f"{setup.stem}.md").write_text(results_lib.results_page(summary, blocks,

@@ -168,6 +168,8 @@ def test_losses_at_grid_and_the_track_statistics_of_a_group():
     assert res["fast"]["track"]["p_lower_than"]["adamw"] == track.lower_p(
         [2.0, 2.01, 2.02, 2.03], [2.5, 2.51, 2.52, 2.53])
     assert res["adamw"]["track"]["p_lower_than"] == {}  # muon is absent, adamw is itself
+    assert res["fast"]["track"]["p_lower_at_budget"]["adamw"] == track.lower_p(
+        [1.5, 1.51, 1.52, 1.53], [2.0, 2.01, 2.02, 2.03])  # both at step 20, the budget
     assert res["fast"]["track"]["final"] == results.mean_interval([1.5, 1.51, 1.52, 1.53])
 
 
