@@ -93,6 +93,9 @@ STAGES = {m for m in STAGES if not m.endswith((".optimizers", ".__init__"))}
 # contrib modules other contrib optimizers are built on (the Muon family on Muon's
 # dimension numbers, batched Newton-Schulz over the tree and AdamW split).
 CONTRIB_BASES = {"functrain.contrib.muon"}
+# Contrib modules built on a base that others build on in turn: the hyperball stage's
+# scaffold (matrix_step_stage), which the norm control (radius_pin) shares.
+CONTRIB_SECOND_BASES = {"functrain.contrib.hyperball"}
 # Packages whose __init__ is a layer of its own (a public face over modules of lower
 # layers), not a re-export of its own modules only.
 FACES = {"functrain.tree", "functrain.transforms"}
@@ -169,11 +172,15 @@ LAYERS = [
     Layer("L4_optimizers", lambda m: m in NAMED, L0 + L1 + ("L2_stages",)),
     Layer("L4_contrib_bases", lambda m: m in CONTRIB_BASES,
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),
-    Layer("L4_contrib", lambda m: in_package("contrib")(m) and m not in CONTRIB_BASES,
+    Layer("L4_contrib_second_bases", lambda m: m in CONTRIB_SECOND_BASES,
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases")),
+    Layer("L4_contrib", lambda m: in_package("contrib")(m) and m not in CONTRIB_BASES
+          and m not in CONTRIB_SECOND_BASES,
+          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases",
+                     "L4_contrib_second_bases")),
     Layer("L4_quantized_state", lambda m: m == "functrain.quantized_state",
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases",
-                     "L4_contrib")),
+                     "L4_contrib_second_bases", "L4_contrib")),
     Layer("L5_namespace", lambda m: m == "functrain.transforms",
           L0 + L1 + ("L2_stages", "L3_wrappers")),
     # Re-exports only: a sub-package's own modules; functrain/ itself anything.

@@ -115,6 +115,16 @@ def _hand_state_bytes(config: str, shapes: list) -> int:
     return total
 
 
+def _measure_on_h100(configs: list, size: dict) -> list:
+    """``capacity.measure`` of each configuration at ``size``, in the CUDA venv (deviceless)."""
+    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import capacity as c; "
+            f"print(json.dumps([c.measure(name, **{size!r}) for name in {configs!r}]))")
+    done = subprocess.run([CUDA_PYTHON, "-c", code], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.long
 def test_h100_argument_bytes_are_params_state_and_batch_by_hand():
     if not os.path.exists(CUDA_PYTHON):
@@ -123,12 +133,7 @@ def test_h100_argument_bytes_are_params_state_and_batch_by_hand():
     configs = ["functrain adamw, float32 params", "bf16 params + bf16 compensation",
                "bf16 params + int8 compensation + 8-bit moments",
                "bf16 params + int8 compensation + 4-bit moments"]
-    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import capacity as c; "
-            f"print(json.dumps([c.measure(name, **{SMALL!r}) for name in {configs!r}]))")
-    done = subprocess.run([CUDA_PYTHON, "-c", code], capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = _measure_on_h100(configs, SMALL)
     shapes = _leaves(capacity.param_shapes(SMALL["d_model"], SMALL["n_layers"],
                                            SMALL["vocab"]))
     n = capacity.param_count(SMALL["d_model"], SMALL["n_layers"], SMALL["vocab"])
@@ -220,12 +225,7 @@ def test_h100_gradient_release_state_by_hand_and_its_smaller_temp():
                "bf16 + int8 compensation + 4-bit moments + gradient release",
                "bf16 params + int8 compensation + 4-bit moments"]
     size = dict(SMALL, n_layers=4)
-    code = ("import sys, json; sys.path.insert(0, 'benchmarks'); import capacity as c; "
-            f"print(json.dumps([c.measure(name, **{size!r}) for name in {configs!r}]))")
-    done = subprocess.run([CUDA_PYTHON, "-c", code], capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = _measure_on_h100(configs, size)
     shapes = capacity.param_shapes(size["d_model"], size["n_layers"], size["vocab"])
     n = capacity.param_count(size["d_model"], size["n_layers"], size["vocab"])
     batch_bytes = 2 * size["batch"] * size["seq"] * 4

@@ -128,15 +128,44 @@ def scale_by_hyperball(learning_rate: ScalarOrSchedule,
     >>> round(float(jnp.linalg.norm(params['w'] + u['w'])), 5)
     5.0
     """
-    owner = "scale_by_hyperball"
+    return matrix_step_stage(
+        "scale_by_hyperball", learning_rate, weight_dimension_numbers, ScaleByHyperballState,
+        lambda p, u, lr, red, out: hyperball_step(p.astype(u.dtype), u, lr,
+                                                  tuple(sorted(red + out))))
+
+
+def matrix_step_stage(owner: str, learning_rate: ScalarOrSchedule, weight_dimension_numbers: Any,
+                      state_cls: type, step: Any) -> GradientTransformation:
+    """A chain's last stage that turns each matrix's direction into its update, ``update = step(p,
+    u, lr, reduction_axes, output_axes)``, at a fixed or scheduled learning rate.
+
+    The scaffold of :func:`scale_by_hyperball` and
+    :func:`~functrain.contrib.scale_by_radius_pin`.
+
+    Args:
+      owner: the stage's name (in errors).
+      learning_rate: a number, or a schedule of the step count.
+      weight_dimension_numbers: Muon's dimension numbers (``None``: ``MuonDimensionNumbers()``).
+      state_cls: the state with a schedule: a ``NamedTuple`` with one field, ``count``.
+      step: ``step(params, direction, lr, reduction_axes, output_axes) -> update``.
+
+    Returns:
+      A ``GradientTransformation``: stateless for a fixed rate, ``state_cls`` for a schedule.
+
+    >>> import jax.numpy as jnp
+    >>> tx = matrix_step_stage('double', 0.5, None, ScaleByHyperballState,
+    ...                        lambda p, u, lr, red, out: -lr * 2 * u)
+    >>> tx.update({'w': jnp.ones((2, 2))}, tx.init({'w': jnp.ones((2, 2))}),
+    ...           {'w': jnp.ones((2, 2))})[0]['w'].tolist()
+    [[-1.0, -1.0], [-1.0, -1.0]]
+    """
     scheduled = callable(learning_rate)
 
     def build(dims: MuonDimensionNumbers) -> LeafStage:
         def leaf(g: Array, s: Any, p: Any, lr: Any) -> tuple:
             red, out = leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
-            step = hyperball_step(p.astype(g.dtype), g, lr if scheduled else learning_rate,
-                                  tuple(sorted(red + out)))
-            return step, ()
+            update = step(p, g, lr if scheduled else learning_rate, red, out)
+            return update.astype(g.dtype), ()
 
         if not scheduled:
             return LeafStage(name=owner, update_leaf=leaf, needs_params=True)
@@ -144,9 +173,9 @@ def scale_by_hyperball(learning_rate: ScalarOrSchedule,
         def prepare(glob: dict, _: Any) -> tuple:
             return learning_rate(glob["count"]), {"count": safe_increment(glob["count"])}
 
-        return LeafStage(name=owner, update_leaf=leaf, needs_params=True,
-                         state_cls=ScaleByHyperballState, leaf_fields=(),
-                         init_leaf=lambda p: (), init_global=zero_count, prepare=prepare)
+        return LeafStage(name=owner, update_leaf=leaf, needs_params=True, state_cls=state_cls,
+                         leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count,
+                         prepare=prepare)
 
     return per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
 

@@ -38,10 +38,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import check_bools, check_range, hyperparameters
-from functrain.contrib.muon import MuonDimensionNumbers, per_dims
-from functrain.engine.protocol import (GradientTransformation, LeafStage, ScalarOrSchedule,
-                                       safe_increment, zero_count)
-from functrain.matrix.dimension_numbers import leaf_axes
+from functrain.contrib.hyperball import matrix_step_stage
+from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 
 Array = jax.Array
 
@@ -168,28 +166,14 @@ def scale_by_radius_pin(learning_rate: ScalarOrSchedule, target_uw: float = 0.38
     check_range("radial_inward_scale", radial_inward_scale, 0.0, owner=owner)
     check_range("cautious_weight_decay", cautious_weight_decay, 0.0, owner=owner)
     check_bools(owner, row_floor=row_floor)
-    scheduled = callable(learning_rate)
 
-    def build(dims: MuonDimensionNumbers) -> LeafStage:
-        def leaf(g: Array, s: Any, p: Any, lr: Any) -> tuple:
-            red, out = leaf_axes(dims, g.shape, f"of shape {g.shape}", owner)
-            if jnp.iscomplexobj(g) or jnp.iscomplexobj(p):
-                raise TypeError(f"{owner}: a leaf of shape {g.shape} is complex; the radial "
-                                f"brake and the cautious mask are defined for real weights: "
-                                f"wrap the optimizer in split_real_and_imaginary.")
-            step = radius_pin_step(p, g, lr if scheduled else learning_rate, red, out,
-                                   target_uw, row_floor, radial_outward_scale,
-                                   radial_inward_scale, cautious_weight_decay)
-            return step.astype(g.dtype), ()
+    def step(p: Array, u: Array, lr: Any, red: tuple, out: tuple) -> Array:
+        if jnp.iscomplexobj(u) or jnp.iscomplexobj(p):
+            raise TypeError(f"{owner}: a leaf of shape {u.shape} is complex; the radial "
+                            f"brake and the cautious mask are defined for real weights: "
+                            f"wrap the optimizer in split_real_and_imaginary.")
+        return radius_pin_step(p, u, lr, red, out, target_uw, row_floor, radial_outward_scale,
+                               radial_inward_scale, cautious_weight_decay)
 
-        if not scheduled:
-            return LeafStage(name=owner, update_leaf=leaf, needs_params=True)
-
-        def prepare(glob: dict, _: Any) -> tuple:
-            return learning_rate(glob["count"]), {"count": safe_increment(glob["count"])}
-
-        return LeafStage(name=owner, update_leaf=leaf, needs_params=True,
-                         state_cls=ScaleByRadiusPinState, leaf_fields=(),
-                         init_leaf=lambda p: (), init_global=zero_count, prepare=prepare)
-
-    return per_dims(weight_dimension_numbers, build, owner, "weight_dimension_numbers")
+    return matrix_step_stage(owner, learning_rate, weight_dimension_numbers,
+                             ScaleByRadiusPinState, step)
