@@ -182,11 +182,13 @@ def test_steps_to_target_is_exact_to_the_step_and_deterministic():
     cfg_1 = speedrun.dataclasses.replace(speedrun.TINY, eval_every=1)
     target, lr = 3.5, 1e-2  # crossed at steps 7 and 6 (seeds 0 and 1), between evaluations
     coarse = speedrun.train_seeds("adamw", lr, data, speedrun.TINY, 12, lr, [0, 1], target, True)
-    every = speedrun.train_seeds("adamw", lr, data, cfg_1, 12, lr, [0, 1], target, True)
+    every = speedrun.train_seeds("adamw", lr, data, cfg_1, 12, lr, [0, 1], target, True,
+                                 stop_at_target=False)
     for c, e in zip(coarse, every):
         assert c["steps_to_target"] is not None and c["steps_to_target"] % 4 != 0, c
         assert c["steps_to_target"] == e["steps_to_target"]
-        assert c["steps"][-1] == c["steps_to_target"]  # the run stopped there
+        # the run stopped at the evaluation that found the crossing (the next multiple of 4)
+        assert c["steps"][-1] == -(-c["steps_to_target"] // 4) * 4
         per_step = dict(zip(e["steps"], e["val_loss"]))
         for s, loss in zip(c["steps"], c["val_loss"]):
             assert loss == per_step[s], (s, loss, per_step[s])
