@@ -116,18 +116,32 @@ def attention(block: dict, x: jax.Array, n_head: int) -> jax.Array:
     return out.reshape(b, t, d) @ block["wo"]
 
 
+def embed(params: dict, tokens: jax.Array) -> jax.Array:
+    """The first block's input: token plus position embeddings."""
+    return params["tok_embed"][tokens] + params["pos_embed"][: tokens.shape[1]]
+
+
+def block_forward(block: dict, x: jax.Array, n_head: int) -> jax.Array:
+    """One pre-norm block: attention, then the GELU MLP, each with a residual."""
+    x = x + attention(block, rms_norm(x, block["attn_gain"]), n_head)
+    h = jax.nn.gelu(rms_norm(x, block["mlp_gain"]) @ block["w_in"])
+    return x + h @ block["w_out"]
+
+
 def forward(params: dict, tokens: jax.Array, n_head: int) -> jax.Array:
     """Logits (batch, time, vocab) of the next character at every position."""
-    x = params["tok_embed"][tokens] + params["pos_embed"][: tokens.shape[1]]
+    x = embed(params, tokens)
     for block in params["blocks"]:
-        x = x + attention(block, rms_norm(x, block["attn_gain"]), n_head)
-        h = jax.nn.gelu(rms_norm(x, block["mlp_gain"]) @ block["w_in"])
-        x = x + h @ block["w_out"]
+        x = block_forward(block, x, n_head)
     return rms_norm(x, params["final_gain"]) @ params["head"]
+
+
+def cross_entropy(logits: jax.Array, window: jax.Array) -> jax.Array:
+    """Mean cross-entropy (nats, float32) of ``logits`` against the window's next characters."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    return -jnp.take_along_axis(logp, window[:, 1:, None], axis=-1).mean()
 
 
 def loss_fn(params: dict, window: jax.Array, n_head: int) -> jax.Array:
     """Mean next-character cross-entropy (nats) over windows of ``context + 1`` tokens."""
-    logits = forward(params, window[:, :-1], n_head)
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.take_along_axis(logp, window[:, 1:, None], axis=-1).mean()
+    return cross_entropy(forward(params, window[:, :-1], n_head), window)

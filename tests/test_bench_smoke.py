@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,3 +132,28 @@ def test_stacked_compile_benchmark_writes_depth_and_scanned_model_tables(tmp_pat
         assert r["scanned"]["state_leaves"] < r["unrolled"]["state_leaves"]
     text = (tmp_path / "smoke.md").read_text()
     assert "Compile time against depth" in text and "Scanned model: train step" in text
+
+
+@pytest.mark.long
+def test_bf16_quality_benchmark_runs_and_its_table_follows_from_its_runs(tmp_path):
+    # benchmarks/bf16_quality.py on the speedrun's tiny model: every configuration trains
+    # (from the same initialization), and the table's statistics are the runs'.
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "bf16_quality.py"), "--tiny",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import speedrun_results as stats
+    result = json.loads((tmp_path / "bf16_quality.json").read_text())
+    runs, rows = result["runs"], {r["config"]: r for r in result["rows"]}
+    starts = {label: [r["val_loss"][0] for r in rs] for label, rs in runs.items()}
+    f32 = starts["float32 adamw"]
+    for label, rs in runs.items():
+        # the bfloat16 rows start from the float32 init rounded to bfloat16: close to it
+        assert np.allclose(starts[label], f32, atol=2e-2), label
+        assert all(r["final_val_loss"] < r["val_loss"][0] for r in rs), label  # trained
+        final = [r["final_val_loss"] for r in rs]
+        assert tuple(rows[label]["final"]) == stats.mean_interval(final), label
+    assert rows["float32 adamw"]["p_final"] is None
+    table = (tmp_path / "bf16_quality.md").read_text()
+    assert all(f"| {label} |" in table for label in runs)
