@@ -68,7 +68,7 @@ def parts(n_head: int) -> tuple:
         return model.block_forward(block, x, n_head)
 
     def head(rest, x, window):
-        return model.cross_entropy(model.rms_norm(x, rest["final_gain"]) @ rest["head"], window)
+        return model.cross_entropy(model.logits(rest, x), window)
 
     def loss(params, window):
         x, _ = jax.lax.scan(lambda x, b: (layer(b, x), None), embed(params, window),

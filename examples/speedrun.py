@@ -539,6 +539,12 @@ def main(argv=None) -> dict:
         raise ValueError(f"--model {args.model} has no {'grid' if args.tune else 'tuned rate'} "
                          f"for {', '.join(missing)}" + ("" if args.tune else
                                                         "; run --tune first") + ".")
+    if args.rewrite:  # the recorded runs, their statistics recomputed; nothing is trained
+        summary = json.loads((args.out / f"{setup.stem}.json").read_text())
+        meta = summary["meta"]
+        track_lib.add_track_statistics(summary["results"], meta["config"]["eval_every"],
+                                       meta["steps"], meta["target"])
+        return write_results(summary, args, setup)
     # One OpenBLAS thread for the CPU eigh/qr calls of SOAP, SPlus, Kron and Dion: its
     # busy-waiting pool otherwise competes with XLA's threads (functrain.linalg).
     functrain.linalg.set_lapack_threads(1)
@@ -561,13 +567,6 @@ def main(argv=None) -> dict:
     if not math.isfinite(target):
         raise ValueError(f"--model {args.model} has no target yet; give --target.")
 
-    if args.rewrite:  # the recorded runs, their statistics recomputed
-        summary = json.loads((args.out / f"{setup.stem}.json").read_text())
-        meta, results = summary["meta"], summary["results"]
-        track_lib.add_track_statistics(results, meta["config"]["eval_every"], meta["steps"],
-                                       meta["target"])
-        return write_results(summary, args, setup, list(results), meta["steps"],
-                             meta["target"], cfg)
     seeds = list(range(args.seeds))
     results = measure(names, data, cfg, steps, seeds, target, args.quiet, setup.rates)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(
@@ -579,15 +578,14 @@ def main(argv=None) -> dict:
             "model": args.model, "tuned_on": setup.tuned_on, "tune_seeds": list(TUNE_SEEDS),
             "total_seconds": time.perf_counter() - start,
             "cpu_seconds": time.process_time() - cpu_start}
-    return write_results({"meta": meta, "results": results}, args, setup, names, steps, target,
-                         cfg)
+    return write_results({"meta": meta, "results": results}, args, setup)
 
 
-def write_results(summary: dict, args: argparse.Namespace, setup: Setup, names: list,
-                  steps: int, target: float, cfg: Config) -> dict:
+def write_results(summary: dict, args: argparse.Namespace, setup: Setup) -> dict:
     """Write a run's JSON, page and plot to ``args.out``; a full default run's tables into
     docs/speedrun.md (and, for the small model, the README). Returns ``summary``."""
     meta = summary["meta"]
+    names, target = list(summary["results"]), meta["target"]
     blocks = track_blocks(summary)
     (args.out / f"{setup.stem}.json").write_text(json.dumps(summary, indent=1))
     (args.out / f"{setup.stem}.md").write_text(results_lib.results_page(summary, blocks,

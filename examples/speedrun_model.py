@@ -128,12 +128,17 @@ def block_forward(block: dict, x: jax.Array, n_head: int) -> jax.Array:
     return x + h @ block["w_out"]
 
 
+def logits(params: dict, x: jax.Array) -> jax.Array:
+    """The output layer: the last block's output, normalized, times the (untied) head."""
+    return rms_norm(x, params["final_gain"]) @ params["head"]
+
+
 def forward(params: dict, tokens: jax.Array, n_head: int) -> jax.Array:
     """Logits (batch, time, vocab) of the next character at every position."""
     x = embed(params, tokens)
     for block in params["blocks"]:
         x = block_forward(block, x, n_head)
-    return rms_norm(x, params["final_gain"]) @ params["head"]
+    return logits(params, x)
 
 
 def cross_entropy(logits: jax.Array, window: jax.Array) -> jax.Array:

@@ -19,9 +19,9 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import functrain
+from functrain.contrib.muon import scale_by_shape  # Muon's width scale, as soap_muon uses it
 
 RECORD_STEPS = 2900  # the record's schedule length, which the step counts below scale from
 LOOKAHEAD = (300, 1950, 0.3, 0.99)  # EMA-Nesterov: start, end, scale, EMA
@@ -52,12 +52,9 @@ def record_recipe(lr: float, adamw_lr: float, multiplier: Callable, steps: int,
     is_dims = lambda d: d is None or isinstance(d, functrain.contrib.MuonDimensionNumbers)  # noqa: E731
     labels = jax.tree.map(lambda d: "adam" if d is None else "matrix", dims, is_leaf=is_dims)
 
-    def width_scale(updates, params=None):  # Muon's sqrt(max(1, fan_out / fan_in))
-        return jax.tree.map(lambda u: u * np.sqrt(max(1.0, u.shape[1] / u.shape[0])), updates)
-
     matrix = functrain.chain(
         functrain.contrib.scale_by_soap_muon(weight_dimension_numbers=dims),
-        functrain.stateless(width_scale),
+        scale_by_shape(dims, None),  # Muon's sqrt(max(1, fan_out / fan_in))
         functrain.contrib.scale_by_radius_pin(lambda c: lr * multiplier(c),
                                               weight_dimension_numbers=dims, **NORM_CONTROL))
     adam = functrain.adamw(lambda c: adamw_lr * multiplier(c), weight_decay=0.0, nesterov=True)

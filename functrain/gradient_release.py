@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from functrain import tree as ft
 from functrain.arg_checks import check_range, check_transformation
 from functrain.engine.program import fusion_plan
 from functrain.engine.protocol import GradientTransformation, LeafStage, OptState, Params
@@ -116,16 +117,9 @@ def _split(params: Any, key: str, owner: str) -> tuple:
     return stack, rest, sizes.pop()
 
 
-def _sum_squares(tree: Any, dtype: Any) -> jax.Array:
-    return sum((jnp.sum(jnp.real(x * jnp.conj(x)).astype(dtype))
-                for x in jax.tree_util.tree_leaves(tree)), jnp.zeros([], dtype))
-
-
-def _norm_dtype(params: Params) -> Any:
-    """float32, or the params' widest real dtype if wider (float64 under x64)."""
-    real = [jnp.finfo(jnp.result_type(x)).dtype for x in jax.tree_util.tree_leaves(params)
-            if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-    return jnp.result_type(jnp.float32, *real)
+def _squared_norm(tree: Any) -> jax.Array:
+    """The tree's squared L2 norm, accumulated as ``functrain.tree.norm`` does."""
+    return ft.norm(tree, squared=True)
 
 
 def gradient_release(optimizer: GradientTransformation,
@@ -189,7 +183,8 @@ def gradient_release(optimizer: GradientTransformation,
         stack, rest, _ = _split(params, layers_key, owner)
         return GradientReleaseState(layers=jax.vmap(optimizer.init)(stack),
                                     rest=rest_opt.init(rest),
-                                    grad_norm=jnp.zeros([], _norm_dtype(params)))
+                                    grad_norm=jnp.zeros([], jax.eval_shape(
+                                        _squared_norm, params).dtype))
 
     def step(params: Params, state: GradientReleaseState, batch: Any) -> tuple:
         if not isinstance(state, GradientReleaseState):
@@ -201,6 +196,9 @@ def gradient_release(optimizer: GradientTransformation,
         if clip_norm is not None:
             scale = jnp.where(state.grad_norm > clip_norm,
                               clip_norm / jnp.maximum(state.grad_norm, 1e-30), 1.0)
+
+        def scaled(grads: Any) -> Any:
+            return jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
 
         x0, embed_vjp = jax.vjp(lambda r: embed(r, batch), rest)
         x_last, inputs = jax.lax.scan(lambda x, p: (layer(p, x), x), x0, stack)
@@ -216,9 +214,8 @@ def gradient_release(optimizer: GradientTransformation,
             x_l = jax.lax.dynamic_index_in_dim(inputs, idx, keepdims=False)
             _, layer_vjp = jax.vjp(layer, p_l, x_l)
             g_p, g_x = layer_vjp(g_x)
-            sq = sq + _sum_squares(g_p, acc)
-            g_p = jax.tree.map(lambda g: (g * scale).astype(g.dtype), g_p)
-            u_l, s_l = optimizer.update(g_p, s_l, p_l)
+            sq = sq + _squared_norm(g_p).astype(acc)
+            u_l, s_l = optimizer.update(scaled(g_p), s_l, p_l)
             p_l = apply_updates(p_l, u_l)
             put = lambda t, new: jax.tree.map(  # noqa: E731
                 lambda a, b: jax.lax.dynamic_update_index_in_dim(a, b.astype(a.dtype), idx, 0),
@@ -229,9 +226,8 @@ def gradient_release(optimizer: GradientTransformation,
             0, n_layers, backward, (stack, state.layers, g_x, jnp.zeros([], acc)))
         (g_embed,) = embed_vjp(g_x0)
         g_rest = jax.tree.map(lambda a, b: a + b, g_rest, g_embed)
-        sq = sq + _sum_squares(g_rest, acc)
-        g_rest = jax.tree.map(lambda g: (g * scale).astype(g.dtype), g_rest)
-        u_rest, rest_state = rest_opt.update(g_rest, state.rest, rest)
+        sq = sq + _squared_norm(g_rest).astype(acc)
+        u_rest, rest_state = rest_opt.update(scaled(g_rest), state.rest, rest)
         rest = apply_updates(rest, u_rest)
         merged = {**rest, layers_key: stack}
         merged = {k: merged[k] for k in params}  # the caller's key order and mapping type
