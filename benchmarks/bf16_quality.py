@@ -14,11 +14,20 @@ two-sided test against float32 AdamW (examples/speedrun_results.py).
 
 Usage: ``python benchmarks/bf16_quality.py [--seeds 10] [--out benchmarks/results]``; writes
 ``bf16_quality.{json,md}``. ``--tiny``: the speedrun's tiny model and 2 seeds (the tests').
+
+``--long STEPS`` (10,000 for the record): the long run. The same model, rate and schedule
+(warmup, constant, linear decay to zero over the last 40%) stretched to ``STEPS``, evaluated
+every ``STEPS / 40`` steps, for :data:`LONG_CONFIGS` and ``--seeds`` seeds (2 for the
+record). There Adam's steps shrink below half of a bfloat16 weight's spacing (``2**-9``
+relative) long before the end, and round-to-nearest drops them: the uncompensated run
+stalls, the compensated ones keep the float32 run's progress. Writes ``bf16_long.{json,md}``
+and ``bf16_long.png`` (the validation curves).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -51,6 +60,9 @@ CONFIGS = {
         (jnp.bfloat16, jnp.int8, 8, True),
 }
 REFERENCE = "float32 adamw"
+#: The long run's configurations.
+LONG_CONFIGS = ("float32 adamw", "bf16, no compensation", "bf16 + bf16 compensation",
+                "bf16 + int8 compensation + 8-bit moments + gradient release")
 
 
 def stacked(params: dict) -> dict:
@@ -161,15 +173,22 @@ def main(argv=None) -> dict:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--long", type=int, default=0, metavar="STEPS",
+                        help="the long run: STEPS steps, LONG_CONFIGS only")
     args = parser.parse_args(argv)
     cfg = model.TINY if args.tiny else model.FULL
     seeds = list(range(2 if args.tiny else args.seeds))
     target = speedrun.TARGET_LOSS if not args.tiny else 3.9
+    labels = list(CONFIGS)
+    name = "bf16_quality"
+    if args.long:
+        cfg = dataclasses.replace(cfg, steps=args.long, eval_every=max(1, args.long // 40))
+        labels, name = list(LONG_CONFIGS), "bf16_long"
     functrain.linalg.set_lapack_threads(1)
     start = time.perf_counter()
     data = model.load_data(cfg)
     results = {}
-    for label in CONFIGS:
+    for label in labels:
         t = time.perf_counter()
         results[label] = run(label, cfg, data, seeds, target)
         print(f"{label}: {time.perf_counter() - t:.0f} s", flush=True)
@@ -180,13 +199,42 @@ def main(argv=None) -> dict:
             "seconds": round(time.perf_counter() - start)}
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bf16_quality.json").write_text(json.dumps(
+    (args.out / f"{name}.json").write_text(json.dumps(
         {"meta": meta, "rows": rows, "runs": results}, indent=1))
-    (args.out / "bf16_quality.md").write_text(
-        f"# Training quality of the capacity configurations ({meta['date']})\n\n"
-        f"`benchmarks/bf16_quality.py`, jax {meta['jax']}, {meta['seconds']} s; the speedrun's "
-        f"first model, AdamW at {LR}, seeds {seeds}.\n\n{table}\n")
-    return {"meta": meta, "rows": rows}
+    heading = ("Training quality of the capacity configurations" if not args.long else
+               f"bfloat16 params over {cfg.steps:,} steps: stall and compensation")
+    (args.out / f"{name}.md").write_text(
+        f"# {heading} ({meta['date']})\n\n"
+        f"`benchmarks/bf16_quality.py{f' --long {args.long}' if args.long else ''}`, jax "
+        f"{meta['jax']}, {meta['seconds']} s; the speedrun's first model, AdamW at {LR}, "
+        f"seeds {seeds}.\n\n{table}\n")
+    if args.long:
+        (args.out / f"{name}.png").write_bytes(plot(results, cfg.steps))
+    return {"meta": meta, "rows": rows, "runs": results}
+
+
+def plot(results: dict, steps: int) -> bytes:
+    """PNG of the validation curves (the mean over seeds per configuration)."""
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, runs in results.items():
+        curve = np.mean([r["val_loss"] for r in runs], axis=0)
+        ax.plot(runs[0]["steps"], curve, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"validation loss (mean of {len(runs)} seeds)")
+    ax.set_ylim(top=min(3.0, ax.get_ylim()[1]))
+    ax.axvspan(0.6 * steps, steps, color="0.92", zorder=0, label="learning-rate decay")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 if __name__ == "__main__":

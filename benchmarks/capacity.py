@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""The largest decoder-only transformer whose whole training step fits in one H100, per
-optimizer configuration, as XLA's H100 compiler says (deviceless, on this CPU machine).
+"""The largest decoder-only transformer whose whole training step fits in one H100 (or one
+TPU v5e chip), per optimizer configuration, as the device's compiler says (deviceless, on
+this CPU machine).
 
 The step is ``loss, grads = value_and_grad(loss_fn)(params, batch)``, ``opt.update``,
 ``apply_updates``, jitted with the params and optimizer state donated, lowered on
@@ -38,9 +39,14 @@ bisection assumes the peak grows along the ladder. At the largest fitting size t
 compiles: the same step with stateless SGD (the model's own temp) and the optimizer's step
 alone (its own temp).
 
+With ``--target tpu_v5e`` (run in the TPU venv) the step is compiled for one chip of a
+deviceless v5e 2x2 by libtpu, whose compiler itself refuses a step beyond the chip's memory
+(``TPU_V5E_LIMIT``, 15.75 GiB); the ladder starts at 0.1B parameters (widths 512..4096) and
+the results go to ``benchmarks/results/capacity_tpu_v5e.{json,md}``.
+
 Run in the CUDA venv (``make accel`` builds it):
-``python benchmarks/capacity.py [--configs NAME ...] [--quick]``; prints the Markdown table and
-writes ``benchmarks/results/capacity.{json,md}`` (``--quick``: a tiny ladder and batch, for
+``python benchmarks/capacity.py [--configs NAME ...] [--target T] [--quick]``; prints the
+Markdown table and writes ``benchmarks/results/capacity.{json,md}`` (``--quick``: a tiny ladder and batch, for
 tests; it writes nothing unless ``--out`` is given).
 """
 
@@ -68,6 +74,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import capacity_model as model_lib  # noqa: E402
+from capacity_report import markdown, table, write_plot  # noqa: E402
 from capacity_model import (HEAD_DIM, MLP_RATIO, VOCAB, loss_fn,  # noqa: E402,F401
                             param_count, param_shapes)
 
@@ -83,6 +90,31 @@ def _device_memory() -> int:
 
 #: The fit threshold in bytes: the device description's memory (79.1 GiB).
 LIMIT = _device_memory()
+
+#: One TPU v5e chip's memory as its compiler counts it: a step that does not fit fails to
+#: compile with "RESOURCE_EXHAUSTED: Ran out of memory on HBM, ... exceeds available HBM
+#: (15.75G)" (libtpu with JAX 0.10.2), i.e. 16 GiB less 256 MiB the runtime keeps.
+TPU_V5E_LIMIT = int(15.75 * 2**30)
+
+
+class Target(NamedTuple):
+    """Where the step is compiled: the device name, its fit threshold and its ladder."""
+
+    device: str  # accel_compile.devices' name
+    title: str  # in the results' heading
+    limit: int  # bytes
+    ladder: dict  # ladder()'s arguments
+    out: str  # the results' prefix under benchmarks/results
+
+
+#: The targets: one H100 (the ladder from 1B params) and one TPU v5e chip (from 0.1B, widths
+#: 512..4096). "cpu" compiles for this machine with the H100's threshold (tests).
+TARGETS: dict[str, Target] = {
+    "h100": Target("h100", "one H100", LIMIT, {}, "capacity"),
+    "tpu_v5e": Target("tpu_v5e", "one TPU v5e chip", TPU_V5E_LIMIT,
+                      dict(start=1e8, min_width=512, max_width=4096), "capacity_tpu_v5e"),
+    "cpu": Target("cpu", "this CPU (tests)", LIMIT, {}, "capacity_cpu"),
+}
 
 
 # --------------------------------------------------------------------------
@@ -195,7 +227,8 @@ def measure(config: str, d_model: int, n_layers: int, *, batch: int = BATCH,
       batch: sequences per batch.
       seq: tokens per sequence.
       vocab: the vocabulary size.
-      target: ``"h100"`` (deviceless) or ``"cpu"`` (this machine).
+      target: a key of :data:`TARGETS`: ``"h100"`` or ``"tpu_v5e"`` (deviceless), or
+        ``"cpu"`` (this machine).
       update_only: compile the optimizer's step alone instead, ``(params, state, grads) ->
         (params, state)`` with gradients in the params' dtype (no model, no batch): its temp
         is the optimizer's own.
@@ -208,9 +241,9 @@ def measure(config: str, d_model: int, n_layers: int, *, batch: int = BATCH,
       ``update_only`` the batch is the gradients), ``output_leaves`` (the step's output
       arrays: params, state and the loss),
       ``persistent_bytes_per_param`` (``argument_bytes / params``), ``fits``
-      (``peak_bytes <= LIMIT``) and ``compile_s``.
+      (``peak_bytes`` at most the target's limit) and ``compile_s``.
     """
-    placed = _placed(target)
+    placed = _placed(TARGETS[target].device)
     made = {**CONFIGS, **REFERENCES}[config]()
 
     def abstract(x: Any) -> Any:
@@ -259,7 +292,7 @@ def measure(config: str, d_model: int, n_layers: int, *, batch: int = BATCH,
     out["peak_bytes"] = (out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"]
                          + out["temp_bytes"])
     out["persistent_bytes_per_param"] = out["argument_bytes"] / n
-    out["fits"] = out["peak_bytes"] <= LIMIT
+    out["fits"] = out["peak_bytes"] <= TARGETS[target].limit
     return out
 
 
@@ -267,17 +300,20 @@ def measure(config: str, d_model: int, n_layers: int, *, batch: int = BATCH,
 # The ladder and the search
 # --------------------------------------------------------------------------
 
-def ladder(start: float = 1e9, growth: float = 1.3, rungs: int = 14) -> list:
+def ladder(start: float = 1e9, growth: float = 1.3, rungs: int = 14,
+           min_width: int = 2048, max_width: int = 8192) -> list:
     """Sizes ``(d_model, n_layers)`` growing by about ``growth`` from about ``start`` params.
 
     Each rung's target ``start * growth**k`` gets the width ``d_model`` (a multiple of 256,
-    within 2048..8192) nearest the aspect ``n_layers ~ d_model / 128``, then the layer count
-    whose parameter count is nearest the target.
+    within ``min_width..max_width``) nearest the aspect ``n_layers ~ d_model / 128``, then
+    the layer count whose parameter count is nearest the target.
 
     Args:
       start: the first rung's parameter target.
       growth: the ratio between consecutive targets.
       rungs: the number of sizes.
+      min_width: the smallest ``d_model``.
+      max_width: the largest ``d_model``.
 
     Returns:
       A list of ``(d_model, n_layers)``, strictly increasing in :func:`param_count`.
@@ -286,7 +322,7 @@ def ladder(start: float = 1e9, growth: float = 1.3, rungs: int = 14) -> list:
     for k in range(rungs):
         target = start * growth ** k
         d = (target * 128 / (4 + 2 * MLP_RATIO)) ** (1 / 3)
-        d = int(min(8192, max(2048, 256 * round(d / 256))))
+        d = int(min(max_width, max(min_width, 256 * round(d / 256))))
         per_layer = (4 + 2 * MLP_RATIO) * d * d + 2 * d
         layers = max(1, round((target - 2 * VOCAB * d - d) / per_layer))
         if not sizes or param_count(d, layers) > param_count(*sizes[-1]):
@@ -345,99 +381,6 @@ def _line(row: dict) -> str:
             f"  {'fits' if row['fits'] else 'does not fit'}  [{row['compile_s']} s]")
 
 
-# --------------------------------------------------------------------------
-# The table
-# --------------------------------------------------------------------------
-
-COLUMNS = """Columns: **largest fitting** is the largest ladder size whose compiled step's
-peak is at most the H100's memory (the device description's `device_memory_size`,
-84,942,979,072 bytes = 79.1 GiB); **params** its parameter count; **peak** XLA's
-`argument + output - alias + temp` bytes of that step; **persistent B/param** the
-compiler's argument bytes (params + optimizer state + the batch, all donated or read, alive
-before and after the step) per parameter; **temp** XLA's temporary bytes (activations kept
-for the backward pass, the recomputed block, gradients, the optimizer's intermediates);
-**temp beyond SGD** that temp less the temp of the same step with plain SGD
-(`functrain.sgd`, no state) on the same size and params dtype, i.e. about what the
-optimizer's own intermediates add at the step's peak (temp is a peak of live buffers, so the
-difference is indicative, not additive); **update-only temp** (– with gradient release,
-whose update runs inside the backward pass, one layer at a time) the temp of the optimizer's
-step alone (`update` and `apply_updates` on params, state and gradients in the params'
-dtype, no model) at that size: what the optimizer needs while the gradients are alive;
-**next rung** the smallest ladder size that did not fit and its peak; **x optax** the
-parameter count relative to optax adamw's largest. GiB = 2^30 bytes.
-
-Caveats: the threshold is the whole device memory. JAX on a real GPU preallocates 75% of
-it unless `XLA_PYTHON_CLIENT_MEM_FRACTION` (or `XLA_PYTHON_CLIENT_PREALLOCATE=false`) says
-otherwise, and the CUDA context and library workspaces take some of the rest; a peak near
-the threshold needs that set, and may still not fit. XLA's rematerialization and scheduling
-passes aim below about 80% of the device memory (its log says "Can't reduce memory use
-below ..." for the larger programs): the temps here are after those passes, so a step's
-temp can depend on how large its arguments are."""
-
-
-def summary(results: dict) -> list:
-    """One row per configuration: its largest fitting size and the next rung.
-
-    Args:
-      results: config name -> ``{"best": index, "rows": [...], "ladder": [...]}``.
-
-    Returns:
-      Dicts with ``config``, ``best`` (the fitting row or ``None``), ``next`` (the smallest
-      non-fitting compiled row or ``None``), ``ratio`` (params over the baseline's best) and
-      ``temp_beyond_sgd`` (the best row's temp bytes less its SGD reference's, or ``None``)
-      and ``update_temp`` (the temp bytes of the optimizer's step alone at that size).
-    """
-    base = results.get(BASELINE, {}).get("best_row")
-    out = []
-    for name, res in results.items():
-        best = res.get("best_row")
-        failing = [r for r in res["rows"] if not r["fits"]]
-        nxt = min(failing, key=lambda r: r["params"]) if failing else None
-        ratio = best["params"] / base["params"] if best and base else None
-        ref = res.get("reference_row")
-        beyond = (best["temp_bytes"] - ref["temp_bytes"]
-                  if best and ref and "temp_bytes" in ref else None)
-        upd = res.get("update_row")
-        out.append({"config": name, "best": best, "next": nxt, "ratio": ratio,
-                    "temp_beyond_sgd": beyond,
-                    "update_temp": upd["temp_bytes"] if upd and "temp_bytes" in upd else None})
-    return out
-
-
-def table(results: dict) -> str:
-    """The Markdown table of :func:`summary`.
-
-    Args:
-      results: as for :func:`summary`.
-
-    Returns:
-      The table's text.
-    """
-    lines = ["| configuration | largest fitting (d_model x layers) | params (B) | peak GiB | "
-             "persistent B/param | temp GiB | temp beyond SGD GiB | update-only temp GiB | "
-             "next rung: params (B), peak GiB | x optax |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for s in summary(results):
-        b, n = s["best"], s["next"]
-        if n is None:
-            nxt = "(ladder top fits)"
-        elif "error" in n:
-            nxt = f"{n['params'] / 1e9:.2f}: compile failed"
-        else:
-            nxt = f"{n['params'] / 1e9:.2f}, {n['peak_bytes'] / 2**30:.1f}"
-        if b is None:
-            lines.append(f"| {s['config']} | none on the ladder | | | | | | | {nxt} | |")
-            continue
-        ratio = f"{s['ratio']:.2f}" if s["ratio"] is not None else "–"
-        beyond, update = (f"{s[k] / 2**30:.1f}" if s[k] is not None else "–"
-                          for k in ("temp_beyond_sgd", "update_temp"))
-        lines.append(f"| {s['config']} | {b['d_model']} x {b['n_layers']} | "
-                     f"{b['params'] / 1e9:.2f} | {b['peak_bytes'] / 2**30:.1f} | "
-                     f"{b['persistent_bytes_per_param']:.2f} | {b['temp_bytes'] / 2**30:.1f} | "
-                     f"{beyond} | {update} | {nxt} | {ratio} |")
-    return "\n".join(lines)
-
-
 def main(argv: Optional[list] = None) -> dict:
     """Run the search and write the results.
 
@@ -451,12 +394,13 @@ def main(argv: Optional[list] = None) -> dict:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--quick", action="store_true",
                         help="a tiny ladder, batch and vocabulary (a smoke run)")
-    parser.add_argument("--target", default="h100", choices=("h100", "cpu"))
+    parser.add_argument("--target", default="h100", choices=list(TARGETS))
     parser.add_argument("--out", default=None,
                         help="results prefix (default benchmarks/results/capacity; with "
                              "--quick nothing is written unless this is given)")
     args = parser.parse_args(argv)
-    sizes = QUICK_LADDER if args.quick else ladder()
+    target = TARGETS[args.target]
+    sizes = QUICK_LADDER if args.quick else ladder(**target.ladder)
     shape_kwargs = QUICK if args.quick else {}
     vocab = shape_kwargs.get("vocab", VOCAB)
     print("ladder: " + ", ".join(f"{d}x{n} ({param_count(d, n, vocab) / 1e9:.2f}B)"
@@ -500,23 +444,26 @@ def main(argv: Optional[list] = None) -> dict:
                          "best_row": best_row, "reference_row": reference,
                          "update_row": update}
     elapsed = time.perf_counter() - started
-    text = table(results)
+    text = table(results, BASELINE)
     print(text)
     compiles = (sum(len(r["rows"]) + (r["update_row"] is not None) for r in results.values())
                 + len(references))
     print(f"\n{compiles} compiles in {elapsed:.0f} s")
-    prefix = args.out or (None if args.quick else os.path.join(HERE, "results", "capacity"))
+    prefix = args.out or (None if args.quick else os.path.join(HERE, "results", target.out))
     if prefix:
         shape = QUICK if args.quick else dict(batch=BATCH, seq=SEQ, vocab=VOCAB)
         meta = {"date": datetime.date.today().isoformat(), "jax": jax.__version__,
                 "commit": commit,
-                "target": args.target, "limit_bytes": LIMIT, **shape,
+                "target": args.target, "title": target.title, "limit_bytes": target.limit,
+                **shape,
                 "head_dim": HEAD_DIM, "mlp": f"GELU (tanh), {MLP_RATIO}x",
                 "elapsed_s": round(elapsed), "peak": "argument + output - alias + temp"}
         with open(prefix + ".json", "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
         with open(prefix + ".md", "w") as f:
-            f.write(_markdown(meta, text))
+            f.write(markdown(meta, text))
+        if not args.quick:
+            write_plot(os.path.dirname(prefix))
     return results
 
 
@@ -532,19 +479,6 @@ def _commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+changes" if dirty else "")
-
-
-def _markdown(meta: dict, text: str) -> str:
-    return (f"# Capacity: the largest transformer whose training step fits one H100\n\n"
-            f"Compiled on {meta['date']} by XLA's H100 compiler on a CPU machine (deviceless, "
-            f"JAX {meta['jax']}), `benchmarks/capacity.py` at commit {meta['commit']}; "
-            f"{meta['elapsed_s']} s in all. "
-            f"Model: decoder-only, vocabulary {meta['vocab']}, head dimension "
-            f"{meta['head_dim']}, {meta['mlp']} MLP, pre-RMSNorm, untied output; layers "
-            f"scanned with remat per layer; bfloat16 activations; plain (non-flash) "
-            f"attention; batch {meta['batch']} x {meta['seq']} tokens. Step: forward, "
-            f"backward, optimizer update and apply, params and state donated.\n\n"
-            f"{text}\n\n{COLUMNS}\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ state and batch."""
 from __future__ import annotations
 
 import json
+import shutil
 import math
 import os
 import subprocess
@@ -17,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import capacity  # noqa: E402
+import capacity_report  # noqa: E402
 
 CUDA_PYTHON = os.path.join(ROOT, ".venv-accel-cuda", "bin", "python")
 
@@ -175,7 +177,7 @@ def test_table_gives_the_largest_fit_its_next_rung_and_its_ratio_to_optax():
                 "update_row": {"temp_bytes": 9 * 2**30}},
         "none": {"rows": [_row("none", 10**9, False, peak=99 * 2**30)], "best_row": None,
                  "reference_row": None, "update_row": None}}
-    text = capacity.table(results)
+    text = capacity_report.table(results, capacity.BASELINE)
     assert ("| optax adamw, float32 params | 2048 x 8 | 2.00 | 60.0 | 12.00 | 20.0 | -1.0 | "
             "0.0 | 3.00, 90.0 | 1.00 |") in text
     assert ("| low | 2048 x 8 | 3.00 | 70.0 | 12.00 | 30.0 | 8.0 | 9.0 | (ladder top fits) | "
@@ -237,3 +239,13 @@ def test_h100_gradient_release_state_by_hand_and_its_smaller_temp():
         assert row["alias_bytes"] == 2 * n + state_bytes, (config, row)
     # the same optimizer without release holds the whole gradient tree: more temp
     assert rows[1]["temp_bytes"] < rows[2]["temp_bytes"], rows
+
+
+def test_the_plot_is_drawn_from_the_results_present(tmp_path):
+    """capacity_report.write_plot: nothing without results; a PNG from the H100's alone."""
+    pytest.importorskip("matplotlib")
+    assert capacity_report.write_plot(str(tmp_path)) is None
+    shutil.copy(os.path.join(ROOT, "benchmarks", "results", "capacity.json"), tmp_path)
+    path = capacity_report.write_plot(str(tmp_path))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"

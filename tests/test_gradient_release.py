@@ -314,3 +314,57 @@ def test_zero1_state_on_eight_devices_gives_the_one_device_numbers(tmp_path):
     out = run_on_eight_devices(script)
     assert out["devices"] == 8 and out["split"] >= 6, out
     assert out["diff"] < 1e-5, out
+
+
+MUON_MESH_SCRIPT = '''
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+sys.path.insert(0, "tests")
+import functrain
+from functrain.contrib import MuonDimensionNumbers
+import test_gradient_release as t
+
+jax.config.update("jax_enable_x64", True)
+dims = {"gain": None, "w_in": MuonDimensionNumbers(0, 1), "w_out": MuonDimensionNumbers(0, 1)}
+mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+
+def release(mesh):
+    return functrain.gradient_release(
+        functrain.contrib.muon(0.02, muon_weight_dimension_numbers=dims, mesh=mesh),
+        t.embed, t.layer, t.head, rest_optimizer=functrain.adam(0.01))
+
+params = t.make_params(jnp.float64)
+data = t.batches(3)
+
+def run(release, params, place):
+    state, step = release.init(params), jax.jit(release.step)
+    for tokens in data:
+        params, state, loss = step(params, state, place(tokens))
+    return params, step.lower(params, state, place(data[0])).compile().as_text()
+
+one, hlo_one = run(release(None), params, lambda x: x)
+replicated = NamedSharding(mesh, P())
+many, hlo = run(release(mesh), jax.device_put(params, replicated),
+                lambda x: jax.device_put(x, replicated))
+diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+           for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(many)))
+print(json.dumps({"diff": diff, "devices": len(jax.devices()),
+                  "all_gathers": hlo.count(" all-gather("),
+                  "all_gathers_without_mesh": hlo_one.count(" all-gather("),
+                  "dtype": str(jax.tree.leaves(many)[0].dtype)}))
+'''
+
+
+@pytest.mark.long
+def test_muon_with_mesh_inside_the_release_loop_gives_the_one_device_numbers(tmp_path):
+    """Muon with ``mesh=`` (each layer's matrices divided over 8 CPU devices for Newton-Schulz)
+    as the released optimizer: three steps in float64 give the params of Muon without a mesh,
+    and the program gathers the orthogonalized matrices back (at least one all-gather)."""
+    from helpers import run_on_eight_devices
+    script = tmp_path / "muon_mesh_release.py"
+    script.write_text(MUON_MESH_SCRIPT)
+    out = run_on_eight_devices(script)
+    assert out["devices"] == 8 and out["dtype"] == "float64", out
+    assert out["all_gathers"] >= 1 and out["all_gathers_without_mesh"] == 0, out
+    assert out["diff"] < 1e-12, out
