@@ -93,8 +93,20 @@ def _cost(compiled: Any) -> dict:
     return dict(cost)
 
 
-def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
-            extra: Callable[[Any], dict] = lambda p: {}) -> dict:
+def placed_on(target: str) -> NamedSharding:
+    """A sharding that places an array whole on ``target``'s one chip (:func:`devices`).
+
+    Args:
+      target: ``"h100"``, ``"tpu_v5e"`` or ``"cpu"``.
+
+    Returns:
+      The ``NamedSharding`` (a one-device mesh, replicated).
+    """
+    return NamedSharding(Mesh(np.array(devices(target)), ("d",)), PartitionSpec())
+
+
+def compile_step(target: str, tree: str, build: Callable[[Any], Any], library: Any,
+                 extra: Callable[[Any], dict] = lambda p: {}) -> tuple:
     """Compile one donated ``(params, state, grads) -> (params, state)`` step for ``target``.
 
     Args:
@@ -106,12 +118,10 @@ def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
         gradients (computed inside the step).
 
     Returns:
-      ``params``, ``state_bytes`` (the state's bytes per parameter), ``bytes_accessed``,
-      ``flops``, ``temp_bytes``, ``kernels``, ``gathers`` (gather instructions anywhere in the
-      optimized program) and ``compile_s``.
+      ``(compiled, state, seconds)``: the compiled executable, the state's abstract tree and
+      the compile's seconds.
     """
-    mesh = Mesh(np.array(devices(target)), ("d",))
-    placed = NamedSharding(mesh, PartitionSpec())
+    placed = placed_on(target)
 
     def abstract(x: Any) -> Any:
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed)
@@ -127,7 +137,71 @@ def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
 
     start = time.perf_counter()
     compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, params).compile()
-    seconds = time.perf_counter() - start
+    return compiled, state, time.perf_counter() - start
+
+
+def compile_registry_step(target: str, tree: str, name: str, library_name: str) -> tuple:
+    """:func:`compile_step` of the tests' registry optimizer ``name`` (``tests/registry.py``,
+    with the arguments the tests use; the low-bit presets at ``learning_rate=1e-3``), built
+    from functrain or optax.
+
+    Args:
+      target: as :func:`compile_step`.
+      tree: as :func:`compile_step`.
+      name: a registry name.
+      library_name: ``"functrain"`` or ``"optax"``.
+
+    Returns:
+      :func:`compile_step`'s ``(compiled, state, seconds)``.
+    """
+    import registry  # tests/registry.py: every optimizer with the arguments the tests use
+    import functrain
+    record = registry.REGISTRY.get(name) or registry.Optimizer(
+        name, dict(learning_rate=1e-3), reference="")  # the low-bit presets: functrain only
+    if library_name == "optax":
+        import optax as library
+    else:
+        library = functrain
+
+    def loss(p: Any) -> Any:
+        return sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(p))
+
+    return compile_step(target, tree, record.make, library,
+                        lambda p: record.update_kwargs(loss, p))
+
+
+def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
+            extra: Callable[[Any], dict] = lambda p: {}) -> dict:
+    """Compile one step (:func:`compile_step`, the same arguments) and :func:`report` it.
+
+    Args:
+      target: as :func:`compile_step`.
+      tree: as :func:`compile_step`.
+      build: as :func:`compile_step`.
+      library: as :func:`compile_step`.
+      extra: as :func:`compile_step`.
+
+    Returns:
+      :func:`report`'s dict.
+    """
+    compiled, state, seconds = compile_step(target, tree, build, library, extra)
+    return report(compiled, state, tree, seconds)
+
+
+def report(compiled: Any, state: Any, tree: str, seconds: float) -> dict:
+    """What the compiler says of a step :func:`compile_step` compiled.
+
+    Args:
+      compiled: the executable.
+      state: the state's abstract tree.
+      tree: the key of ``TREES`` it was compiled on.
+      seconds: the compile's seconds.
+
+    Returns:
+      ``params``, ``state_bytes`` (the state's bytes per parameter), ``bytes_accessed``,
+      ``flops``, ``temp_bytes``, ``kernels``, ``gathers`` (gather instructions anywhere in the
+      optimized program) and ``compile_s``.
+    """
     n = sum(int(np.prod(s)) for s in TREES[tree].values())
     state_bytes = sum(int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
                       for x in jax.tree.leaves(state)
@@ -144,20 +218,8 @@ def measure(target: str, tree: str, build: Callable[[Any], Any], library: Any,
 
 def main(argv: list) -> None:
     target, tree, name, library_name = argv
-    import registry  # tests/registry.py: every optimizer with the arguments the tests use
-    import functrain
-    record = registry.REGISTRY.get(name) or registry.Optimizer(
-        name, dict(learning_rate=1e-3), reference="")  # the low-bit presets: functrain only
-    if library_name == "optax":
-        import optax as library
-    else:
-        library = functrain
-
-    def loss(p: Any) -> Any:
-        return sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(p))
-
-    out = measure(target, tree, record.make, library,
-                  lambda p: record.update_kwargs(loss, p))
+    compiled, state, seconds = compile_registry_step(target, tree, name, library_name)
+    out = report(compiled, state, tree, seconds)
     print(json.dumps({"target": target, "tree": tree, "name": name, "library": library_name,
                       "jax": jax.__version__, **out}))
 

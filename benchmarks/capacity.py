@@ -66,7 +66,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -205,11 +204,6 @@ def reference_of(config: str) -> str:
 # One compile
 # --------------------------------------------------------------------------
 
-def _placed(target: str) -> NamedSharding:
-    from accel_compile import devices
-    return NamedSharding(Mesh(np.array(devices(target)), ("d",)), PartitionSpec())
-
-
 def _nbytes(tree: Any) -> int:
     return sum(int(np.prod(x.shape, dtype=np.int64)) * jnp.dtype(x.dtype).itemsize
                for x in jax.tree.leaves(tree))
@@ -243,7 +237,8 @@ def measure(config: str, d_model: int, n_layers: int, *, batch: int = BATCH,
       ``persistent_bytes_per_param`` (``argument_bytes / params``), ``fits``
       (``peak_bytes`` at most the target's limit) and ``compile_s``.
     """
-    placed = _placed(TARGETS[target].device)
+    from accel_compile import placed_on
+    placed = placed_on(TARGETS[target].device)
     made = {**CONFIGS, **REFERENCES}[config]()
 
     def abstract(x: Any) -> Any:
