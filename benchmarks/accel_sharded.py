@@ -66,26 +66,90 @@ def _shape_bytes(text: str) -> int:
     return total
 
 
-def collectives(hlo_text: str) -> dict:
-    """Per computation kind (entry or inside a loop/conditional body): collective opcodes,
-    their count and per-device output bytes."""
-    out: dict = {}
-    loop_bodies = set(re.findall(r"(?:body|condition|branch_computations|true_computation|"
-                                 r"false_computation)=\{?%?([\w.\-]+)", hlo_text))
-    computation = None
+def _computations(hlo_text: str) -> tuple:
+    """``(entry name, {computation name: its lines})`` of an HLO module's text."""
+    bodies: dict = {}
+    entry, name = None, None
     for line in hlo_text.splitlines():
-        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        header = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{$", line)
         if header:
-            computation = header.group(1)
-            continue
-        # the synchronous op, or the -done of an asynchronous pair (its result: the output)
-        m = re.match(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+?) (" + "|".join(COLLECTIVES)
-                     + r")(?:-done)?\(", line)
-        if m:
-            where = "in a loop or branch" if computation in loop_bodies else "top level"
-            entry = out.setdefault(where, {}).setdefault(m.group(2), {"count": 0, "bytes": 0})
+            name = header.group(2)
+            bodies[name] = []
+            entry = name if header.group(1) else entry
+        elif name is not None:
+            bodies[name].append(line)
+    return entry, bodies
+
+
+def _places(hlo_text: str) -> dict:
+    """Computation name -> ``(place, branch)``: where it runs, reached from the entry. A
+    while's body or condition runs ``"in a loop"``; a conditional's branches ``"in a
+    conditional branch"`` (``branch``: the branch computation's name); a computation a
+    fusion or an async op calls runs where its caller does."""
+    entry, bodies = _computations(hlo_text)
+    places = {entry: ("top level", None)}
+    todo = [entry]
+    while todo:
+        caller = todo.pop()
+        place, branch = places[caller]
+        looped = place == "in a loop"
+        for line in bodies.get(caller, ()):
+            found = [(n, ("in a loop", None))
+                     for n in re.findall(r"\b(?:body|condition)=%?([\w.\-]+)", line)]
+            branches = [n for names in re.findall(r"branch_computations=\{([^}]*)\}", line)
+                        for n in re.findall(r"%?([\w.\-]+)", names)]
+            branches += re.findall(r"\b(?:true|false)_computation=%?([\w.\-]+)", line)
+            found += [(n, ("in a loop", None) if looped else ("in a conditional branch", n))
+                      for n in branches]
+            found += [(n, (place, branch))
+                      for n in re.findall(r"\bcalls=%?([\w.\-]+)", line)]
+            for callee, where in found:
+                if callee not in places and callee in bodies:
+                    places[callee] = where
+                    todo.append(callee)
+    return places
+
+
+def collectives(hlo_text: str) -> dict:
+    """The collectives of an optimized program by where they run.
+
+    One collective is counted once: the TPU compiler writes an asynchronous one as several
+    instructions sharing a ``channel_id`` (a start, a fusion, a done), and an asynchronous
+    pair's output is its ``-done``.
+
+    Args:
+      hlo_text: the optimized HLO (``compiled.as_text()``).
+
+    Returns:
+      ``{place: {opcode: {"count", "bytes"}}}`` with ``place`` one of ``"top level"`` (every
+      step), ``"in a loop"`` (every iteration) and ``"in a conditional branch"`` (only when
+      that branch runs; there each opcode also has ``"per_branch"``: branch computation ->
+      bytes, since the branches of one conditional exclude each other). Bytes are each
+      device's output bytes.
+    """
+    out: dict = {}
+    places = _places(hlo_text)
+    _, bodies = _computations(hlo_text)
+    seen = set()
+    for computation, lines in bodies.items():
+        place, branch = places.get(computation, ("top level", None))
+        for line in lines:
+            m = re.match(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+?) (" + "|".join(COLLECTIVES)
+                         + r")(?:-done)?\(", line)
+            if not m:
+                continue
+            channel = re.search(r"channel_id=(\d+)", line)
+            if channel:
+                if channel.group(1) in seen:
+                    continue
+                seen.add(channel.group(1))
+            entry = out.setdefault(place, {}).setdefault(m.group(2), {"count": 0, "bytes": 0})
+            size = _shape_bytes(m.group(1))
             entry["count"] += 1
-            entry["bytes"] += _shape_bytes(m.group(1))
+            entry["bytes"] += size
+            if branch is not None:
+                per = entry.setdefault("per_branch", {})
+                per[branch] = per.get(branch, 0) + size
     return out
 
 

@@ -171,18 +171,35 @@ def test_collectives_are_counted_with_their_output_bytes_and_place():
   ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}, to_apply=%add
 }
 
-ENTRY %main (a: f32[2,4], b: f32[8]) -> (f32[8,4], f32[8]) {
+%one (q: f32[2,4]) -> f32[8,4] {
+  %q = f32[2,4]{1,0} parameter(0)
+  ROOT %g = f32[8,4]{1,0} all-gather(%q), dimensions={0}
+}
+
+%two (r: f32[2,4]) -> f32[8,4] {
+  %r = f32[2,4]{1,0} parameter(0)
+  %g1 = f32[8,4]{1,0} all-gather(%r), dimensions={0}
+  %g2 = f32[8,4]{1,0} all-gather(%r), dimensions={0}
+  ROOT %s = f32[8,4]{1,0} add(%g1, %g2)
+}
+
+ENTRY %main (a: f32[2,4], b: f32[8], i: s32[]) -> (f32[8,4], f32[8], f32[8,4]) {
   %a = f32[2,4]{1,0} parameter(0)
   %b = f32[8]{0} parameter(1)
+  %i = s32[] parameter(2)
   %ags = (f32[2,4]{1,0}, f32[8,4]{1,0}) all-gather-start(%a), dimensions={0}
   %agd = f32[8,4]{1,0} all-gather-done(%ags)
   %w = f32[8]{0} while(%b), condition=%cond, body=%body
-  ROOT %t = (f32[8,4]{1,0}, f32[8]{0}) tuple(%agd, %w)
+  %c = f32[8,4]{1,0} conditional(%i, %a, %a), branch_computations={%one, %two}
+  ROOT %t = (f32[8,4]{1,0}, f32[8]{0}, f32[8,4]{1,0}) tuple(%agd, %w, %c)
 }
 """
     assert accel_sharded.collectives(text) == {
         "top level": {"all-gather": {"count": 1, "bytes": 8 * 4 * 4}},
-        "in a loop or branch": {"all-reduce": {"count": 1, "bytes": 8 * 4}}}
+        "in a loop": {"all-reduce": {"count": 1, "bytes": 8 * 4}},
+        "in a conditional branch": {"all-gather": {
+            "count": 3, "bytes": 3 * 8 * 4 * 4,
+            "per_branch": {"one": 8 * 4 * 4, "two": 2 * 8 * 4 * 4}}}}
 
 
 def h100_collectives(compile_call: str) -> dict:
@@ -216,3 +233,31 @@ def test_muon_with_mesh_on_eight_h100s_gathers_the_update_once():
     found = h100_collectives("a.compile_matrix_with_mesh('muon', a.topology_devices('h100'), "
                              "8, 256)")
     assert found == {"top level": {"all-gather": {"count": 1, "bytes": 4 * 8 * 256 * 256}}}, found
+
+
+@pytest.mark.long
+def test_matrix_optimizers_with_mesh_gather_only_their_update_and_refreshed_state():
+    # replicated params and state in and out, the per-matrix work split over 8 H100s. Every
+    # step: kron gathers its update; soap and shampoo apply their preconditioners replicated
+    # and gather nothing. In a refresh (a conditional branch): each gathers the state the
+    # refresh recomputed, which every device keeps whole (soap's two eigenbases per matrix,
+    # in either branch, eigh on the first step or QR after; shampoo's inverse roots per
+    # 128-block and side, with a vector per block; kron's two factors). Nothing in a loop.
+    n, layers = 256, 8
+    matrix = 4 * layers * n * n  # float32 bytes of one (8, 256, 256) stack
+    call = "a.compile_matrix_with_mesh('{}', a.topology_devices('h100'), 8, 256)"
+    soap = h100_collectives(call.format("soap"))
+    assert set(soap) == {"in a conditional branch"}, soap
+    branches = soap["in a conditional branch"]["all-gather"]["per_branch"]
+    assert len(branches) == 2, soap
+    for size in branches.values():  # 2 eigenbases, and the QR branch's s32 (16, 256) order
+        assert 2 * matrix <= size <= 2 * matrix + 4 * 2 * layers * n, soap
+    shampoo = h100_collectives(call.format("shampoo"))
+    blocks = layers * (n // 128) ** 2
+    assert set(shampoo) == {"in a conditional branch"}, shampoo
+    (size,) = shampoo["in a conditional branch"]["all-gather"]["per_branch"].values()
+    assert size == 2 * blocks * (4 * 128 * 128 + 4 * 128), shampoo
+    kron = h100_collectives(call.format("kron"))
+    assert kron["top level"] == {"all-gather": {"count": 1, "bytes": matrix}}, kron
+    (size,) = kron["in a conditional branch"]["all-gather"]["per_branch"].values()
+    assert size == 2 * matrix and set(kron) == {"top level", "in a conditional branch"}, kron
