@@ -247,12 +247,13 @@ def _linear_index(scaled: Array, bits: int) -> Array:
 
 
 def _by_platform(args: Sequence[Array], by_table: Any, by_arithmetic: Any) -> Any:
-    """A dynamic code's lookup by table on CPU and GPU, by arithmetic elsewhere (TPU).
+    """``by_table(*args)`` on CPU and GPU, ``by_arithmetic(*args)`` elsewhere (TPU): two
+    ways to the same bits, picked when the program is lowered (``lax.platform_dependent``).
 
-    Picked when the program is lowered (``lax.platform_dependent``): on TPU a table lookup is
-    a gather the compiler costs at kilobytes per looked-up value, and the arithmetic of
-    ``functrain.code_arithmetic`` gives the same bits; on GPU the lookup is cheap and the
-    arithmetic encode compiled 6x slower for the same traffic (``make accel``).
+    A dynamic code's lookup: on TPU a table lookup is a gather the compiler costs at
+    kilobytes per looked-up value, and the arithmetic of ``functrain.code_arithmetic`` gives
+    the same bits; on GPU the lookup is cheap and the arithmetic encode compiled 6x slower
+    for the same traffic (``make accel``). The 4-bit codes' packing (below) the same way.
     """
     return jax.lax.platform_dependent(*args, cpu=by_table, cuda=by_table, rocm=by_table,
                                       default=by_arithmetic)
@@ -448,19 +449,41 @@ def to_e4m3fn(y: Array) -> Array:
     return jax.lax.bitcast_convert_type(code.astype(jnp.uint8), jnp.float8_e4m3fn)
 
 
-# Two 4-bit codes per byte, the first in the high nibble. Pairs of bytes are read and
-# written as one uint16 (a bitcast, little-endian: the first byte is the low half): the
-# codes themselves are then computed, and decoded, in a plain contiguous pass, where
-# strided slices of them made XLA:CPU compute them scalar by scalar (5x slower).
+# Two 4-bit codes per byte, the first in the high nibble. On CPU and GPU pairs of bytes are
+# read and written as one uint16 (a bitcast, little-endian: the first byte is the low half):
+# the codes themselves are then computed, and decoded, in a plain contiguous pass, where
+# strided slices of them made XLA:CPU compute them scalar by scalar (5x slower). On TPU that
+# bitcast's trailing axis of 2 is padded to 128 lanes (1,454 bytes per parameter for a 4-bit
+# AdamW step, 1.3 GB temp): there the pairs are strided slices, and the codes are spread
+# back by interior padding (167 bytes, 145 MiB). The same bytes either way.
 
-def _pack_nibbles(index: Array) -> Array:
+def _pack_by_bitcast(index: Array) -> Array:
     pairs = jax.lax.bitcast_convert_type(index.reshape(index.shape[0], -1, 2), jnp.uint16)
     return (((pairs & 15) << 4) | (pairs >> 8)).astype(jnp.uint8)
 
 
-def _unpack_nibbles(codes: Array) -> Array:
+def _unpack_by_bitcast(codes: Array) -> Array:
     pairs = (codes >> 4).astype(jnp.uint16) | ((codes & 15).astype(jnp.uint16) << 8)
     return jax.lax.bitcast_convert_type(pairs, jnp.uint8).reshape(codes.shape[0], -1)
+
+
+def _pack_by_slices(index: Array) -> Array:
+    return ((index[:, 0::2] & 15) << 4) | (index[:, 1::2] & 15)
+
+
+def _unpack_by_slices(codes: Array) -> Array:
+    zero = jnp.zeros((), codes.dtype)
+    first = jax.lax.pad(codes >> 4, zero, [(0, 0, 0), (0, 1, 1)])  # at even positions
+    second = jax.lax.pad(codes & 15, zero, [(0, 0, 0), (1, 0, 1)])  # at odd positions
+    return first | second
+
+
+def _pack_nibbles(index: Array) -> Array:
+    return _by_platform([index], _pack_by_bitcast, _pack_by_slices)
+
+
+def _unpack_nibbles(codes: Array) -> Array:
+    return _by_platform([codes], _unpack_by_bitcast, _unpack_by_slices)
 
 
 def rank1_scale(maxima: Sequence[Array], shape: tuple) -> Array:

@@ -3,7 +3,9 @@
 functrain has three rewrites for XLA:CPU: the trust-ratio recompute (a copy of LAMB's
 direction with its constants behind an optimization barrier, engine/recompute.py), one
 LAPACK call per matrix (``linalg.map_matrices``: a ``lax.map`` loop), and the dynamic codes'
-table lookups (kept on GPU too; computed on TPU, functrain/code_arithmetic.py). Each is
+table lookups (kept on GPU too; computed on TPU, functrain/code_arithmetic.py); and one for
+the TPU: the 4-bit codes' pairs packed by strided slices, not a bitcast through a trailing
+axis of 2. Each is
 picked when the program is lowered (``lax.platform_dependent``), so a program lowered for
 another platform holds none of it even when it is traced on a CPU machine. ``jax.export``
 lowers for a platform this machine does not have; the checks read its StableHLO.
@@ -67,3 +69,13 @@ def test_codes_are_looked_up_on_cpu_and_gpu_and_computed_on_tpu(name):
     text = lowered_for(getattr(functrain, name)(1e-3), {"w": jnp.ones((512, 512))})
     assert "gather" in text["cpu"] and "gather" in text["cuda"]
     assert "gather" not in text["tpu"]
+
+
+def test_nibble_pairs_are_bitcast_on_cpu_and_gpu_and_sliced_on_tpu():
+    # CPU and GPU: bytes paired into uint16 words through a trailing axis of 2; TPU, which
+    # pads that axis to 128 lanes: strided slices and interior padding
+    text = lowered_for(functrain.adamw_4bit(1e-3), {"w": jnp.ones((512, 512))})
+    pairs = re.compile(r"stablehlo.bitcast_convert .*tensor<\d+x\d+x2xui8>")
+    for platform in ("cpu", "cuda"):
+        assert pairs.search(text[platform]), platform
+    assert not pairs.search(text["tpu"]) and "stablehlo.pad" in text["tpu"]
