@@ -393,6 +393,9 @@ def main(argv: Optional[list] = None) -> dict:
     parser.add_argument("--out", default=None,
                         help="results prefix (default benchmarks/results/capacity; with "
                              "--quick nothing is written unless this is given)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other configurations' rows of the results already "
+                             "written (their commit is noted), rerunning only --configs")
     args = parser.parse_args(argv)
     target = TARGETS[args.target]
     sizes = QUICK_LADDER if args.quick else ladder(**target.ladder)
@@ -439,12 +442,21 @@ def main(argv: Optional[list] = None) -> dict:
                          "best_row": best_row, "reference_row": reference,
                          "update_row": update}
     elapsed = time.perf_counter() - started
+    prefix = args.out or (None if args.quick else os.path.join(HERE, "results", target.out))
+    earlier = None
+    if args.merge and prefix and os.path.exists(prefix + ".json"):
+        with open(prefix + ".json") as f:
+            old = json.load(f)
+        kept = [n for n in old["results"] if n not in results]
+        earlier = {"commit": old["meta"]["commit"], "date": old["meta"]["date"],
+                   "configs": kept}
+        results = {n: results.get(n) or old["results"][n] for n in CONFIGS
+                   if n in results or n in kept}
     text = table(results, BASELINE)
     print(text)
     compiles = (sum(len(r["rows"]) + (r["update_row"] is not None) for r in results.values())
                 + len(references))
     print(f"\n{compiles} compiles in {elapsed:.0f} s")
-    prefix = args.out or (None if args.quick else os.path.join(HERE, "results", target.out))
     if prefix:
         shape = QUICK if args.quick else dict(batch=BATCH, seq=SEQ, vocab=VOCAB)
         meta = {"date": datetime.date.today().isoformat(), "jax": jax.__version__,
@@ -452,7 +464,8 @@ def main(argv: Optional[list] = None) -> dict:
                 "target": args.target, "title": target.title, "limit_bytes": target.limit,
                 **shape,
                 "head_dim": HEAD_DIM, "mlp": f"GELU (tanh), {MLP_RATIO}x",
-                "elapsed_s": round(elapsed), "peak": "argument + output - alias + temp"}
+                "elapsed_s": round(elapsed), "peak": "argument + output - alias + temp",
+                **({"earlier": earlier} if earlier else {})}
         with open(prefix + ".json", "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
         with open(prefix + ".md", "w") as f:
