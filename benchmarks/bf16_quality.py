@@ -89,10 +89,11 @@ def parts(n_head: int) -> tuple:
     return embed, layer, head, loss
 
 
-def optimizer(label: str, steps: int) -> functrain.GradientTransformation:
-    """AdamW at the speedrun's rate and multiplier, with the configuration's state."""
+def optimizer(label: str, steps: int, lr: float = LR) -> functrain.GradientTransformation:
+    """AdamW at ``lr`` (the speedrun's tuned rate) and the speedrun's multiplier, with the
+    configuration's state."""
     _, compensation, bits, _ = CONFIGS[label]
-    inner = functrain.adamw(LR)
+    inner = functrain.adamw(lr)
     if bits:
         inner = functrain.quantized_state(inner, bits=bits)
     opt = functrain.chain(inner, functrain.scale_by_schedule(speedrun.lr_multiplier(steps)))
@@ -101,12 +102,12 @@ def optimizer(label: str, steps: int) -> functrain.GradientTransformation:
     return opt
 
 
-def run(label: str, cfg, data: dict, seeds: list, target: float) -> list:
+def run(label: str, cfg, data: dict, seeds: list, target: float, lr: float = LR) -> list:
     """Train ``label`` once per seed; per run the validation curve (every ``eval_every``)."""
     dtype, _, _, release = CONFIGS[label]
     vocab, steps = len(data["vocab"]), cfg.steps
     embed, layer, head, loss = parts(cfg.n_head)
-    opt = optimizer(label, steps)
+    opt = optimizer(label, steps, lr)
     val = jnp.asarray(data["val"])
     if release:
         rel = functrain.gradient_release(opt, embed, layer, head)
@@ -137,9 +138,10 @@ def run(label: str, cfg, data: dict, seeds: list, target: float) -> list:
     return runs
 
 
-def summarize(results: dict, budget: int) -> list:
-    """Per configuration: steps to target and final loss, with Welch's p against float32."""
-    ref = results[REFERENCE]
+def summarize(results: dict, budget: int, reference: str = REFERENCE) -> list:
+    """Per configuration: steps to target and final loss, with Welch's p against the
+    reference (float32 AdamW)."""
+    ref = results[reference]
     ref_steps = stats.summarize([r["steps_to_target"] for r in ref], budget)
     ref_final = [r["final_val_loss"] for r in ref]
     rows = []
@@ -149,8 +151,8 @@ def summarize(results: dict, budget: int) -> list:
         finite = all(map(math.isfinite, final))
         rows.append({
             "config": label, "steps": s, "final": stats.mean_interval(final) if finite else None,
-            "p_steps": None if label == REFERENCE else stats.compare(s, ref_steps),
-            "p_final": (None if label == REFERENCE or not finite
+            "p_steps": None if label == reference else stats.compare(s, ref_steps),
+            "p_final": (None if label == reference or not finite
                         else stats.welch_test(final, ref_final)[2])})
     return rows
 
@@ -175,6 +177,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--long", type=int, default=0, metavar="STEPS",
                         help="the long run: STEPS steps, LONG_CONFIGS only")
+    parser.add_argument("--lr", type=float, default=LR,
+                        help="AdamW's peak rate (default: the speedrun's tuned one); another "
+                             "rate's results get the suffix _lr<rate>")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=None,
+                        help="only these configurations (the first is the reference)")
     args = parser.parse_args(argv)
     cfg = model.TINY if args.tiny else model.FULL
     seeds = list(range(2 if args.tiny else args.seeds))
@@ -184,18 +191,21 @@ def main(argv=None) -> dict:
     if args.long:
         cfg = dataclasses.replace(cfg, steps=args.long, eval_every=max(1, args.long // 40))
         labels, name = list(LONG_CONFIGS), "bf16_long"
+    labels = args.configs or labels
+    if args.lr != LR:
+        name += f"_lr{args.lr:g}"
     functrain.linalg.set_lapack_threads(1)
     start = time.perf_counter()
     data = model.load_data(cfg)
     results = {}
     for label in labels:
         t = time.perf_counter()
-        results[label] = run(label, cfg, data, seeds, target)
+        results[label] = run(label, cfg, data, seeds, target, args.lr)
         print(f"{label}: {time.perf_counter() - t:.0f} s", flush=True)
-    rows = summarize(results, cfg.steps)
+    rows = summarize(results, cfg.steps, labels[0])
     table = markdown(rows, cfg.steps, target)
     meta = {"date": datetime.date.today().isoformat(), "jax": jax.__version__,
-            "seeds": seeds, "steps": cfg.steps, "target": target, "lr": LR,
+            "seeds": seeds, "steps": cfg.steps, "target": target, "lr": args.lr,
             "seconds": round(time.perf_counter() - start)}
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -206,7 +216,7 @@ def main(argv=None) -> dict:
     (args.out / f"{name}.md").write_text(
         f"# {heading} ({meta['date']})\n\n"
         f"`benchmarks/bf16_quality.py{f' --long {args.long}' if args.long else ''}`, jax "
-        f"{meta['jax']}, {meta['seconds']} s; the speedrun's first model, AdamW at {LR}, "
+        f"{meta['jax']}, {meta['seconds']} s; the speedrun's first model, AdamW at {args.lr}, "
         f"seeds {seeds}.\n\n{table}\n")
     if args.long:
         (args.out / f"{name}.png").write_bytes(plot(results, cfg.steps))
