@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import math
 import os
 from typing import Any, Callable, Optional, Union
 
@@ -517,12 +518,22 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array,
     return lax.platform_dependent(*stacks, cpu=one_at_a_time, default=jax.vmap(fn))
 
 
+#: Muon's stacks are run in chunks of at most this many float32 bytes (64 MiB: four
+#: (1024, 4096) matrices), one after another: each intermediate of Newton-Schulz (the
+#: iterate, ``X X^T``, ``B X``) exists for one chunk at a time (H100: 144 MiB of temp for 8
+#: such matrices, 288 MiB in one batch), and a chunk still fills a GPU's GEMMs.
+CHUNK_BYTES = 64 * 2**20
+
+
 def map_stacks(fn: Callable[..., Any], *stacks: Array,
-               mesh: Optional[jax.sharding.Mesh] = None, shared: tuple = ()) -> Any:
+               mesh: Optional[jax.sharding.Mesh] = None, shared: tuple = (),
+               chunk_bytes: Optional[int] = None) -> Any:
     """``fn`` of whole stacks, with the stacks split over ``mesh``'s devices when given.
 
     ``fn`` must treat the leading axis as a batch (each matrix independently, as a batched
-    matmul does). Without a mesh this is ``fn(*stacks)``. With one, the stacks are padded to
+    matmul does). Without a mesh this is ``fn(*stacks)``, or with ``chunk_bytes`` ``fn`` of
+    consecutive chunks of the stacks (each chunk of the first stack at most that many
+    float32 bytes, at least one matrix), concatenated. With a mesh, the stacks are padded to
     a multiple of the device count with copies of their first matrix, each device runs
     ``fn`` on its share (``jax.shard_map``), and the results are gathered and unpadded:
     the same numbers as one device, each device doing ``1/N`` of the work.
@@ -534,6 +545,8 @@ def map_stacks(fn: Callable[..., Any], *stacks: Array,
       mesh: a ``jax.sharding.Mesh`` to split the work over, or ``None``.
       shared: arrays every device gets whole, passed to ``fn`` after the stacks (traced
         values such as coefficients held in the optimizer state).
+      chunk_bytes: without a mesh, the largest chunk ``fn`` gets at a time, in float32
+        bytes of the first stack (``None``: the whole stacks at once).
 
     Returns:
       ``fn(*stacks, *shared)`` (replicated over ``mesh`` when given).
@@ -545,7 +558,13 @@ def map_stacks(fn: Callable[..., Any], *stacks: Array,
      [190. 211.]]
     """
     if mesh is None or mesh.size == 1:
-        return fn(*stacks, *shared)
+        k = stacks[0].shape[0]
+        matrix = 4 * math.prod(stacks[0].shape[1:])
+        per = k if chunk_bytes is None else max(1, chunk_bytes // max(1, matrix))
+        if per >= k:
+            return fn(*stacks, *shared)
+        parts = [fn(*(x[a:a + per] for x in stacks), *shared) for a in range(0, k, per)]
+        return jax.tree.map(lambda *ys: jnp.concatenate(ys), *parts)
     k, devices = stacks[0].shape[0], mesh.size
     pad = -k % devices
     if pad:  # copies of the first matrix: valid input for any fn, dropped afterwards

@@ -136,6 +136,18 @@ def test_adamw_moves_its_floor_on_h100():
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("name", ["muon", "normuon"])
+def test_muon_temp_on_h100_is_within_twice_its_state(name):
+    # 8 (1024, 4096) kernels: Newton-Schulz runs in chunks of 64 MiB (4 matrices), so its
+    # iterate, X X^T and B X exist for 4 matrices at a time (288 MiB in one batch of 8);
+    # the bytes stay at one batch's (the chunks' programs are the same per matrix)
+    out = _compile_in("h100", name, "functrain")
+    state = out["state_bytes"] * out["params"]
+    assert out["temp_bytes"] <= 2 * state, out
+    assert out["bytes_accessed"] / out["params"] < 100, out
+
+
+@pytest.mark.long
 def test_adamw_on_tpu_moves_no_more_than_optax():
     # The TPU compiler's bytes include its memory-space assignment's copies (copy-start /
     # copy-done of the next leaf's inputs into on-chip memory while one leaf is updated),

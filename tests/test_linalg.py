@@ -122,3 +122,60 @@ def test_set_lapack_threads_sets_and_returns_the_previous_count():
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="integer >= 1"):
             linalg.set_lapack_threads(bad)
+
+
+def test_map_stacks_in_chunks_is_the_whole_stack():
+    """``chunk_bytes``: ``fn`` of consecutive chunks (the last one shorter), concatenated,
+    equals ``fn`` of the whole stacks, for a tree of outputs and shared arguments; a chunk
+    holds at least one matrix."""
+    from functrain.linalg import map_stacks
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(7, 4, 6)), jnp.float32)
+    b = jnp.asarray(rng.normal(size=(7, 6, 3)), jnp.float32)
+    calls = []
+
+    def fn(x, y, scale):
+        calls.append(x.shape[0])
+        return {"prod": (x @ y) * scale, "norm": jnp.linalg.norm(x, axis=(1, 2))}
+
+    whole = map_stacks(fn, a, b, shared=(2.0,))
+    for chunk_bytes, sizes in [(3 * 4 * 4 * 6, [3, 3, 1]), (1, [1] * 7), (10**9, [7])]:
+        calls.clear()
+        got = map_stacks(fn, a, b, shared=(2.0,), chunk_bytes=chunk_bytes)
+        assert calls == sizes
+        for k in whole:
+            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(whole[k]))
+
+
+def test_muon_runs_large_stacks_in_chunks_with_the_same_numbers(monkeypatch):
+    """Six (16, 32) matrices and a (32, 16) one (transposed: the same group) under a
+    2-matrix chunk budget: four Newton-Schulz loops (one per chunk, the last with one
+    matrix), and Muon's updates equal those of one loop over the whole stack."""
+    import importlib
+    muon_module = importlib.import_module("functrain.contrib.muon")  # not the function
+    rng = np.random.default_rng(1)
+    params = {"w": jnp.asarray(rng.normal(size=(6, 16, 32)), jnp.float32),
+              "v": jnp.asarray(rng.normal(size=(32, 16)), jnp.float32)}
+    grads = jax.tree.map(lambda x: x * 0.5 + 0.1, params)
+
+    sizes = []
+
+    def counted(stack, *args, **kwargs):
+        sizes.append(stack.shape[0])
+        return linalg.newton_schulz(stack, *args, **kwargs)
+
+    monkeypatch.setattr(muon_module, "newton_schulz", counted)
+
+    def updates(chunk):
+        monkeypatch.setattr(muon_module, "CHUNK_BYTES", chunk)
+        sizes.clear()
+        dims = functrain.contrib.MuonDimensionNumbers(-2, -1)
+        opt = functrain.contrib.muon(0.02, muon_weight_dimension_numbers={"w": dims, "v": dims})
+        out = jax.jit(lambda g, p: opt.update(g, opt.init(p), p)[0])(grads, params)
+        return out, list(sizes)
+
+    (whole, one_run), (chunked, runs) = updates(None), updates(2 * 4 * 16 * 32)
+    assert (one_run, runs) == ([7], [2, 2, 2, 1])
+    for k in whole:
+        np.testing.assert_allclose(np.asarray(chunked[k]), np.asarray(whole[k]),
+                                   rtol=1e-6, atol=1e-7)

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.linalg import (NS_METHODS, PRECONDITIONINGS, check_ns_dtype, map_stacks,
-                              newton_schulz, newton_schulz_coefficients)
+from functrain.linalg import (CHUNK_BYTES, NS_METHODS, PRECONDITIONINGS, check_ns_dtype,
+                              map_stacks, newton_schulz, newton_schulz_coefficients)
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain import jax_compat, tree as ft
@@ -108,8 +108,9 @@ def orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
 
     Every leaf is a stack of ``(rows, cols)`` matrices (transposed so that
     rows <= cols); the stacks of one shape and dtype are concatenated and run
-    one Newton-Schulz loop of batched matmuls: a transformer's dozens of equal
-    matrices cost a few GEMMs, and the program does not grow with the leaves. With ``mesh``
+    one Newton-Schulz loop of batched matmuls per chunk of at most ``CHUNK_BYTES``: a
+    transformer's dozens of equal matrices cost a few GEMMs, and the program does not grow
+    with the leaves. With ``mesh``
     each stack is divided over its devices (:func:`functrain.linalg.map_stacks`).
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=ft.is_placeholder)
@@ -138,7 +139,7 @@ def orthogonalize_tree(tree: Any, dims: list, coeffs: Array, ns_steps: Any,
         result = map_stacks(lambda s, c, e: newton_schulz(
             s, c, ns_steps, preconditioning, e, method=method, safety_factor=safety,
             dtype=ns_dtype),
-            stack, mesh=mesh, shared=(coeffs, eps))
+            stack, mesh=mesh, shared=(coeffs, eps), chunk_bytes=CHUNK_BYTES)
         start = 0
         for i, o in members:
             done[i] = result[start:start + o.shape[0]]
