@@ -35,6 +35,7 @@ variant of Li's psgd_torch and of Evan Walters' psgd_jax / kron_torch.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -54,7 +55,7 @@ from functrain.matrix.shape_groups import (group_key, leaf_order, shape_groups, 
                                            unstack_units)
 from functrain.matrix.kron_factors import (diagonal_axes, group_noise, precondition,
                                            whitening_step)
-from functrain.linalg import map_stacks
+from functrain.linalg import CHUNK_BYTES, map_stacks
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
@@ -452,11 +453,24 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                                for x, d in zip(q, shape or (1,))],
                               [first + j for j in idx], tuple(x.ndim - 1 for x in q)))
         # Same-shape groups: units of one shape, factor structure and compute dtype.
+        # A group's factors at most CHUNK_BYTES (float32 bytes; at least one unit): the
+        # refresh's d x d products exist for one group at a time.
         groups: dict = {}
         for n, (i, _, arrays, _, _, ndims) in enumerate(units):
             gkey = (arrays[0].shape[1:], ndims, jnp.dtype(cds[i]))
             groups.setdefault(gkey if _GROUP_SAME_SHAPES else n, []).append(units[n])
-        members = list(groups.values())
+        members = []
+        for us in groups.values():
+            per_matrix = 4 * sum(math.prod(x.shape[1:]) for x in us[0][3])
+            cap = max(1, CHUNK_BYTES // max(1, per_matrix))
+            chunk, held = [], 0
+            for unit in us:
+                if chunk and held + unit[3][0].shape[0] > cap:
+                    members.append(chunk)
+                    chunk, held = [], 0
+                chunk.append(unit)
+                held += unit[3][0].shape[0]
+            members.append(chunk)
 
         def stack(xs: list) -> Array:
             return xs[0] if len(xs) == 1 else jnp.concatenate(xs)
@@ -473,15 +487,16 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         order = leaf_order(grouping, counts)
         in_leaf_order = [like[order.index(k)] for k in range(len(like))]
 
-        def refresh(sq: list) -> list:
-            vs = group_noise(noise_key, in_leaf_order, [[order[j] for u in us for j in u[4]]
-                                                        for us in members], _MAX_GATHER_ROWS)
-            return [map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
-                                                                  q_lr[-1]),
-                               h, v, *q, mesh=mesh, shared=(precond_lr,))
-                    for q, h, v in zip(sq, stacked_h, vs)]
+        def refresh(k: int, q: list) -> list:  # group k's factors (the noise: its slice)
+            v = group_noise(noise_key, in_leaf_order, [[order[j] for u in us for j in u[4]]
+                                                       for us in members], _MAX_GATHER_ROWS)[k]
+            return map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
+                                                                 q_lr[-1]),
+                              stacked_h[k], v, *q, mesh=mesh, shared=(precond_lr,))
 
-        stacked_q = jax.lax.cond(do_update, refresh, lambda sq: sq, stacked_q)
+        # one conditional per group: a group's new factors are its own conditional's output
+        stacked_q = [jax.lax.cond(do_update, functools.partial(refresh, k), lambda q: q, sq)
+                     for k, sq in enumerate(stacked_q)]
         out, new_qs = [None] * len(gs), [None] * len(gs)
         for us, sq, m in zip(members, stacked_q, stacked_m):
             u = map_stacks(lambda m, *q: precondition(list(q), m), m, *sq, mesh=mesh)
