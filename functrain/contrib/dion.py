@@ -34,7 +34,7 @@ from functrain import jax_compat, tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
-from functrain.linalg import map_matrices, map_stacks
+from functrain.linalg import CHUNK_BYTES, map_matrices, map_stacks
 from functrain.numerics import abs_sq
 from functrain.families.adam.optimizers import adamw
 from functrain.families.sign.optimizers import lion
@@ -300,7 +300,10 @@ def scale_by_dion(rank: Union[int, float] = 1.0, mu: float = 0.95, eps: float = 
         for members in groups.values():
             stacks = [jnp.concatenate(xs) if len(xs) > 1 else xs[0]
                       for xs in ([a for _, a, _ in members], [q for _, _, q in members])]
-            o, m_new, q_new = map_stacks(_dion_stack, *stacks, mesh=mesh, shared=(mu, eps))
+            # in chunks: a matrix's step holds about four arrays its size (B^H, the QR's Q,
+            # P before and after its zero check), so a quarter of Muon's budget of one
+            o, m_new, q_new = map_stacks(_dion_stack, *stacks, mesh=mesh, shared=(mu, eps),
+                                         chunk_bytes=CHUNK_BYTES // 4)
             at = 0
             for i, a, _ in members:
                 k, g, view = a.shape[0], gs[i], views[i]
