@@ -58,10 +58,11 @@ below ..." for the larger programs): the temps here are after those passes, so a
 temp can depend on how large its arguments are.""",
     "tpu_v5e": """Caveats: the TPU compiler checks the fit itself (its own memory
 assignment, after its rematerialization passes), so a rung either compiles within 15.75 GiB
-or fails; the peak shown is `memory_analysis()`'s, as on the H100. The TPU stores 4-bit
-moments through a trailing axis of two nibbles, which it pads to its 128-lane tiles
-(docs/performance.md, "On accelerators"): the 4-bit rows show that cost, not 4-bit storage's
-floor.""",
+or fails; the peak shown is `memory_analysis()`'s, as on the H100. Until commit 01176d5 the
+4-bit codes were paired through a trailing axis of 2, which the TPU pads to its 128 lanes;
+they are now paired by strided slices there (the heading names any row compiled before).
+The low-bit codes' block layout still costs a relayout on TPU (docs/performance.md, "On
+accelerators").""",
 }
 
 
