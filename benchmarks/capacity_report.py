@@ -236,7 +236,9 @@ def write_plot(results_dir: str = RESULTS) -> Optional[str]:
         path = os.path.join(results_dir, name + ".json")
         if os.path.exists(path):
             with open(path) as f:
-                runs[title] = json.load(f)["results"]
+                found = json.load(f)
+            note = found["meta"].get("note")  # e.g. rows compiled before a change
+            runs[title + (f"\n{note}" if note else "")] = found["results"]
     if not runs:
         return None
     out = os.path.join(results_dir, "capacity.png")
