@@ -518,10 +518,8 @@ def map_matrices(fn: Callable[..., Any], *stacks: Array,
     return lax.platform_dependent(*stacks, cpu=one_at_a_time, default=jax.vmap(fn))
 
 
-#: Muon's stacks are run in chunks of at most this many float32 bytes (64 MiB: four
-#: (1024, 4096) matrices), one after another: each intermediate of Newton-Schulz (the
-#: iterate, ``X X^T``, ``B X``) exists for one chunk at a time (H100: 144 MiB of temp for 8
-#: such matrices, 288 MiB in one batch), and a chunk still fills a GPU's GEMMs.
+#: The matrix optimizers' stacks run in chunks of at most this many float32 bytes, one after
+#: another, so that their intermediates exist for one chunk at a time (docs/performance.md).
 CHUNK_BYTES = 64 * 2**20
 
 
@@ -531,12 +529,11 @@ def map_stacks(fn: Callable[..., Any], *stacks: Array,
     """``fn`` of whole stacks, with the stacks split over ``mesh``'s devices when given.
 
     ``fn`` must treat the leading axis as a batch (each matrix independently, as a batched
-    matmul does). Without a mesh this is ``fn(*stacks)``, or with ``chunk_bytes`` ``fn`` of
-    consecutive chunks of the stacks (each chunk of the first stack at most that many
-    float32 bytes, at least one matrix), concatenated. With a mesh, the stacks are padded to
-    a multiple of the device count with copies of their first matrix, each device runs
-    ``fn`` on its share (``jax.shard_map``), and the results are gathered and unpadded:
-    the same numbers as one device, each device doing ``1/N`` of the work.
+    matmul does). Without a mesh this is ``fn(*stacks)``, or ``fn`` of consecutive chunks
+    (``chunk_bytes``), concatenated. With a mesh, the stacks are padded to a multiple of
+    the device count with copies of their first matrix, each device runs ``fn`` on its
+    share (``jax.shard_map``), and the results are gathered and unpadded: the same numbers
+    as one device, each device doing ``1/N`` of the work.
 
     Args:
       fn: a function of stacks (arrays with the same leading dimension) to a pytree of
@@ -613,29 +610,25 @@ def _lapack_openblas() -> Optional[ctypes.CDLL]:
 def set_lapack_threads(n: int) -> Optional[int]:
     """Set how many threads the OpenBLAS behind JAX's CPU ``eigh``/``qr``/``svd`` may use.
 
-    jaxlib's CPU LAPACK kernels call SciPy's OpenBLAS, whose own thread pool
-    (one thread per core by default) busy-waits. Inside an XLA program that
-    pool competes with XLA's intra-op threads for the same cores; as soon as
-    the machine has other work (a second process, a data loader, a test
-    worker) a step with decompositions slows 50-100 fold, which looks like a
-    hang (docs/matrix_optimizers.md). ``set_lapack_threads(1)`` removes that
-    slowdown, and one thread was also faster unloaded on the 2-core machine
-    where this was measured (Shampoo 67 vs 74 ms per step, SOAP 44 vs 50 ms).
-    It is not set for you: it is process-wide (it also applies to
-    ``scipy.linalg``; NumPy's own OpenBLAS is a separate copy), and with one
-    thread a *batched* LAPACK call in jitted code (``jnp.linalg.eigh`` of a
-    stack, outside :func:`map_matrices`) deadlocks XLA:CPU far more readily
-    (10 of 10 runs of docs/matrix_optimizers.md's reproducer, against 1 of 6
-    with two threads). functrain's optimizers make no batched LAPACK call on
-    CPU.
+    jaxlib's CPU LAPACK kernels call SciPy's OpenBLAS, whose own thread pool (one thread per
+    core by default) busy-waits. Inside an XLA program that pool competes with XLA's
+    intra-op threads for the same cores; as soon as the machine has other work (a second
+    process, a data loader, a test worker) a step with decompositions slows 50-100 fold,
+    which looks like a hang (docs/matrix_optimizers.md). ``set_lapack_threads(1)`` removes
+    that slowdown, and one thread was also faster unloaded on the 2-core machine where this
+    was measured (Shampoo 67 vs 74 ms per step, SOAP 44 vs 50 ms). It is not set for you: it
+    is process-wide (it also applies to ``scipy.linalg``; NumPy's own OpenBLAS is a separate
+    copy), and with one thread a *batched* LAPACK call in jitted code (``jnp.linalg.eigh``
+    of a stack, outside :func:`map_matrices`) deadlocks XLA:CPU far more readily (10 of 10
+    runs of docs/matrix_optimizers.md's reproducer, against 1 of 6 with two threads).
+    functrain's optimizers make no batched LAPACK call on CPU.
 
     Args:
       n: the number of threads, ``>= 1``.
 
     Returns:
-      The previous number of threads, or ``None`` when no such OpenBLAS is
-      loaded (SciPy built against MKL or Accelerate, or no SciPy): then
-      nothing is changed.
+      The previous number of threads, or ``None`` when no such OpenBLAS is loaded (SciPy
+      built against MKL or Accelerate, or no SciPy): then nothing is changed.
 
     >>> previous = set_lapack_threads(1)
     >>> previous is None or set_lapack_threads(previous) == 1  # and back

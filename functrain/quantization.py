@@ -449,41 +449,17 @@ def to_e4m3fn(y: Array) -> Array:
     return jax.lax.bitcast_convert_type(code.astype(jnp.uint8), jnp.float8_e4m3fn)
 
 
-# Two 4-bit codes per byte, the first in the high nibble. On CPU and GPU pairs of bytes are
-# read and written as one uint16 (a bitcast, little-endian: the first byte is the low half):
-# the codes themselves are then computed, and decoded, in a plain contiguous pass, where
-# strided slices of them made XLA:CPU compute them scalar by scalar (5x slower). On TPU that
-# bitcast's trailing axis of 2 is padded to 128 lanes (1,454 bytes per parameter for a 4-bit
-# AdamW step, 1.3 GB temp): there the pairs are strided slices, and the codes are spread
-# back by interior padding (167 bytes, 145 MiB). The same bytes either way.
-
-def _pack_by_bitcast(index: Array) -> Array:
-    pairs = jax.lax.bitcast_convert_type(index.reshape(index.shape[0], -1, 2), jnp.uint16)
-    return (((pairs & 15) << 4) | (pairs >> 8)).astype(jnp.uint8)
-
-
-def _unpack_by_bitcast(codes: Array) -> Array:
-    pairs = (codes >> 4).astype(jnp.uint16) | ((codes & 15).astype(jnp.uint16) << 8)
-    return jax.lax.bitcast_convert_type(pairs, jnp.uint8).reshape(codes.shape[0], -1)
-
-
-def _pack_by_slices(index: Array) -> Array:
-    return ((index[:, 0::2] & 15) << 4) | (index[:, 1::2] & 15)
-
-
-def _unpack_by_slices(codes: Array) -> Array:
-    zero = jnp.zeros((), codes.dtype)
-    first = jax.lax.pad(codes >> 4, zero, [(0, 0, 0), (0, 1, 1)])  # at even positions
-    second = jax.lax.pad(codes & 15, zero, [(0, 0, 0), (1, 0, 1)])  # at odd positions
-    return first | second
-
+# Two 4-bit codes per byte, the first in the high nibble: paired by a bitcast on CPU and GPU,
+# by strided slices on TPU (functrain.code_arithmetic).
 
 def _pack_nibbles(index: Array) -> Array:
-    return _by_platform([index], _pack_by_bitcast, _pack_by_slices)
+    return _by_platform([index], code_arithmetic.pack_by_bitcast,
+                        code_arithmetic.pack_by_slices)
 
 
 def _unpack_nibbles(codes: Array) -> Array:
-    return _by_platform([codes], _unpack_by_bitcast, _unpack_by_slices)
+    return _by_platform([codes], code_arithmetic.unpack_by_bitcast,
+                        code_arithmetic.unpack_by_slices)
 
 
 def rank1_scale(maxima: Sequence[Array], shape: tuple) -> Array:

@@ -252,13 +252,13 @@ def test_small_tables_picked_without_a_gather_are_the_lookups():
 def test_tpu_nibble_packing_stores_and_reads_the_cpu_bytes(width):
     """The TPU's pairing by strided slices against the CPU's and GPU's bitcast: the same
     byte for every pair of 4-bit indices (all 256), the first in the high nibble, and back."""
-    from functrain import quantization
+    from functrain import code_arithmetic as arith
     first, second = np.divmod(np.arange(256), 16)
     pairs = np.stack([first, second], axis=1).reshape(-1)  # every pair once, in order
     index = np.resize(pairs, (512 * 2 // width, width)).astype(np.uint8)
     expected = (index[:, 0::2] << 4) | index[:, 1::2]
-    for pack in (quantization._pack_by_bitcast, quantization._pack_by_slices):
+    for pack in (arith.pack_by_bitcast, arith.pack_by_slices):
         packed = np.asarray(jax.jit(pack)(jnp.asarray(index)))
         assert packed.dtype == np.uint8 and np.array_equal(packed, expected), pack.__name__
-    for unpack in (quantization._unpack_by_bitcast, quantization._unpack_by_slices):
+    for unpack in (arith.unpack_by_bitcast, arith.unpack_by_slices):
         assert np.array_equal(np.asarray(jax.jit(unpack)(jnp.asarray(expected))), index)
