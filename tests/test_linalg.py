@@ -143,8 +143,8 @@ def test_map_stacks_in_chunks_is_the_whole_stack():
         calls.clear()
         got = map_stacks(fn, a, b, shared=(2.0,), chunk_bytes=chunk_bytes)
         assert calls == sizes
-        for k in whole:
-            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(whole[k]))
+        for k in whole:  # a batch's size may change a reduction's order: float32 ulps
+            np.testing.assert_allclose(np.asarray(got[k]), np.asarray(whole[k]), rtol=1e-6)
 
 
 def test_muon_runs_large_stacks_in_chunks_with_the_same_numbers(monkeypatch):
