@@ -135,6 +135,23 @@ def test_stacked_compile_benchmark_writes_depth_and_scanned_model_tables(tmp_pat
 
 
 @pytest.mark.long
+def test_bf16_long_run_writes_its_rate_s_results_and_curves(tmp_path):
+    # --long on the tiny model: the chosen configurations at the chosen rate, evaluated every
+    # STEPS / 40 steps, the first configuration the reference, the curves' plot written
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "bf16_quality.py"), "--tiny",
+           "--long", "40", "--lr", "2e-4", "--configs", "float32 adamw",
+           "bf16, no compensation", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads((tmp_path / "bf16_long_lr0.0002.json").read_text())
+    assert result["meta"]["lr"] == 2e-4 and result["meta"]["steps"] == 40
+    assert list(result["runs"]) == ["float32 adamw", "bf16, no compensation"]
+    assert result["runs"]["float32 adamw"][0]["steps"] == list(range(0, 41))
+    assert result["rows"][0]["p_final"] is None and result["rows"][1]["p_final"] is not None
+    assert (tmp_path / "bf16_long_lr0.0002.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.long
 def test_bf16_quality_benchmark_runs_and_its_table_follows_from_its_runs(tmp_path):
     # benchmarks/bf16_quality.py on the speedrun's tiny model: every configuration trains
     # (from the same initialization), and the table's statistics are the runs'.
