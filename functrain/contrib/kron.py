@@ -487,9 +487,10 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
         order = leaf_order(grouping, counts)
         in_leaf_order = [like[order.index(k)] for k in range(len(like))]
 
+        noise_groups = [[order[j] for u in us for j in u[4]] for us in members]
+
         def refresh(k: int, q: list) -> list:  # group k's factors (the noise: its slice)
-            v = group_noise(noise_key, in_leaf_order, [[order[j] for u in us for j in u[4]]
-                                                       for us in members], _MAX_GATHER_ROWS)[k]
+            v = group_noise(noise_key, in_leaf_order, noise_groups, _MAX_GATHER_ROWS)[k]
             return map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
                                                                  q_lr[-1]),
                               stacked_h[k], v, *q, mesh=mesh, shared=(precond_lr,))
