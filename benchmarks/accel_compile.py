@@ -46,6 +46,9 @@ TREES: dict[str, dict[str, tuple]] = {
     "1000 leaves": {**{f"layer{i:03d}/kernel": (64, 64) for i in range(500)},
                     **{f"layer{i:03d}/bias": (64,) for i in range(500)}},
 }
+# The same 1000 leaves held in functrain.flat_layout's buffers between steps (functrain only).
+FLAT = "1000 leaves, flat layout"
+TREES[FLAT] = TREES["1000 leaves"]
 
 # Instructions of an optimized program's entry computation that launch no kernel.
 _NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast",
@@ -129,6 +132,10 @@ def compile_step(target: str, tree: str, build: Callable[[Any], Any], library: A
     params = {k: jax.ShapeDtypeStruct(s, jnp.float32, sharding=placed)
               for k, s in TREES[tree].items()}
     opt = build(library)
+    if tree == FLAT:  # the step sees the layout's buffers; the optimizer is checked on it
+        layout = library.flat_layout(params)
+        opt = library.on_flat_layout(opt, layout)
+        params = jax.tree.map(abstract, layout.buffers)
     state = jax.tree.map(abstract, jax.eval_shape(opt.init, params))
 
     def step(p: Any, s: Any, g: Any) -> tuple:

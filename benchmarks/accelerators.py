@@ -43,7 +43,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from accel_compile import TREES  # noqa: E402  (no JAX in this process before the workers)
+from accel_compile import FLAT, TREES  # noqa: E402  (no JAX in this process before the workers)
 
 VENVS = {"h100": os.path.join(ROOT, ".venv-accel-cuda"),
          "tpu_v5e": os.path.join(ROOT, ".venv-accel-tpu")}
@@ -60,7 +60,8 @@ ONE_PASS = {"acprop", "adabelief", "adadelta", "adagrad", "adam", "adamax", "ada
 TWO_PASS = {"lamb": (4, 1), "lars": (8, 0), "fromage": (8, 0)}
 
 #: The short form (``make accel``, CI): (tree, name) pairs.
-SHORT = [("large", n) for n in ("adamw", "lion", "lamb", *LOW_BIT)] + [("1000 leaves", "adamw")]
+SHORT = [("large", n) for n in ("adamw", "lion", "lamb", *LOW_BIT)] + [
+    ("1000 leaves", "adamw"), (FLAT, "adamw")]
 
 
 def floor(name: str, state_bytes: float) -> tuple:
@@ -79,7 +80,8 @@ def jobs(full: bool, names: list, trees: list) -> list:
     pairs = SHORT
     if full:
         everything = sorted(registry.REGISTRY) + list(LOW_BIT)
-        pairs = [(tree, n) for tree in TREES for n in everything]
+        pairs = [(tree, n) for tree in TREES for n in everything
+                 if tree != FLAT or (n in ONE_PASS and n not in LOW_BIT)]  # refused: per leaf
     if names:
         pairs = [(tree, n) for tree, n in pairs if n in names] or [
             (tree, n) for tree in TREES for n in names]
@@ -88,7 +90,7 @@ def jobs(full: bool, names: list, trees: list) -> list:
     for tree, name in pairs:
         out.append((tree, name, "functrain"))
         record = registry.REGISTRY.get(name)
-        if record is not None and record.reference.startswith("optax."):
+        if tree != FLAT and record is not None and record.reference.startswith("optax."):
             out.append((tree, name, "optax"))
     return out
 

@@ -95,6 +95,7 @@ from functrain.wrappers.compensated import (CompensatedParamsState, compensated_
                                             compensated_params)
 from functrain.gradient_release import (GradientRelease, GradientReleaseState,
                                         gradient_release)
+from functrain.flat_layout import FlatLayout, flat_layout, on_flat_layout
 from functrain.wrappers.lookahead import LookaheadParams, LookaheadState, lookahead
 from functrain.wrappers.masking import (MaskedState, MultiTransformState, PartitionState,
                                         freeze, masked, multi_transform, partition,

@@ -113,11 +113,11 @@ def test_table_puts_functrain_beside_optax_with_the_floor():
     assert text.index("H100") < text.index("TPU v5e")
 
 
-def _compile_in(target: str, name: str, library: str) -> dict:
+def _compile_in(target: str, name: str, library: str, tree: str = "large") -> dict:
     python = os.path.join(accelerators.VENVS[target], "bin", "python")
     assert os.path.exists(python), f"{python} is missing: make accel builds it"
     done = subprocess.run([python, os.path.join(ROOT, "benchmarks", "accel_compile.py"),
-                           target, "large", name, library], capture_output=True, text=True,
+                           target, tree, name, library], capture_output=True, text=True,
                           timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -133,6 +133,16 @@ def test_adamw_moves_its_floor_on_h100():
         assert out["temp_bytes"] < 2**20, out
     assert mine["kernels"] <= theirs["kernels"]
     assert np.isfinite(mine["flops"]) and mine["flops"] > 0
+
+
+@pytest.mark.long
+def test_adamw_on_the_flat_layout_is_a_few_kernels_at_its_floor_on_h100():
+    # 1000 leaves (500 (64, 64) and 500 (64,)): one kernel per leaf on the tree (1,002),
+    # the step's scalars and one pass over the buffers on functrain.flat_layout's
+    out = _compile_in("h100", "adamw", "functrain", tree="1000 leaves, flat layout")
+    assert out["kernels"] <= 20, out
+    assert out["bytes_accessed"] / out["params"] <= 1.2 * 28.0, out
+    assert out["temp_bytes"] < 2**20, out
 
 
 @pytest.mark.long

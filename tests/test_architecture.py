@@ -167,8 +167,9 @@ LAYERS = [
     Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
     Layer("L3_readers", lambda m: m == "functrain.hyperparams_reader", L0_CORE + L1),
-    # Training steps built around any optimizer (gradient release).
-    Layer("L3_steps", lambda m: m == "functrain.gradient_release", L0 + L1),
+    # Training steps built around any optimizer (gradient release, the flat layout).
+    Layer("L3_steps", lambda m: m in {"functrain.gradient_release", "functrain.flat_layout"},
+          L0 + L1),
     Layer("L4_optimizers", lambda m: m in NAMED, L0 + L1 + ("L2_stages",)),
     Layer("L4_contrib_bases", lambda m: m in CONTRIB_BASES,
           L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),
