@@ -172,3 +172,13 @@ def test_the_flat_step_is_a_few_kernels_whatever_the_leaves():
         counts.append(fusions(functrain.on_flat_layout(opt, layout), layout.flatten(params)))
     assert fusions(opt, tree(layers=100)) >= 200  # one per leaf: the count the layout removes
     assert counts[0] == counts[1] <= 8, counts  # the step count's scalars, and one pass
+
+
+def test_the_check_refuses_layouts_too_large_to_probe(monkeypatch):
+    import importlib
+    module = importlib.import_module("functrain.flat_layout")
+    monkeypatch.setattr(module, "PROBE_ELEMENTS", 20)
+    layout = functrain.flat_layout(tree())
+    with pytest.raises(ValueError, match=r"27 elements here, more than the 20.*check=False"):
+        functrain.on_flat_layout(functrain.adam(0.1), layout)
+    functrain.on_flat_layout(functrain.adam(0.1), layout, check=False)  # as asked
