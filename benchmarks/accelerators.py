@@ -80,12 +80,13 @@ def jobs(full: bool, names: list, trees: list) -> list:
     pairs = SHORT
     if full:
         everything = sorted(registry.REGISTRY) + list(LOW_BIT)
-        pairs = [(tree, n) for tree in TREES for n in everything
-                 if tree != FLAT or (n in ONE_PASS and n not in LOW_BIT)]  # refused: per leaf
+        pairs = [(tree, n) for tree in TREES for n in everything]
     if names:
         pairs = [(tree, n) for tree, n in pairs if n in names] or [
             (tree, n) for tree in TREES for n in names]
-    pairs = [(tree, n) for tree, n in pairs if tree in trees]
+    # the flat layout only for per-element steps (on_flat_layout refuses the others)
+    pairs = [(tree, n) for tree, n in pairs if tree in trees and (
+        tree != FLAT or (n in ONE_PASS and n not in (*LOW_BIT, "noisy_sgd")))]
     out = []
     for tree, name in pairs:
         out.append((tree, name, "functrain"))
