@@ -101,6 +101,7 @@ CONTRIB_SECOND_BASES = {"functrain.contrib.hyperball"}
 FACES = {"functrain.tree", "functrain.transforms"}
 # The losses' input checks and shared math, below the loss modules that use them.
 LOSS_PARTS = {"functrain.losses.checks", "functrain.losses.primitives"}
+MATRIX_STEPS = {"functrain.matrix.kron_steps"}
 BESIDE = {f"functrain.{name}" for name in (
     "grad", "compat", "sharding", "schedules", "projections", "microbatching", "linalg",
     "param_updates", "tree_utils", "quantization")}
@@ -141,7 +142,7 @@ class Layer:
 
 L0_CORE = ("L0_checks", "L0_tree_moments", "L0_tree_parts", "L0_tree_basics", "L0_tree",
            "L0_numerics")
-L0 = L0_CORE + ("L0_codes", "L0_beside", "L0_matrix")
+L0 = L0_CORE + ("L0_codes", "L0_beside", "L0_matrix", "L0_matrix_steps")
 L1 = ("L1_dtypes", "L1_protocol", "L1_engine")
 
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
@@ -157,7 +158,10 @@ LAYERS = [
     Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:5]),
     Layer("L0_codes", lambda m: m == "functrain.code_arithmetic", ()),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE + ("L0_codes",)),
-    Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
+    Layer("L0_matrix", lambda m: in_package("matrix")(m) and m not in MATRIX_STEPS,
+          L0_CORE + ("L0_beside",)),
+    # An optimizer's step as named stages over the matrix toolkit (Kron's).
+    Layer("L0_matrix_steps", lambda m: m in MATRIX_STEPS, L0_CORE + ("L0_beside", "L0_matrix")),
     Layer("L0_loss_parts", lambda m: m in LOSS_PARTS, L0_CORE),
     Layer("L0_losses", lambda m: in_package("losses")(m) and m not in LOSS_PARTS,
           L0_CORE + ("L0_beside", "L0_loss_parts")),

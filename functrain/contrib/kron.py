@@ -35,8 +35,6 @@ variant of Li's psgd_torch and of Evan Walters' psgd_jax / kron_torch.
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -44,19 +42,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
-                                     from_blocks, from_layer_blocks, gather_blocks,
-                                     layer_block_groups, merged_shape, scatter_blocks,
-                                     to_blocks, to_layer_blocks)
-from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
-                                                from_layers, layer_views, stacked_shape,
-                                                stacked_view, to_layers)
-from functrain.matrix.shape_groups import (group_key, leaf_order, shape_groups, stack_units,
-                                           unstack_units)
-from functrain.matrix.kron_factors import (diagonal_axes, group_noise, precondition,
-                                           whitening_step)
-from functrain.linalg import CHUNK_BYTES, map_stacks
-from functrain.numerics import abs_sq, bias_correction_factor, ema_update
+from functrain.matrix import kron_steps as ks
+from functrain.matrix.blocks import check_block_size
+from functrain.matrix.dimension_numbers import check_dimension_numbers, stacked_view
+from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
+from functrain.numerics import bias_correction_factor
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
@@ -142,21 +132,6 @@ def precond_update_prob_schedule(max_prob: float = 1.0, min_prob: float = 0.03,
 
 
 # --------------------------------------------------------------------------
-# How a leaf is cut into same-shape units (the math on groups of them: kron_factors)
-# --------------------------------------------------------------------------
-
-class _Plan(NamedTuple):
-    """How Kron sees one leaf (all static)."""
-
-    shape: tuple            # the leaf's shape, its axes merged with merge_dims
-    grid: Optional[tuple]   # per axis of ``shape``, (blocks, length); None: not split
-    lead: tuple             # (number of blocks,) for a split leaf, else ()
-    block: tuple            # a full-size block's shape (``shape`` when not split)
-    kinds: tuple            # per axis of ``block``: True where its factor is diagonal
-    view: Optional[LayerView] = None  # a stacked leaf's layers (``shape``: one layer's;
-    #                                   ``grid`` set, all ones when not split)
-
-
 # Test hook: False gives every leaf its own group (the per-leaf program).
 _GROUP_SAME_SHAPES = True
 # The most rows (index entries) of the gather that puts the noise in group order.
@@ -181,6 +156,32 @@ def _check_options(owner: str, max_size_triangular: Any, min_ndim_triangular: An
     if memory_save_mode not in _MEMORY_SAVE_MODES:
         raise ValueError(f"{owner}: memory_save_mode must be one of {list(_MEMORY_SAVE_MODES)}, "
                          f"got {memory_save_mode!r}.")
+
+
+def _read_state(cfg: ks.KronConfig, updates: Updates, state: KronState,
+                params: Optional[Params]) -> tuple:
+    """The updates' and the state's leaves, checked against each other and the params:
+    ``(paths, gs, mus, qs, views, treedef)``."""
+    owner = cfg.owner
+    check_state_type(state, KronState, owner)
+    paths, gs, treedef = ft.flatten_with_paths(updates)
+    gs = [jnp.asarray(g) for g in gs]
+    if params is not None:
+        ft.check_structure(updates, params, "params", "updates")
+        ft.check_shapes(paths, treedef.flatten_up_to(params), gs, "updates", "params")
+    ft.check_leaf_dtypes(paths, gs, [True] * len(gs), owner, "updates")
+    mus = ft.flatten_like(treedef, state.mu, f"{owner} state .mu", updates, "updates")
+    ft.check_shapes(paths, mus, gs, "updates", f"{owner} state .mu")
+    try:
+        qs = treedef.flatten_up_to(state.qs)
+    except (ValueError, TypeError):
+        raise ValueError(f"{owner}: the state's .qs does not have the structure of the "
+                         f"updates ({treedef}): was it made by this transformation's "
+                         f"init?") from None
+    views = ks.views_of(cfg, updates, gs)
+    ks.check_factors(owner, paths, gs, qs,
+                     [ks.plan(cfg, jnp.shape(x), v) for x, v in zip(gs, views)])
+    return paths, gs, mus, qs, views, treedef
 
 
 @hyperparameters(
@@ -309,227 +310,47 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     check_bools(owner, merge_dims=merge_dims, group_same_shapes=group_same_shapes)
     prob = (precond_update_prob_schedule() if preconditioner_update_probability is None
             else preconditioner_update_probability)
-
-    def plan(shape: tuple, view: Optional[LayerView] = None) -> _Plan:
-        """Merge (``merge_dims``), then split the axes longer than ``block_size``."""
-        shape = tuple(shape) if view is None else view.layer_shape
-        merged = merged_shape(shape, max_size_triangular) if merge_dims else shape
-        grid = block_grid(merged, block_size)
-        if not any(k > 1 for k, _ in grid):
-            return _Plan(merged, None if view is None else grid, (), merged, kinds(merged), view)
-        block = tuple(b for _, b in grid)
-        return _Plan(merged, grid, (math.prod(k for k, _ in grid),), block, kinds(block), view)
-
-    def plans(tree: Any, leaves: list) -> list:
-        return [plan(jnp.shape(x), v) for x, v in zip(leaves, views_of(tree, leaves))]
-
-    def views_of(tree: Any, leaves: list) -> list:
-        if weight_dimension_numbers is None:
-            return [None] * len(leaves)
-        return layer_views(weight_dimension_numbers, tree, owner)
-
-    def kinds(shape: tuple) -> tuple:
-        return diagonal_axes(shape, max_size_triangular, max_skew_triangular,
-                              min_ndim_triangular, memory_save_mode)
-
-    def factor_shapes(lay: _Plan) -> list:
-        return [stacked_shape(lay.view, lay.lead + ((d,) if diag else (d, d)))
-                for d, diag in zip(lay.block, lay.kinds)] if lay.shape else [
-                    stacked_shape(lay.view, ())]
-
-    def q_dtype(x: Any) -> Any:
-        return precond_dtype if precond_dtype is not None else ft.compute_dtype(x.dtype)
-
-    def init_leaf(p: Any, lay: _Plan) -> tuple:
-        dtype = q_dtype(p)
-        s = precond_init_scale ** (1.0 / max(len(lay.shape), 1))
-        base = [np.ones(fs) if diag else np.broadcast_to(np.eye(fs[-1]), fs)
-                for fs, diag in zip(factor_shapes(lay), lay.kinds)]
-        if isinstance(s, (int, float, np.number)):  # numpy: no kernel compiled per shape
-            return tuple(jnp.asarray(s * b, dtype) for b in base)
-        return tuple((s * jnp.asarray(b, dtype)).astype(dtype) for b in base)  # injected
+    cfg = ks.KronConfig(owner, b1, normalize_grads, max_size_triangular, max_skew_triangular,
+                        min_ndim_triangular, memory_save_mode, momentum_into_precond_update,
+                        precond_lr, precond_init_scale, update_clip_rms, precond_dtype, mesh,
+                        block_size, merge_dims, weight_dimension_numbers)
 
     def init_fn(params: Params) -> KronState:
         paths, leaves, treedef = ft.flatten_with_paths(params)
         ft.check_leaf_dtypes(paths, leaves, [True] * len(leaves), owner, "params")
-        qs = [init_leaf(p, lay) for p, lay in zip(leaves, plans(params, leaves))]
+        views = ks.views_of(cfg, params, leaves)
+        qs = [ks.init_factors(cfg, p, ks.plan(cfg, jnp.shape(p), v))
+              for p, v in zip(leaves, views)]
         return KronState(count=jnp.zeros([], jnp.int32), key=jax.random.PRNGKey(seed),
                          mu=ft.zeros_like(params, dtype=mu_dtype), qs=treedef.unflatten(qs))
-
-    def check_factors(paths: list, gs: list, qs: list, lays: list) -> None:
-        for where, g, q, lay in zip(paths, gs, qs, lays):
-            want = factor_shapes(lay)
-            got = [tuple(jnp.shape(x)) for x in q] if isinstance(q, (tuple, list)) else None
-            if got != want:
-                raise ValueError(f"{owner}: updates leaf {where} of shape {tuple(g.shape)} needs "
-                                 f"Kronecker factors of shapes {want}, but the state's .qs has "
-                                 f"{got}: was the state made by this transformation's init "
-                                 f"for these params?")
 
     def update_fn(updates: Updates, state: KronState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, KronState]:
         del extra_args
-        check_state_type(state, KronState, owner)
-        paths, gs, treedef = ft.flatten_with_paths(updates)
-        gs = [jnp.asarray(g) for g in gs]
-        if params is not None:
-            ft.check_structure(updates, params, "params", "updates")
-            ft.check_shapes(paths, treedef.flatten_up_to(params), gs, "updates", "params")
-        ft.check_leaf_dtypes(paths, gs, [True] * len(gs), owner, "updates")
-        mus = ft.flatten_like(treedef, state.mu, f"{owner} state .mu", updates, "updates")
-        ft.check_shapes(paths, mus, gs, "updates", f"{owner} state .mu")
-        try:
-            qs = treedef.flatten_up_to(state.qs)
-        except (ValueError, TypeError):
-            raise ValueError(f"{owner}: the state's .qs does not have the structure of the "
-                             f"updates ({treedef}): was it made by this transformation's "
-                             f"init?") from None
-        views = views_of(updates, gs)
-        check_factors(paths, gs, qs, [plan(jnp.shape(x), v) for x, v in zip(gs, views)])
+        paths, gs, mus, qs, views, treedef = _read_state(cfg, updates, state, params)
         # same-shape leaves as one stacked leaf (functrain.matrix.shape_groups)
         leaf_gs, leaf_mus, leaf_qs = gs, mus, qs
         grouping = shape_groups([group_key(*x[:3], static=x[3]) if group_same_shapes else None
                                  for x in zip(gs, mus, qs, views)])
         gs, mus = stack_units(grouping, gs), stack_units(grouping, mus)
-        lays = [plan(jnp.shape(g), stacked_view(views[m[0]], jnp.shape(leaf_gs[m[0]]), len(m)))
+        lays = [ks.plan(cfg, jnp.shape(g), stacked_view(views[m[0]], jnp.shape(leaf_gs[m[0]]),
+                                                        len(m)))
                 for g, m in zip(gs, grouping.units)]
-        qs = stack_units(grouping, qs, [factor_shapes(lay) for lay in lays])
+        qs = stack_units(grouping, qs, [ks.factor_shapes(lay) for lay in lays])
 
         count = safe_increment(state.count)
         key, coin_key, noise_key = jax.random.split(state.key, 3)
         p_now = value_at(prob, state.count)
         do_update = jax.random.uniform(coin_key) < p_now
-        correction = bias_correction_factor(b1, count)
-
-        cds, new_mus, ms, hs = [], [], [], []
-        for g, mu, q, lay in zip(gs, mus, qs, lays):
-            cd = ft.compute_dtype(jnp.promote_types(jnp.promote_types(g.dtype, mu.dtype),
-                                                    q[0].dtype))
-            gc = g.astype(cd)
-            if normalize_grads and lay.view is not None:  # each layer by its own norm
-                gc = gc / (jnp.sqrt(jnp.sum(abs_sq(gc), axis=lay.view.perm[len(
-                    lay.view.layers):], keepdims=True)) + 1e-16)
-            elif normalize_grads:
-                gc = gc / (jnp.sqrt(jnp.sum(abs_sq(gc))) + 1e-16)
-            new_mu = ema_update(gc, mu.astype(cd), b1)
-            m = new_mu / correction.astype(new_mu.real.dtype)
-            cds.append(cd)
-            new_mus.append(new_mu.astype(mu.dtype))
-            ms.append(m)
-            hs.append(m if momentum_into_precond_update else gc)
-
-        # Units: a leaf (in its merged shape), or a split leaf's blocks of one shape, or a
-        # stacked leaf's layers' (blocks of one shape); each block or layer is a leaf of
-        # its own to the math below. ``like``: one shape per leaf, layer or block, in leaf,
-        # layer, then row-major block order (the noise is drawn in that order).
-        units, like, pieces = [], [], {}
-        for i, (q, cd, lay) in enumerate(zip(qs, cds, lays)):
-            arrays = [ms[i], hs[i]][:1 if momentum_into_precond_update else 2]
-            q = [x.astype(cd) for x in q]
-            if lay.grid is None:
-                arrays = [x.reshape(lay.shape) for x in arrays]
-                units.append((i, None, [x[None] for x in arrays], [x[None] for x in q],
-                              [len(like)], tuple(x.ndim for x in q)))
-                like.append(jax.ShapeDtypeStruct(lay.shape, hs[i].dtype))
-                continue
-            if lay.view is None:
-                padded = [to_blocks(x.reshape(lay.shape), lay.grid) for x in arrays]
-                cut = block_groups(lay.shape, lay.grid)
-            else:  # every layer's blocks, layer after layer; the factors likewise
-                n = math.prod(lay.view.layers)
-                padded = [to_layer_blocks(to_layers(x, lay.view).reshape((n,) + lay.shape),
-                                          lay.grid) for x in arrays]
-                q = [x.reshape((-1,) + x.shape[len(lay.view.layers) + len(lay.lead):])
-                     for x in q]
-                cut = layer_block_groups(n, lay.shape, lay.grid)
-            first = len(like)
-            pieces[i] = [lay, jnp.zeros_like(padded[0]), q]
-            like += [None] * padded[0].shape[0]
-            for shape, idx in cut:
-                for j in idx:
-                    like[first + j] = jax.ShapeDtypeStruct(shape, hs[i].dtype)
-                units.append((i, idx, [gather_blocks(x, idx, shape) for x in padded],
-                              [gather_blocks(x, idx, (d,) * (x.ndim - 1))
-                               for x, d in zip(q, shape or (1,))],
-                              [first + j for j in idx], tuple(x.ndim - 1 for x in q)))
-        # Same-shape groups: units of one shape, factor structure and compute dtype.
-        # A group's factors at most CHUNK_BYTES (float32 bytes; at least one unit): the
-        # refresh's d x d products exist for one group at a time.
-        groups: dict = {}
-        for n, (i, _, arrays, _, _, ndims) in enumerate(units):
-            gkey = (arrays[0].shape[1:], ndims, jnp.dtype(cds[i]))
-            groups.setdefault(gkey if _GROUP_SAME_SHAPES else n, []).append(units[n])
-        members = []
-        for us in groups.values():
-            per_matrix = 4 * sum(math.prod(x.shape[1:]) for x in us[0][3])
-            cap = max(1, CHUNK_BYTES // max(1, per_matrix))
-            chunk, held = [], 0
-            for unit in us:
-                if chunk and held + unit[3][0].shape[0] > cap:
-                    members.append(chunk)
-                    chunk, held = [], 0
-                chunk.append(unit)
-                held += unit[3][0].shape[0]
-            members.append(chunk)
-
-        def stack(xs: list) -> Array:
-            return xs[0] if len(xs) == 1 else jnp.concatenate(xs)
-
-        stacked_q = [[stack(list(f)) for f in zip(*[u[3] for u in us])] for us in members]
-        stacked_m = [stack([u[2][0] for u in us]) for us in members]
-        stacked_h = (stacked_m if momentum_into_precond_update
-                     else [stack([u[2][-1] for u in us]) for us in members])
-
-        # the noise in leaf order: each leaf's (layer's, block's) as without the grouping
-        counts = [0] * len(gs)
-        for u in units:
-            counts[u[0]] += len(u[4])
-        order = leaf_order(grouping, counts)
-        in_leaf_order = [like[order.index(k)] for k in range(len(like))]
-
-        noise_groups = [[order[j] for u in us for j in u[4]] for us in members]
-
-        def refresh(k: int, q: list) -> list:  # group k's factors (the noise: its slice)
-            v = group_noise(noise_key, in_leaf_order, noise_groups, _MAX_GATHER_ROWS)[k]
-            return map_stacks(lambda h, v, *q_lr: whitening_step(list(q_lr[:-1]), h, v,
-                                                                 q_lr[-1]),
-                              stacked_h[k], v, *q, mesh=mesh, shared=(precond_lr,))
-
-        # one conditional per group: a group's new factors are its own conditional's output
-        stacked_q = [jax.lax.cond(do_update, functools.partial(refresh, k), lambda q: q, sq)
-                     for k, sq in enumerate(stacked_q)]
-        out, new_qs = [None] * len(gs), [None] * len(gs)
-        for us, sq, m in zip(members, stacked_q, stacked_m):
-            u = map_stacks(lambda m, *q: precondition(list(q), m), m, *sq, mesh=mesh)
-            if update_clip_rms is not None:  # divided per leaf, after the slice
-                rms = jnp.sqrt(jnp.mean(abs_sq(u), axis=tuple(range(1, u.ndim))))
-                clip = jnp.maximum(1, rms / update_clip_rms)
-            at = 0
-            for i, idx, _, _, virtual, _ in us:
-                n = len(virtual)
-                if idx is not None:  # blocks of a split leaf: put back below
-                    pieces[i].append((idx, u[at:at + n], [s[at:at + n] for s in sq]))
-                else:
-                    ui = u[at] if update_clip_rms is None else u[at] / clip[at]
-                    out[i] = ui.reshape(gs[i].shape).astype(gs[i].dtype)
-                    new_qs[i] = tuple(s[at].astype(x.dtype) for s, x in zip(sq, qs[i]))
-                at += n
-        for i, (lay, ub, q, *parts) in pieces.items():
-            for idx, ui, qi in parts:
-                ub = scatter_blocks(ub, idx, ui)
-                q = [scatter_blocks(a, idx, b) for a, b in zip(q, qi)]
-            if lay.view is None:
-                ui = from_blocks(ub, lay.shape, lay.grid).reshape(gs[i].shape)
-                if update_clip_rms is not None:  # the whole leaf's RMS
-                    ui = ui / jnp.maximum(1, jnp.sqrt(jnp.mean(abs_sq(ui))) / update_clip_rms)
-            else:
-                ui = from_layer_blocks(ub, lay.shape, lay.grid)
-                if update_clip_rms is not None:  # each layer's RMS
-                    ui = ui / jnp.maximum(1, jnp.sqrt(jnp.mean(abs_sq(ui), axis=tuple(
-                        range(1, ui.ndim)), keepdims=True)) / update_clip_rms)
-                ui = from_layers(ui, lay.view)
-            out[i] = ui.astype(gs[i].dtype)
-            new_qs[i] = tuple(a.reshape(x.shape).astype(x.dtype) for a, x in zip(q, qs[i]))
+        cds, new_mus, ms, hs = ks.momentum(cfg, gs, mus, qs, lays,
+                                           bias_correction_factor(b1, count))
+        units, like, pieces = ks.cut_units(cfg, qs, cds, lays, ms, hs)
+        members = ks.chunk_groups(units, cds, _GROUP_SAME_SHAPES)
+        stacked_q, stacked_m, stacked_h = ks.stacked_arrays(cfg, members)
+        stacked_q = ks.refresh_groups(cfg, members, units, like, grouping, len(gs), noise_key,
+                                      do_update, stacked_q, stacked_h, _MAX_GATHER_ROWS)
+        out, new_qs = ks.precondition_groups(cfg, members, stacked_q, stacked_m, gs, qs, pieces)
+        ks.put_back_blocks(cfg, pieces, gs, qs, out, new_qs)
         return treedef.unflatten(unstack_units(grouping, out, leaf_gs)), KronState(
             count=count, key=key, mu=treedef.unflatten(unstack_units(grouping, new_mus, leaf_mus)),
             qs=treedef.unflatten(unstack_units(grouping, new_qs, leaf_qs)))
