@@ -173,6 +173,157 @@ def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout],
                 f"max_precond_dim or weight_dimension_numbers?")
 
 
+class _Config(NamedTuple):
+    """scale_by_shampoo's static options (its arguments of the same names)."""
+
+    b1: Any
+    b2: Any
+    eps: Any
+    matrix_eps: Any
+    graft_type: Optional[str]
+    nesterov: bool
+    mesh: Any
+    block_size: Optional[int]
+    max_precond_dim: int
+    uses_nu: bool
+
+
+_FIELDS = ("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r")
+
+
+def _leaf_layout(cfg: _Config, x: Any, view: Optional[LayerView]) -> Optional[_Layout]:
+    return _layout(tuple(x.shape) if view is None else view.layer_shape, cfg.block_size,
+                   cfg.max_precond_dim)
+
+
+def _diagonal(cfg: _Config, g: Array, nu: Array, ctx: _Context) -> tuple[Array, Array]:
+    """The grafted (diagonal) optimizer's direction and its new ``nu``."""
+    if cfg.graft_type == "sgd":
+        return g, nu
+    if cfg.graft_type == "adam":
+        nu = ema_update(abs_sq(g), nu, cfg.b2)
+        return g / (jnp.sqrt(nu / ctx.nu) + cfg.eps), nu
+    nu = nu + abs_sq(g)
+    return g / (jnp.sqrt(nu) + cfg.eps), nu
+
+
+def _statistics_blocks(cfg: _Config, gs: list, ps: list, views: list, olds: list,
+                       ctx: _Context) -> tuple:
+    """Per leaf its diagonal direction and blocks, and the blocks of every group of one
+    size stacked with their statistics and roots.
+
+    Returns ``(leaves, stacked)``: per leaf ``(x, layout, direction, [mu, nu, sl, sr, pl,
+    pr], group key, (start, count), layer view)``; per group key ``[blocks, L, R, P_L,
+    P_R]`` stacked over the group's leaves.
+    """
+    leaves = []
+    groups: dict = {}  # key -> [blocks, L, R, P_L, P_R]: lists over the group's leaves
+    filled: dict = {}  # key -> blocks stacked so far
+    for g, p, view, *old in zip(gs, ps, views, *olds):
+        cd = leaf_compute_dtype(g, None if p is None else as_array(p))
+        s = [o.astype(state_compute_dtype(o, cd)) for o in old]
+        lay = _leaf_layout(cfg, g, view)
+        x = g.astype(cd)
+        direction, s[1] = _diagonal(cfg, x, s[1], ctx)
+        key = slot = None
+        if lay is not None:
+            # one dtype per group: a complex leaf never stacks with a real one
+            key = (lay.br, lay.bc, lay.left, lay.right, jnp.result_type(x, s[2]))
+            stats = s[2:]
+            if view is None:
+                blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay))
+            else:  # every layer's blocks, layer after layer
+                blocks = to_layer_blocks(to_layers(x, view), _grid(lay))
+                stats = [v.reshape((-1,) + v.shape[-2:]) if v.ndim > 1 else v for v in stats]
+            blocks = blocks.astype(s[2].dtype)
+            for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
+                                  [blocks] + stats):
+                lst.append(value)
+            slot = (filled.get(key, 0), blocks.shape[0])
+            filled[key] = slot[0] + slot[1]
+        leaves.append((x, lay, direction, s, key, slot, view))
+    stacked = {key: [jnp.concatenate(lst) if len(lst) > 1 else lst[0] for lst in members]
+               for key, members in groups.items()}
+    return leaves, stacked
+
+
+def _precondition_groups(cfg: _Config, groups: dict, ctx: _Context) -> dict:
+    """Statistics, inverse roots and ``P_L G P_R`` of every group of same-size blocks.
+
+    ``groups`` maps ``(br, bc, left, right, dtype)`` to ``[blocks, L, R, P_L, P_R]``
+    stacked over the group's blocks (all leaves). One ``lax.cond`` refreshes
+    every group's roots.
+    """
+    b2 = cfg.b2
+    weight = jnp.where(b2 == 1, 1.0, 1.0 - b2)
+    for (_, _, left, right, _), g in groups.items():
+        if left:
+            g[1] = b2 * g[1] + weight * jnp.matmul(g[0], _ct(g[0]), precision=_HIGHEST)
+        if right:
+            g[2] = b2 * g[2] + weight * jnp.matmul(_ct(g[0]), g[0], precision=_HIGHEST)
+
+    def roots(stats: list) -> list:
+        out = []
+        for (_, _, left, right, _), (sl, sr, pl, pr) in zip(groups, stats):
+            exponent = 2 * (int(left) + int(right))
+            out.append((_inverse_root(sl, exponent, cfg.matrix_eps, cfg.mesh) if left else pl,
+                        _inverse_root(sr, exponent, cfg.matrix_eps, cfg.mesh) if right else pr))
+        return out
+
+    stats = [tuple(g[1:]) for g in groups.values()]
+    new_roots = jax.lax.cond(ctx.refresh, roots,
+                             lambda stats: [(pl, pr) for _, _, pl, pr in stats], stats)
+    for ((_, _, left, right, _), g), (pl, pr) in zip(groups.items(), new_roots):
+        d = g[0]
+        if left:
+            d = jnp.matmul(pl, d, precision=_HIGHEST)
+        if right:
+            d = jnp.matmul(d, pr, precision=_HIGHEST)
+        g[3:] = [pl, pr]
+        g.append(d)
+    return groups
+
+
+def _graft(d: Array, direction: Array, axes: Optional[tuple]) -> Array:
+    """``||direction|| / ||d||`` (over ``axes``; ``None``: all), in ``d``'s dtype."""
+    d_norm = jnp.sqrt(jnp.sum(abs_sq(d), axis=axes, keepdims=axes is not None))
+    graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction), axis=axes, keepdims=axes is not None))
+    return (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
+
+
+def _directions(cfg: _Config, leaves: list, done: dict, gs: list, olds: list,
+                ctx: _Context) -> tuple:
+    """Each leaf's preconditioned (grafted) direction through the momentum: ``(updates,
+    new state fields)``."""
+    out, new = [], [[] for _ in _FIELDS]
+    for (x, lay, direction, s, key, slot, view), g, old in zip(leaves, gs, zip(*olds)):
+        u = direction
+        if lay is not None:
+            start, count = slot
+            part = [a[start:start + count] for a in done[key]]
+            s[2:] = [part[k].reshape(s[k + 1].shape) if on else s[k + 1] for k, on in
+                     ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
+            if view is None:
+                d = from_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                d = d.reshape(x.shape).astype(x.dtype)
+                if cfg.graft_type is not None:
+                    d = d * _graft(d, direction, None)
+            else:  # each layer grafted to its own norm
+                d = from_layer_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                d = d.astype(x.dtype)
+                if cfg.graft_type is not None:
+                    d = d * _graft(d, to_layers(direction, view), tuple(range(1, d.ndim)))
+                d = from_layers(d, view)
+            u = jnp.where(ctx.precondition, d, direction)
+        s[0] = ema_update(u, s[0], cfg.b1)
+        o = (nesterov_mu_hat(u, s[0], cfg.b1, ctx.mu, ctx.next_mu) if cfg.nesterov
+             else s[0] / ctx.mu)
+        out.append(o.astype(g.dtype))
+        for lst, n, o_ in zip(new, s, old):
+            lst.append(n.astype(o_.dtype))
+    return out, new
+
+
 @hyperparameters(
     b1="number", b2="number", eps="number", matrix_eps="number", block_size="number or None",
     max_precond_dim="number", precondition_frequency="number",
@@ -291,6 +442,8 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                          f"with b2=1 (summed statistics) use graft_type='adagrad'.")
     uses_nu = graft_type != "sgd"
     bias = corrections(b1, b2 if graft_type == "adam" else None, nesterov=nesterov)
+    cfg = _Config(b1, b2, eps, matrix_eps, graft_type, nesterov, mesh, block_size,
+                  max_precond_dim, uses_nu)
 
     def prepare(glob: dict, updates: Any) -> tuple:
         bc, counted = bias(glob, updates)
@@ -300,18 +453,13 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                                      precondition_frequency) == 0)
         return _Context(bc.mu, bc.next_mu, bc.nu, refresh, started), counted
 
-    def layout(x: Any, view: Optional[LayerView]) -> Optional[_Layout]:
-        return _layout(tuple(x.shape) if view is None else view.layer_shape, block_size,
-                       max_precond_dim)
-
     def views_of(tree: Any, n: int) -> list:
         if weight_dimension_numbers is None:
             return [None] * n
         return layer_views(weight_dimension_numbers, tree, owner)
 
     def init_leaf(p: Any, view: Optional[LayerView] = None) -> tuple:
-        lay = layout(p, view)
-        sl, sr = _stat_shapes(lay, view)
+        sl, sr = _stat_shapes(_leaf_layout(cfg, p, view), view)
         sdt = jnp.promote_types(p.dtype, jnp.float32)
         nu = ft.zeros_like(p) if uses_nu else jnp.zeros((1,), p.dtype)
 
@@ -323,64 +471,13 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         return (ft.zeros_like(p, mu_dtype), nu, jnp.zeros(sl, sdt), jnp.zeros(sr, sdt),
                 eye(sl), eye(sr))
 
-    def diagonal(g: Array, nu: Array, ctx: _Context) -> tuple[Array, Array]:
-        if graft_type == "sgd":
-            return g, nu
-        if graft_type == "adam":
-            nu = ema_update(abs_sq(g), nu, b2)
-            return g / (jnp.sqrt(nu / ctx.nu) + eps), nu
-        nu = nu + abs_sq(g)
-        return g / (jnp.sqrt(nu) + eps), nu
-
-    def precondition_groups(groups: dict, ctx: _Context) -> dict:
-        """Statistics, inverse roots and ``P_L G P_R`` of every group of same-size blocks.
-
-        ``groups`` maps ``(br, bc, left, right, dtype)`` to ``[blocks, L, R, P_L, P_R]``
-        stacked over the group's blocks (all leaves). One ``lax.cond`` refreshes
-        every group's roots.
-        """
-        weight = jnp.where(b2 == 1, 1.0, 1.0 - b2)
-        for (_, _, left, right, _), g in groups.items():
-            if left:
-                g[1] = b2 * g[1] + weight * jnp.matmul(g[0], _ct(g[0]), precision=_HIGHEST)
-            if right:
-                g[2] = b2 * g[2] + weight * jnp.matmul(_ct(g[0]), g[0], precision=_HIGHEST)
-
-        def roots(stats: list) -> list:
-            out = []
-            for (_, _, left, right, _), (sl, sr, pl, pr) in zip(groups, stats):
-                exponent = 2 * (int(left) + int(right))
-                out.append((_inverse_root(sl, exponent, matrix_eps, mesh) if left else pl,
-                            _inverse_root(sr, exponent, matrix_eps, mesh) if right else pr))
-            return out
-
-        stats = [tuple(g[1:]) for g in groups.values()]
-        new_roots = jax.lax.cond(ctx.refresh, roots,
-                                 lambda stats: [(pl, pr) for _, _, pl, pr in stats], stats)
-        for ((_, _, left, right, _), g), (pl, pr) in zip(groups.items(), new_roots):
-            d = g[0]
-            if left:
-                d = jnp.matmul(pl, d, precision=_HIGHEST)
-            if right:
-                d = jnp.matmul(d, pr, precision=_HIGHEST)
-            g[3:] = [pl, pr]
-            g.append(d)
-        return groups
-
-    def graft(d: Array, direction: Array, axes: Optional[tuple]) -> Array:
-        """``||direction|| / ||d||`` (over ``axes``; ``None``: all), in ``d``'s dtype."""
-        d_norm = jnp.sqrt(jnp.sum(abs_sq(d), axis=axes, keepdims=axes is not None))
-        graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction), axis=axes, keepdims=axes is not None))
-        return (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
-
     shaped = ("mu", "nu") if uses_nu else ("mu",)
-    fields = ("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r")
     # The engine's stage for init and for its input checks (structure, shapes, dtypes,
     # state type; its own arithmetic is the identity, left to XLA to drop). The math runs
     # over the whole tree so that same-size blocks of all leaves are batched.
     checks = LeafStage(
         name=owner, update_leaf=lambda g, s, p, ctx: (g, tuple(s)), state_cls=ShampooState,
-        leaf_fields=fields, init_leaf=init_leaf,
+        leaf_fields=_FIELDS, init_leaf=init_leaf,
         init_global=lambda: {"count": jnp.zeros([], jnp.int32)}, prepare=prepare,
         shaped_fields=shaped)
 
@@ -400,9 +497,10 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         gs = [as_array(g) for g in gs]
         views = views_of(updates, len(gs))
         ps = [None] * len(gs) if params is None else treedef.flatten_up_to(params)
-        olds = [treedef.flatten_up_to(getattr(state, f)) for f in fields]
+        olds = [treedef.flatten_up_to(getattr(state, f)) for f in _FIELDS]
         for g, view, *old in zip(gs, views, *olds):
-            _check_state_shapes(checks.leaf_state(old), tuple(g.shape), layout(g, view), view)
+            _check_state_shapes(checks.leaf_state(old), tuple(g.shape),
+                                _leaf_layout(cfg, g, view), view)
         # same-shape leaves as one stacked leaf (functrain.matrix.shape_groups)
         leaf_gs, leaf_olds = gs, olds
         grouping = shape_groups([group_key(g, p, *old, static=view) if group_same_shapes
@@ -410,68 +508,13 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         views = [stacked_view(views[m[0]], gs[m[0]].shape, len(m), _matrix(gs[m[0]].shape))
                  for m in grouping.units]
         gs, ps = stack_units(grouping, gs), stack_units(grouping, ps)
-        want = [_stat_shapes(layout(g, v), v) for g, v in zip(gs, views)]
+        want = [_stat_shapes(_leaf_layout(cfg, g, v), v) for g, v in zip(gs, views)]
         olds = [stack_units(grouping, o, None if k == 0 or (k == 1 and uses_nu) else
                             [(1,) if k == 1 else w[k % 2] for w in want])
                 for k, o in enumerate(olds)]
-        # per leaf: (x, layout, direction, [mu, nu, sl, sr, pl, pr], group key, (start, count),
-        # layer view)
-        leaves = []
-        groups: dict = {}  # key -> [blocks, L, R, P_L, P_R]: lists over the group's leaves
-        filled: dict = {}  # key -> blocks stacked so far
-        for g, p, view, *old in zip(gs, ps, views, *olds):
-            cd = leaf_compute_dtype(g, None if p is None else as_array(p))
-            s = [o.astype(state_compute_dtype(o, cd)) for o in old]
-            lay = layout(g, view)
-            x = g.astype(cd)
-            direction, s[1] = diagonal(x, s[1], ctx)
-            key = slot = None
-            if lay is not None:
-                # one dtype per group: a complex leaf never stacks with a real one
-                key = (lay.br, lay.bc, lay.left, lay.right, jnp.result_type(x, s[2]))
-                stats = s[2:]
-                if view is None:
-                    blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay))
-                else:  # every layer's blocks, layer after layer
-                    blocks = to_layer_blocks(to_layers(x, view), _grid(lay))
-                    stats = [v.reshape((-1,) + v.shape[-2:]) if v.ndim > 1 else v
-                             for v in stats]
-                blocks = blocks.astype(s[2].dtype)
-                for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
-                                      [blocks] + stats):
-                    lst.append(value)
-                slot = (filled.get(key, 0), blocks.shape[0])
-                filled[key] = slot[0] + slot[1]
-            leaves.append((x, lay, direction, s, key, slot, view))
-        stacked = {key: [jnp.concatenate(lst) if len(lst) > 1 else lst[0] for lst in members]
-                   for key, members in groups.items()}
-        done = precondition_groups(stacked, ctx)
-
-        out, new = [], [[] for _ in fields]
-        for (x, lay, direction, s, key, slot, view), g, old in zip(leaves, gs, zip(*olds)):
-            u = direction
-            if lay is not None:
-                start, count = slot
-                part = [a[start:start + count] for a in done[key]]
-                s[2:] = [part[k].reshape(s[k + 1].shape) if on else s[k + 1] for k, on in
-                         ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
-                if view is None:
-                    d = from_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
-                    d = d.reshape(x.shape).astype(x.dtype)
-                    if graft_type is not None:
-                        d = d * graft(d, direction, None)
-                else:  # each layer grafted to its own norm
-                    d = from_layer_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
-                    d = d.astype(x.dtype)
-                    if graft_type is not None:
-                        d = d * graft(d, to_layers(direction, view), tuple(range(1, d.ndim)))
-                    d = from_layers(d, view)
-                u = jnp.where(ctx.precondition, d, direction)
-            s[0] = ema_update(u, s[0], b1)
-            o = nesterov_mu_hat(u, s[0], b1, ctx.mu, ctx.next_mu) if nesterov else s[0] / ctx.mu
-            out.append(o.astype(g.dtype))
-            for lst, n, o_ in zip(new, s, old):
-                lst.append(n.astype(o_.dtype))
+        leaves, stacked = _statistics_blocks(cfg, gs, ps, views, olds, ctx)
+        done = _precondition_groups(cfg, stacked, ctx)
+        out, new = _directions(cfg, leaves, done, gs, olds, ctx)
         new_state = ShampooState(counted["count"], *(
             treedef.unflatten(unstack_units(grouping, v, o)) for v, o in zip(new, leaf_olds)))
         return treedef.unflatten(unstack_units(grouping, out, leaf_gs)), new_state
