@@ -17,21 +17,20 @@ of the papers' pseudo-code (tests/contrib/test_contrib_shampoo.py).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.matrix.blocks import (block_grid, check_block_size, from_blocks,
-                                     from_layer_blocks, to_blocks, to_layer_blocks)
+from functrain.matrix.blocks import (check_block_size, from_blocks, from_layer_blocks,
+                                     to_blocks, to_layer_blocks)
 from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
-                                                from_layers, layer_views, stacked_shape,
-                                                stacked_view, to_layers)
+                                                from_layers, layer_views, stacked_view,
+                                                to_layers)
 from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
-from functrain.linalg import map_matrices
-from functrain.numerics import abs_sq, ema_update, nesterov_mu_hat
+from functrain.matrix import shampoo_blocks as sb
+from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.families.adam.stages import corrections
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
@@ -45,8 +44,7 @@ from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_
 Array = jax.Array
 
 _GRAFT_TYPES = ("adam", "adagrad", "sgd", None)
-_HIGHEST = jax.lax.Precision.HIGHEST
-_TINY_NORM = 1e-16  # floor of the Shampoo direction's norm when grafting (as the reference)
+_FIELDS = ("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r")
 
 
 @state_value_kinds(mu="signed", nu="unsigned", stats_l="matrix", stats_r="matrix",
@@ -83,86 +81,9 @@ class ShampooState(NamedTuple):
     precond_r: Any
 
 
-class _Layout(NamedTuple):
-    """How one leaf is preconditioned: its matrix view and blocks (all static)."""
-
-    rows: int     # the matrix view: (prod(shape[:-1]), shape[-1])
-    cols: int
-    left: bool    # whether the rows get a preconditioner (L)
-    right: bool   # whether the columns get one (R)
-    kr: int       # blocks along the rows, each of br rows (the last one zero-padded)
-    br: int
-    kc: int
-    bc: int
-
-
-class _Context(NamedTuple):
-    """Per step: bias corrections and whether to refresh / use the preconditioners."""
-
-    mu: Any        # 1 - b1**t
-    next_mu: Any   # 1 - b1**(t+1) (Nesterov)
-    nu: Any        # 1 - b2**t (Adam grafting)
-    refresh: Array
-    precondition: Array
-
-
-def _layout(shape: tuple, block_size: Optional[int], max_precond_dim: int
-            ) -> Optional[_Layout]:
-    """The leaf's layout, or ``None`` for the diagonal fallback (rank < 2, or no side fits)."""
-    if len(shape) < 2:
-        return None
-    rows, cols = _matrix(shape)
-    left, right = rows <= max_precond_dim, cols <= max_precond_dim
-    if not (left or right) or rows * cols == 0:
-        return None
-    (kr, br), (kc, bc) = block_grid((rows, cols), block_size, split=(left, right))
-    return _Layout(rows, cols, left, right, kr, br, kc, bc)
-
-
-def _matrix(shape: tuple) -> tuple:
-    """The matrix a leaf of ``shape`` is seen as: ``(prod(shape[:-1]), shape[-1])``."""
-    return (math.prod(shape[:-1]), shape[-1]) if len(shape) >= 2 else tuple(shape)
-
-
-def _stat_shapes(lay: Optional[_Layout], view: Optional[LayerView] = None
-                 ) -> tuple[tuple, tuple]:
-    """Per side, the statistics' shape (stacked over a stacked leaf's layer axes)."""
-    if lay is None:
-        return (1,), (1,)
-    k = lay.kr * lay.kc
-    return ((stacked_shape(view, (k, lay.br, lay.br)) if lay.left else (1,)),
-            (stacked_shape(view, (k, lay.bc, lay.bc)) if lay.right else (1,)))
-
-
-def _grid(lay: _Layout) -> tuple:
-    return ((lay.kr, lay.br), (lay.kc, lay.bc))
-
-
-def _ct(x: Array) -> Array:
-    return jnp.conj(jnp.swapaxes(x, -1, -2))
-
-
-def _inverse_root(stat: Array, exponent: int, matrix_eps: Any, mesh: Any = None) -> Array:
-    """``(S + matrix_eps * lambda_max(S) I)^(-1/exponent)`` of each block, by ``eigh``.
-
-    Runs in the statistics' dtype (at least float32). Negative rounding of the
-    eigenvalues is clipped to zero; an all-zero block gives the identity. The
-    blocks go through ``eigh`` one at a time on CPU (:func:`map_matrices`): two
-    batched ``eigh`` calls running at once can deadlock XLA:CPU.
-    """
-    w, v = map_matrices(jnp.linalg.eigh, stat, mesh=mesh)
-    w = jnp.maximum(w, 0)
-    top = jnp.max(w, axis=-1, keepdims=True)
-    safe = jnp.where(top > 0, w + matrix_eps * top, 1)
-    scale = (safe ** (-1.0 / exponent)).astype(v.dtype)
-    root = jnp.matmul(v * scale[..., None, :], _ct(v), precision=_HIGHEST)
-    eye = jnp.eye(stat.shape[-1], dtype=stat.dtype)
-    return jnp.where(top[..., None] > 0, root, eye)
-
-
-def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout],
+def _check_state_shapes(s: Any, shape: tuple, lay: Optional[sb.Layout],
                         view: Optional[LayerView]) -> None:
-    want_l, want_r = _stat_shapes(lay, view)
+    want_l, want_r = sb.stat_shapes(lay, view)
     for name, want in (("stats_l", want_l), ("stats_r", want_r), ("precond_l", want_l),
                        ("precond_r", want_r)):
         got = tuple(getattr(s, name).shape)
@@ -173,42 +94,8 @@ def _check_state_shapes(s: Any, shape: tuple, lay: Optional[_Layout],
                 f"max_precond_dim or weight_dimension_numbers?")
 
 
-class _Config(NamedTuple):
-    """scale_by_shampoo's static options (its arguments of the same names)."""
-
-    b1: Any
-    b2: Any
-    eps: Any
-    matrix_eps: Any
-    graft_type: Optional[str]
-    nesterov: bool
-    mesh: Any
-    block_size: Optional[int]
-    max_precond_dim: int
-    uses_nu: bool
-
-
-_FIELDS = ("mu", "nu", "stats_l", "stats_r", "precond_l", "precond_r")
-
-
-def _leaf_layout(cfg: _Config, x: Any, view: Optional[LayerView]) -> Optional[_Layout]:
-    return _layout(tuple(x.shape) if view is None else view.layer_shape, cfg.block_size,
-                   cfg.max_precond_dim)
-
-
-def _diagonal(cfg: _Config, g: Array, nu: Array, ctx: _Context) -> tuple[Array, Array]:
-    """The grafted (diagonal) optimizer's direction and its new ``nu``."""
-    if cfg.graft_type == "sgd":
-        return g, nu
-    if cfg.graft_type == "adam":
-        nu = ema_update(abs_sq(g), nu, cfg.b2)
-        return g / (jnp.sqrt(nu / ctx.nu) + cfg.eps), nu
-    nu = nu + abs_sq(g)
-    return g / (jnp.sqrt(nu) + cfg.eps), nu
-
-
-def _statistics_blocks(cfg: _Config, gs: list, ps: list, views: list, olds: list,
-                       ctx: _Context) -> tuple:
+def _statistics_blocks(cfg: sb.Config, gs: list, ps: list, views: list, olds: list,
+                       ctx: sb.Context) -> tuple:
     """Per leaf its diagonal direction and blocks, and the blocks of every group of one
     size stacked with their statistics and roots.
 
@@ -222,18 +109,18 @@ def _statistics_blocks(cfg: _Config, gs: list, ps: list, views: list, olds: list
     for g, p, view, *old in zip(gs, ps, views, *olds):
         cd = leaf_compute_dtype(g, None if p is None else as_array(p))
         s = [o.astype(state_compute_dtype(o, cd)) for o in old]
-        lay = _leaf_layout(cfg, g, view)
+        lay = sb.leaf_layout(cfg, g, view)
         x = g.astype(cd)
-        direction, s[1] = _diagonal(cfg, x, s[1], ctx)
+        direction, s[1] = sb.diagonal_direction(cfg, x, s[1], ctx)
         key = slot = None
         if lay is not None:
             # one dtype per group: a complex leaf never stacks with a real one
             key = (lay.br, lay.bc, lay.left, lay.right, jnp.result_type(x, s[2]))
             stats = s[2:]
             if view is None:
-                blocks = to_blocks(x.reshape(lay.rows, lay.cols), _grid(lay))
+                blocks = to_blocks(x.reshape(lay.rows, lay.cols), sb.grid(lay))
             else:  # every layer's blocks, layer after layer
-                blocks = to_layer_blocks(to_layers(x, view), _grid(lay))
+                blocks = to_layer_blocks(to_layers(x, view), sb.grid(lay))
                 stats = [v.reshape((-1,) + v.shape[-2:]) if v.ndim > 1 else v for v in stats]
             blocks = blocks.astype(s[2].dtype)
             for lst, value in zip(groups.setdefault(key, [[] for _ in range(5)]),
@@ -247,52 +134,8 @@ def _statistics_blocks(cfg: _Config, gs: list, ps: list, views: list, olds: list
     return leaves, stacked
 
 
-def _precondition_groups(cfg: _Config, groups: dict, ctx: _Context) -> dict:
-    """Statistics, inverse roots and ``P_L G P_R`` of every group of same-size blocks.
-
-    ``groups`` maps ``(br, bc, left, right, dtype)`` to ``[blocks, L, R, P_L, P_R]``
-    stacked over the group's blocks (all leaves). One ``lax.cond`` refreshes
-    every group's roots.
-    """
-    b2 = cfg.b2
-    weight = jnp.where(b2 == 1, 1.0, 1.0 - b2)
-    for (_, _, left, right, _), g in groups.items():
-        if left:
-            g[1] = b2 * g[1] + weight * jnp.matmul(g[0], _ct(g[0]), precision=_HIGHEST)
-        if right:
-            g[2] = b2 * g[2] + weight * jnp.matmul(_ct(g[0]), g[0], precision=_HIGHEST)
-
-    def roots(stats: list) -> list:
-        out = []
-        for (_, _, left, right, _), (sl, sr, pl, pr) in zip(groups, stats):
-            exponent = 2 * (int(left) + int(right))
-            out.append((_inverse_root(sl, exponent, cfg.matrix_eps, cfg.mesh) if left else pl,
-                        _inverse_root(sr, exponent, cfg.matrix_eps, cfg.mesh) if right else pr))
-        return out
-
-    stats = [tuple(g[1:]) for g in groups.values()]
-    new_roots = jax.lax.cond(ctx.refresh, roots,
-                             lambda stats: [(pl, pr) for _, _, pl, pr in stats], stats)
-    for ((_, _, left, right, _), g), (pl, pr) in zip(groups.items(), new_roots):
-        d = g[0]
-        if left:
-            d = jnp.matmul(pl, d, precision=_HIGHEST)
-        if right:
-            d = jnp.matmul(d, pr, precision=_HIGHEST)
-        g[3:] = [pl, pr]
-        g.append(d)
-    return groups
-
-
-def _graft(d: Array, direction: Array, axes: Optional[tuple]) -> Array:
-    """``||direction|| / ||d||`` (over ``axes``; ``None``: all), in ``d``'s dtype."""
-    d_norm = jnp.sqrt(jnp.sum(abs_sq(d), axis=axes, keepdims=axes is not None))
-    graft_norm = jnp.sqrt(jnp.sum(abs_sq(direction), axis=axes, keepdims=axes is not None))
-    return (graft_norm / jnp.maximum(d_norm, _TINY_NORM)).astype(d.dtype)
-
-
-def _directions(cfg: _Config, leaves: list, done: dict, gs: list, olds: list,
-                ctx: _Context) -> tuple:
+def _directions(cfg: sb.Config, leaves: list, done: dict, gs: list, olds: list,
+                ctx: sb.Context) -> tuple:
     """Each leaf's preconditioned (grafted) direction through the momentum: ``(updates,
     new state fields)``."""
     out, new = [], [[] for _ in _FIELDS]
@@ -304,15 +147,15 @@ def _directions(cfg: _Config, leaves: list, done: dict, gs: list, olds: list,
             s[2:] = [part[k].reshape(s[k + 1].shape) if on else s[k + 1] for k, on in
                      ((1, lay.left), (2, lay.right), (3, lay.left), (4, lay.right))]
             if view is None:
-                d = from_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                d = from_blocks(part[5], (lay.rows, lay.cols), sb.grid(lay))
                 d = d.reshape(x.shape).astype(x.dtype)
                 if cfg.graft_type is not None:
-                    d = d * _graft(d, direction, None)
+                    d = d * sb.graft(d, direction, None)
             else:  # each layer grafted to its own norm
-                d = from_layer_blocks(part[5], (lay.rows, lay.cols), _grid(lay))
+                d = from_layer_blocks(part[5], (lay.rows, lay.cols), sb.grid(lay))
                 d = d.astype(x.dtype)
                 if cfg.graft_type is not None:
-                    d = d * _graft(d, to_layers(direction, view), tuple(range(1, d.ndim)))
+                    d = d * sb.graft(d, to_layers(direction, view), tuple(range(1, d.ndim)))
                 d = from_layers(d, view)
             u = jnp.where(ctx.precondition, d, direction)
         s[0] = ema_update(u, s[0], cfg.b1)
@@ -442,7 +285,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                          f"with b2=1 (summed statistics) use graft_type='adagrad'.")
     uses_nu = graft_type != "sgd"
     bias = corrections(b1, b2 if graft_type == "adam" else None, nesterov=nesterov)
-    cfg = _Config(b1, b2, eps, matrix_eps, graft_type, nesterov, mesh, block_size,
+    cfg = sb.Config(b1, b2, eps, matrix_eps, graft_type, nesterov, mesh, block_size,
                   max_precond_dim, uses_nu)
 
     def prepare(glob: dict, updates: Any) -> tuple:
@@ -451,7 +294,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         started = t >= start_preconditioning_step
         refresh = started & (jnp.mod(t - start_preconditioning_step,
                                      precondition_frequency) == 0)
-        return _Context(bc.mu, bc.next_mu, bc.nu, refresh, started), counted
+        return sb.Context(bc.mu, bc.next_mu, bc.nu, refresh, started), counted
 
     def views_of(tree: Any, n: int) -> list:
         if weight_dimension_numbers is None:
@@ -459,7 +302,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         return layer_views(weight_dimension_numbers, tree, owner)
 
     def init_leaf(p: Any, view: Optional[LayerView] = None) -> tuple:
-        sl, sr = _stat_shapes(_leaf_layout(cfg, p, view), view)
+        sl, sr = sb.stat_shapes(sb.leaf_layout(cfg, p, view), view)
         sdt = jnp.promote_types(p.dtype, jnp.float32)
         nu = ft.zeros_like(p) if uses_nu else jnp.zeros((1,), p.dtype)
 
@@ -500,20 +343,21 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         olds = [treedef.flatten_up_to(getattr(state, f)) for f in _FIELDS]
         for g, view, *old in zip(gs, views, *olds):
             _check_state_shapes(checks.leaf_state(old), tuple(g.shape),
-                                _leaf_layout(cfg, g, view), view)
+                                sb.leaf_layout(cfg, g, view), view)
         # same-shape leaves as one stacked leaf (functrain.matrix.shape_groups)
         leaf_gs, leaf_olds = gs, olds
         grouping = shape_groups([group_key(g, p, *old, static=view) if group_same_shapes
                                else None for g, p, view, *old in zip(gs, ps, views, *olds)])
-        views = [stacked_view(views[m[0]], gs[m[0]].shape, len(m), _matrix(gs[m[0]].shape))
+        views = [stacked_view(views[m[0]], gs[m[0]].shape, len(m),
+                              sb.matrix_shape(gs[m[0]].shape))
                  for m in grouping.units]
         gs, ps = stack_units(grouping, gs), stack_units(grouping, ps)
-        want = [_stat_shapes(_leaf_layout(cfg, g, v), v) for g, v in zip(gs, views)]
+        want = [sb.stat_shapes(sb.leaf_layout(cfg, g, v), v) for g, v in zip(gs, views)]
         olds = [stack_units(grouping, o, None if k == 0 or (k == 1 and uses_nu) else
                             [(1,) if k == 1 else w[k % 2] for w in want])
                 for k, o in enumerate(olds)]
         leaves, stacked = _statistics_blocks(cfg, gs, ps, views, olds, ctx)
-        done = _precondition_groups(cfg, stacked, ctx)
+        done = sb.precondition_groups(cfg, stacked, ctx)
         out, new = _directions(cfg, leaves, done, gs, olds, ctx)
         new_state = ShampooState(counted["count"], *(
             treedef.unflatten(unstack_units(grouping, v, o)) for v, o in zip(new, leaf_olds)))
