@@ -101,7 +101,8 @@ CONTRIB_SECOND_BASES = {"functrain.contrib.hyperball"}
 FACES = {"functrain.tree", "functrain.transforms"}
 # The losses' input checks and shared math, below the loss modules that use them.
 LOSS_PARTS = {"functrain.losses.checks", "functrain.losses.primitives"}
-MATRIX_STEPS = {"functrain.matrix.kron_steps", "functrain.matrix.shampoo_blocks"}
+MATRIX_STEPS = {"functrain.matrix.kron_steps", "functrain.matrix.shampoo_blocks",
+                "functrain.matrix.soap_steps"}
 BESIDE = {f"functrain.{name}" for name in (
     "grad", "compat", "sharding", "schedules", "projections", "microbatching", "linalg",
     "param_updates", "tree_utils", "quantization")}

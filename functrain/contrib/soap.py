@@ -15,7 +15,7 @@ With ``block_size``, each block of a split leaf is a leaf of its own here; with
 
 A whole-tree transformation, not a ``LeafStage``: a leaf's state holds one statistic and
 one basis per axis, which the engine's one-array-per-field leaf state cannot carry. The
-per-leaf math is a pure function of one leaf (:func:`_soap_leaf`, batched over a leaf's
+per-leaf math is a pure function of one leaf (:func:`functrain.matrix.soap_steps.soap_leaf`, batched over a leaf's
 blocks or layers; the rotations and the refresh in ``functrain.matrix.eigenbases``);
 with ``mesh`` (and for split or stacked leaves) one conditional refreshes the tree, its
 same-size decompositions stacked (and divided over the mesh's devices). The update
@@ -30,7 +30,6 @@ against a numpy transcription of the paper's Algorithm 3.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -38,16 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.matrix.blocks import (block_grid, block_groups, check_block_size,
-                                     from_blocks, from_layer_blocks, gather_blocks,
-                                     layer_block_groups, map_by_shape, merged_shape,
-                                     scatter_blocks, to_blocks, to_layer_blocks)
-from functrain.matrix.eigenbases import (flatten_eigenbasis_inputs, gram, refresh_bases,
-                                        rotate)
+from functrain.matrix.blocks import check_block_size, map_by_shape
+from functrain.matrix.eigenbases import flatten_eigenbasis_inputs, refresh_bases
 from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
-                                                from_layers, layer_views, stacked_shape,
-                                                stacked_view, to_layers)
+                                                layer_views, stacked_view)
 from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
+from functrain.matrix import soap_steps as ss
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   check_state_type, hyperparameters)
 from functrain.declarations import declare_optimizer, state_value_kinds
@@ -61,7 +56,6 @@ Array = jax.Array
 __all__ = ["SoapState", "scale_by_soap", "soap"]
 
 _OWNER = "scale_by_soap"
-_NORMALIZE_FLOOR = 1e-30  # the reference's floor under the update's RMS (normalize_grads)
 
 
 @state_value_kinds(mu="signed", nu="unsigned", stats="matrix", bases="orthogonal")
@@ -94,169 +88,6 @@ class SoapState(NamedTuple):
     bases: Any
 
 
-# Per-leaf layout: the merged shape, which of its axes are rotated, its blocks
-
-class _Layout(NamedTuple):
-    shape: tuple    # the shape the matrix math sees (axes merged or not)
-    rotated: tuple  # per axis of ``shape``: whether it has a statistic and a basis
-    grid: Optional[tuple] = None  # per axis of ``shape``, (blocks, length): a split leaf
-    view: Optional[LayerView] = None  # a stacked leaf's layers (``shape``: one layer's)
-
-
-def _layout(shape: tuple, max_dim: int, merge_dims: bool, precondition_1d: bool,
-            block_size: Optional[int] = None) -> _Layout:
-    """Merge (``merge_dims``), then split the rotated axes longer than ``block_size``."""
-    shape = tuple(shape)
-    if len(shape) == 0 or math.prod(shape) == 0:
-        return _Layout(shape, (False,) * len(shape))
-    merged = merged_shape(shape, max_dim) if merge_dims else shape
-    rotated = tuple(d <= max_dim and (len(shape) > 1 or precondition_1d) for d in merged)
-    grid = block_grid(merged, block_size, split=rotated)
-    return _Layout(merged, rotated, grid if any(k > 1 for k, _ in grid) else None)
-
-
-def _matrix_shapes(lay: _Layout) -> list:
-    if lay.grid is None:
-        return [(d, d) if r else (1, 1) for d, r in zip(lay.shape, lay.rotated)]
-    k = math.prod(k for k, _ in lay.grid)
-    if lay.view is not None:  # stacked over the layer axes; (blocks, b, b) per layer if split
-        lead = (k,) if k > 1 else ()
-        return [stacked_shape(lay.view, lead + (b, b)) if r else (1, 1)
-                for (_, b), r in zip(lay.grid, lay.rotated)]
-    return [(k, b, b) if r else (1, 1) for (_, b), r in zip(lay.grid, lay.rotated)]
-
-
-def _layers(lay: _Layout) -> int:
-    return math.prod(lay.view.layers)
-
-
-class _Hyper(NamedTuple):
-    b1: Any
-    b2: Any
-    shampoo_beta: Any
-    eps: Any
-    precondition_frequency: int
-    normalize_grads: bool
-    correct_bias: bool
-
-
-def _adam_b2(count: Array, hp: _Hyper, dtype: Any) -> tuple:
-    """Adam's step number ``t``, ``b2`` at it and ``1 - prod b2`` (its bias correction)."""
-    t = jnp.maximum(count, 1)
-    if callable(hp.b2):
-        return t, hp.b2(t), hp.b2.bias_correction(t)
-    return t, hp.b2, 1 - hp.b2 ** t.astype(dtype)
-
-
-def _finish(n: Array, count: Array, hp: _Hyper, layers: bool = False) -> Array:
-    """A leaf's rotated-back direction ``n`` normalized, bias-corrected, zero on call 0
-    (``layers``: ``n`` is a stack of layers, each normalized by its own RMS)."""
-    t, _, c2 = _adam_b2(count, hp, n.dtype)
-    if hp.normalize_grads and layers:
-        n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n), axis=tuple(
-            range(1, n.ndim)), keepdims=True)))
-    elif hp.normalize_grads:
-        n = n / (_NORMALIZE_FLOOR + jnp.sqrt(jnp.mean(jnp.square(n))))
-    if hp.correct_bias:
-        n = n * (jnp.sqrt(c2) / (1 - hp.b1 ** t.astype(n.dtype)))
-    return jnp.where(count == 0, jnp.zeros_like(n), n)
-
-
-def _soap_leaf(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
-               hp: _Hyper, lay: _Layout) -> tuple:
-    """One SOAP step on one leaf (arrays in its compute dtype): ``(u, mu, nu, stats, bases)``
-    before the refresh of the bases (and ``nu``'s order: :func:`refresh_bases`).
-
-    ``count`` is the number of earlier calls: the first call (0) only sets the
-    statistics and bases (zero update, moments untouched); afterwards Adam's
-    step number is ``count``.
-    """
-    shape = g.shape
-    g, mu, nu = (x.reshape(lay.shape) for x in (g, mu, nu))
-    first = count == 0
-    if any(lay.rotated):
-        g_rot = rotate(g, bases, lay.rotated, back=False)
-    else:
-        g_rot = g
-    b2 = _adam_b2(count, hp, g.dtype)[1]
-    new_mu = hp.b1 * mu + (1 - hp.b1) * g
-    new_nu = b2 * nu + (1 - b2) * jnp.square(g_rot)
-    direction = rotate(new_mu, bases, lay.rotated, back=False) / (jnp.sqrt(new_nu) + hp.eps)
-    u = _finish(rotate(direction, bases, lay.rotated, back=True), count, hp)
-    mu = jnp.where(first, mu, new_mu)
-    nu = jnp.where(first, nu, new_nu)
-
-    if any(lay.rotated):
-        # from zero statistics: (1 - beta) G G^T on the first call; a schedule (b2's when
-        # shampoo_beta is None) at the statistics' own step, count + 1
-        beta = hp.shampoo_beta(count + 1) if callable(hp.shampoo_beta) else hp.shampoo_beta
-        stats = tuple(beta * s + (1 - beta) * gram(g, k) if on else s
-                      for k, (s, on) in enumerate(zip(stats, lay.rotated)))
-    return u.reshape(shape), mu.reshape(shape), nu.reshape(shape), stats, bases
-
-
-def _soap_blocks(g: Array, mu: Array, nu: Array, stats: tuple, bases: tuple, count: Array,
-                 hp: _Hyper, lay: _Layout) -> list:
-    """A split (or stacked) leaf's blocks through :func:`_soap_leaf` (batched per block
-    shape; no refresh, normalization or bias correction: :func:`_assemble`): per group
-    ``[idx, layout, u, mu, nu, stats, bases]``, rotated axes' matrices stacked ``(n, b, b)``.
-    A stacked leaf's blocks are its layers' (all of layer 0, then layer 1, ...)."""
-    inner = hp._replace(normalize_grads=False, correct_bias=False)
-    on = [k for k, r in enumerate(lay.rotated) if r]
-    if lay.view is None:
-        padded = [to_blocks(x.reshape(lay.shape), lay.grid) for x in (g, mu, nu)]
-        groups = block_groups(lay.shape, lay.grid)
-    else:
-        n = _layers(lay)
-        padded = [to_layer_blocks(to_layers(x, lay.view).reshape((n,) + lay.shape), lay.grid)
-                  for x in (g, mu, nu)]
-        stats, bases = (tuple(m.reshape((-1,) + m.shape[-2:]) if r else m
-                              for m, r in zip(x, lay.rotated)) for x in (stats, bases))
-        groups = layer_block_groups(n, lay.shape, lay.grid)
-    out = []
-
-    def with_(matrices: tuple, rotated: list) -> tuple:  # placeholders, blocks' matrices
-        new = list(matrices)
-        for k, m in zip(on, rotated):
-            new[k] = m
-        return tuple(new)
-
-    for shape, idx in groups:
-        blay = _Layout(shape, lay.rotated)
-
-        def step(g: Array, mu: Array, nu: Array, st: list, qs: list, blay: _Layout = blay
-                 ) -> tuple:
-            u, mu, nu, st, _ = _soap_leaf(g, mu, nu, with_(stats, st), with_(bases, qs), count,
-                                          inner, blay)
-            return u, mu, nu, [st[k] for k in on]
-
-        cut = [[gather_blocks(m[k], idx, (shape[k],) * 2) for k in on] for m in (stats, bases)]
-        u, m1, m2, st = jax.vmap(step)(*(gather_blocks(x, idx, shape) for x in padded), *cut)
-        out.append([idx, blay, u, m1, m2, with_(stats, st), with_(bases, cut[1])])
-    return [(padded, stats, bases)] + out
-
-
-def _assemble(parts: list, shape: tuple, count: Array, hp: _Hyper, lay: _Layout) -> tuple:
-    """A split leaf's ``(u, mu, nu, stats, bases)`` from its refreshed block groups."""
-    (padded, stats, bases), groups = parts[0], parts[1:]
-    u, mu, nu = jnp.zeros_like(padded[0]), padded[1], padded[2]
-    stats, bases = list(stats), list(bases)
-    for idx, _, gu, gmu, gnu, gst, gq in groups:
-        u, mu, nu = (scatter_blocks(a, idx, b) for a, b in ((u, gu), (mu, gmu), (nu, gnu)))
-        for k, on in enumerate(lay.rotated):
-            if on:
-                stats[k] = scatter_blocks(stats[k], idx, gst[k])
-                bases[k] = scatter_blocks(bases[k], idx, gq[k])
-    if lay.view is None:
-        u, mu, nu = (from_blocks(x, lay.shape, lay.grid).reshape(shape) for x in (u, mu, nu))
-        return _finish(u, count, hp), mu, nu, tuple(stats), tuple(bases)
-    u, mu, nu = (from_layer_blocks(x, lay.shape, lay.grid) for x in (u, mu, nu))
-    u = _finish(u, count, hp, layers=True)
-    stats, bases = (tuple(m.reshape(want) for m, want in zip(x, _matrix_shapes(lay)))
-                    for x in (stats, bases))
-    return (*(from_layers(x, lay.view) for x in (u, mu, nu)), stats, bases)
-
-
 # The transformations
 
 def _check_int(owner: str, name: str, value: Any) -> None:
@@ -281,9 +112,9 @@ def _check_options(owner: str, b1: Any, b2: Any, shampoo_beta: Any, eps: Any,
     check_bools(owner, **flags)
 
 
-def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
+def _check_leaf_state(where: str, lay: ss.Layout, stats: Any, bases: Any) -> None:
     for field, value in (("stats", stats), ("bases", bases)):
-        want = _matrix_shapes(lay)
+        want = ss.matrix_shapes(lay)
         got = [tuple(np.shape(m)) for m in value] if isinstance(value, tuple) else None
         if got != want:
             raise ValueError(f"{_OWNER}: updates leaf {where} (merged shape {lay.shape}) "
@@ -404,11 +235,11 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                    max_precond_dim, flags)
     block_size = check_block_size(_OWNER, block_size)
     check_dimension_numbers(weight_dimension_numbers, _OWNER)
-    hp = _Hyper(b1, b2, b2 if shampoo_beta is None else shampoo_beta, eps,
+    hp = ss.Hyper(b1, b2, b2 if shampoo_beta is None else shampoo_beta, eps,
                 precondition_frequency, bool(normalize_grads), bool(correct_bias))
 
-    def layout(x: Any, view: Optional[LayerView] = None) -> _Layout:
-        lay = _layout(tuple(np.shape(x)) if view is None else view.layer_shape,
+    def layout(x: Any, view: Optional[LayerView] = None) -> ss.Layout:
+        lay = ss.layout(tuple(np.shape(x)) if view is None else view.layer_shape,
                       int(max_precond_dim), bool(merge_dims), bool(precondition_1d), block_size)
         if view is None:
             return lay
@@ -427,7 +258,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         for x, view in zip(leaves, views_of(params, leaves)):
             lay = layout(x, view)
             dtype = ft.compute_dtype(jnp.result_type(x))
-            stats.append(tuple(jnp.zeros(s, dtype) for s in _matrix_shapes(lay)))
+            stats.append(tuple(jnp.zeros(s, dtype) for s in ss.matrix_shapes(lay)))
         zeros = treedef.unflatten([ft.zeros_like(jnp.asarray(x) if not hasattr(x, "dtype")
                                                  else x) for x in leaves])
         return ft.distinct_buffers(SoapState(jnp.zeros([], jnp.int32), zeros, zeros,
@@ -451,7 +282,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
         gs, ps = stack_units(grouping, gs), stack_units(grouping, ps)
         lays = [layout(g, stacked_view(views[m[0]], leaf_gs[m[0]].shape, len(m)))
                 for g, m in zip(gs, grouping.units)]
-        want = [_matrix_shapes(lay) for lay in lays]
+        want = [ss.matrix_shapes(lay) for lay in lays]
         fields = {name: stack_units(grouping, v, want if name in ("stats", "bases") else None)
                   for name, v in fields.items()}
 
@@ -469,11 +300,11 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                             for x in (stats, bases))
             args = (g.astype(cd), mu, nu, stats, bases, state.count, hp, lay)
             if lay.grid is not None:  # split: its blocks join the tree's refresh
-                done.append(_soap_blocks(*args))
+                done.append(ss.soap_blocks(*args))
                 units += [(gr[5], gr[6], gr[4], gr[1].rotated) for gr in done[-1][1:]]
                 owners += done[-1][1:]
                 continue
-            done.append(list(_soap_leaf(*args)))
+            done.append(list(ss.soap_leaf(*args)))
             if any(lay.rotated):
                 unit = (*(tuple(m[None] if on else m for m, on in zip(x, lay.rotated))
                           for x in done[i][3:5]), done[i][2].reshape(lay.shape)[None],
@@ -494,7 +325,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                     put(owner, bases, nu)
         for i, lay in enumerate(lays):
             if lay.grid is not None:
-                done[i] = _assemble(done[i], gs[i].shape, state.count, hp, lay)
+                done[i] = ss.assemble(done[i], gs[i].shape, state.count, hp, lay)
         out, new = [], {name: [] for name in fields}
         for i, (g, (u, *news)) in enumerate(zip(gs, done)):
             out.append(u.astype(g.dtype))
