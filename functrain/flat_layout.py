@@ -147,6 +147,55 @@ class FlatLayout:
                                  f"{list(np.shape(x))}, the layout's is "
                                  f"{want.dtype}{list(want.shape)}.")
 
+    def _params_like(self, x: Any) -> bool:
+        """Whether ``x`` has the layout's structure and leaf shapes (any dtype)."""
+        leaves, treedef = jax.tree_util.tree_flatten(x)
+        return treedef == self.treedef and all(
+            hasattr(leaf, "shape") and tuple(leaf.shape) == shape
+            for leaf, shape in zip(leaves, self.shapes))
+
+    def _is_buffers(self, x: Any) -> bool:
+        """Whether ``x`` is a dict of the layout's buffers (their shapes, any dtype)."""
+        return isinstance(x, dict) and set(x) == set(self.buffers) and all(
+            np.shape(x[key]) == want.shape for key, want in self.buffers.items())
+
+    def state_to_flat(self, state: PyTree) -> PyTree:
+        """An optimizer state made on the tree as the same optimizer's state on the buffers.
+
+        Every subtree of ``state`` with the layout's structure and leaf shapes (moments in
+        any dtype) is gathered into buffers; the rest (counts, scalars, masked-out
+        placeholders) is kept. For moving a checkpoint made on the tree to
+        :func:`on_flat_layout` (and back with :meth:`state_from_flat`).
+
+        Args:
+          state: the state ``opt.init(params)`` (or a later one) on the tree.
+
+        Returns:
+          The state ``on_flat_layout(opt, self)`` keeps.
+        """
+        def gather(x: Any) -> Any:
+            if not self._params_like(x):
+                return x
+            parts: dict = {key: [] for key in self.buffers}
+            for leaf, key in zip(jax.tree_util.tree_leaves(x), self.keys):
+                parts[key].append(jnp.ravel(leaf))
+            return {key: v[0] if len(v) == 1 else jnp.concatenate(v)
+                    for key, v in parts.items()}
+
+        return jax.tree_util.tree_map(gather, state, is_leaf=self._params_like)
+
+    def state_from_flat(self, state: PyTree) -> PyTree:
+        """:meth:`state_to_flat` undone: every dict of the layout's buffers cut into the tree.
+
+        Args:
+          state: a state kept by ``on_flat_layout(opt, self)``.
+
+        Returns:
+          The same optimizer's state on the tree.
+        """
+        return jax.tree_util.tree_map(lambda x: self.slices(x) if self._is_buffers(x) else x,
+                                      state, is_leaf=self._is_buffers)
+
     def per_buffer(self, fn: Callable[[PyTree], PyTree]) -> Callable[[PyTree], PyTree]:
         """A per-leaf function (a mask, partition labels) that also answers for the buffers.
 

@@ -182,3 +182,34 @@ def test_the_check_refuses_layouts_too_large_to_probe(monkeypatch):
     with pytest.raises(ValueError, match=r"27 elements here, more than the 20.*check=False"):
         functrain.on_flat_layout(functrain.adam(0.1), layout)
     functrain.on_flat_layout(functrain.adam(0.1), layout, check=False)  # as asked
+
+
+def test_a_state_made_on_the_tree_moves_to_the_buffers_and_back():
+    # optax's adamw with bfloat16 moments: two steps on the tree, the state moved to the
+    # buffers, two more steps there = four steps on the tree; and back again, bit for bit
+    params = tree(layers=4)
+    layout = functrain.flat_layout(params)
+    ref = optax.adamw(0.01, mu_dtype=jnp.bfloat16)
+    flat_opt = functrain.on_flat_layout(ref, layout, check=False)
+    grads = [jax.tree.map(lambda x, t=t: jnp.cos(x * (t + 1)), params) for t in range(4)]
+    step = jax.jit(lambda o, p, s, g: o.update(g, s, p), static_argnums=0)
+    p_tree, s_tree = params, ref.init(params)
+    for t, g in enumerate(grads):
+        if t == 2:
+            p_flat, s_flat = layout.flatten(p_tree), layout.state_to_flat(s_tree)
+            assert jax.tree.structure(s_flat) == jax.tree.structure(flat_opt.init(p_flat))
+            back = layout.state_from_flat(s_flat)
+            for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(s_tree)):
+                assert a.dtype == b.dtype
+                np.testing.assert_array_equal(np.asarray(a, np.float32),
+                                              np.asarray(b, np.float32))
+        if t >= 2:
+            u, s_flat = step(flat_opt, p_flat, s_flat, layout.flatten(g))
+            p_flat = optax.apply_updates(p_flat, u)
+        u, s_tree = step(ref, p_tree, s_tree, g)
+        p_tree = optax.apply_updates(p_tree, u)
+    for a, b in zip(jax.tree.leaves(layout.unflatten(p_flat)), jax.tree.leaves(p_tree)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    for a, b in zip(jax.tree.leaves(layout.state_from_flat(s_flat)), jax.tree.leaves(s_tree)):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=1e-2, atol=1e-6)  # bfloat16 moments: one rounding
