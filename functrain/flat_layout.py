@@ -98,13 +98,17 @@ class FlatLayout:
             raise ValueError(f"flatten: the tree's structure differs from the layout's: "
                              f"{format_paths(sorted(set(paths) ^ set(self.paths)))} "
                              f"(layout: {len(self.paths)} leaves, tree: {len(paths)}).")
-        parts: dict = {key: [] for key in self.buffers}
-        for path, leaf, shape, dtype, key in zip(paths, leaves, self.shapes, self.dtypes,
-                                                 self.keys):
+        for path, leaf, shape, dtype in zip(paths, leaves, self.shapes, self.dtypes):
             if np.shape(leaf) != shape or jnp.result_type(leaf) != dtype:
                 raise ValueError(f"flatten: leaf {path} is {jnp.result_type(leaf)}"
                                  f"{list(np.shape(leaf))}, the layout's is "
                                  f"{jnp.dtype(dtype)}{list(shape)}.")
+        return self._gather(leaves)
+
+    def _gather(self, leaves: list) -> dict:
+        """The leaves (in the layout's order, checked by the caller) raveled into buffers."""
+        parts: dict = {key: [] for key in self.buffers}
+        for leaf, key in zip(leaves, self.keys):
             parts[key].append(jnp.ravel(leaf))
         return {key: v[0] if len(v) == 1 else jnp.concatenate(v) for key, v in parts.items()}
 
@@ -173,16 +177,9 @@ class FlatLayout:
         Returns:
           The state ``on_flat_layout(opt, self)`` keeps.
         """
-        def gather(x: Any) -> Any:
-            if not self._params_like(x):
-                return x
-            parts: dict = {key: [] for key in self.buffers}
-            for leaf, key in zip(jax.tree_util.tree_leaves(x), self.keys):
-                parts[key].append(jnp.ravel(leaf))
-            return {key: v[0] if len(v) == 1 else jnp.concatenate(v)
-                    for key, v in parts.items()}
-
-        return jax.tree_util.tree_map(gather, state, is_leaf=self._params_like)
+        return jax.tree_util.tree_map(
+            lambda x: self._gather(jax.tree_util.tree_leaves(x)) if self._params_like(x) else x,
+            state, is_leaf=self._params_like)
 
     def state_from_flat(self, state: PyTree) -> PyTree:
         """:meth:`state_to_flat` undone: every dict of the layout's buffers cut into the tree.
@@ -227,7 +224,7 @@ class FlatLayout:
             flat_values[key] = pairs[0][1]
 
         def lifted(tree: PyTree) -> PyTree:
-            if isinstance(tree, dict) and set(tree) == set(self.buffers):
+            if self._is_buffers(tree):
                 return dict(flat_values)
             return fn(tree)
 
@@ -250,7 +247,7 @@ def _unflatten_fwd(layout: FlatLayout, flat: dict) -> tuple:
 def _unflatten_bwd(layout: FlatLayout, _: None, cotangent: PyTree) -> tuple:
     leaves = [jnp.zeros(s, d) if jax.dtypes.result_type(c) == jax.dtypes.float0 else c
               for c, s, d in zip(jax.tree.leaves(cotangent), layout.shapes, layout.dtypes)]
-    flat = layout.flatten(layout.treedef.unflatten(leaves))
+    flat = layout._gather(leaves)
     return ({key: x if jnp.issubdtype(x.dtype, jnp.inexact)
              else np.zeros(x.shape, jax.dtypes.float0) for key, x in flat.items()},)
 

@@ -161,7 +161,7 @@ def _check_options(owner: str, max_size_triangular: Any, min_ndim_triangular: An
 def _read_state(cfg: ks.KronConfig, updates: Updates, state: KronState,
                 params: Optional[Params]) -> tuple:
     """The updates' and the state's leaves, checked against each other and the params:
-    ``(paths, gs, mus, qs, views, treedef)``."""
+    ``(gs, mus, qs, views, treedef)``."""
     owner = cfg.owner
     check_state_type(state, KronState, owner)
     paths, gs, treedef = ft.flatten_with_paths(updates)
@@ -181,7 +181,7 @@ def _read_state(cfg: ks.KronConfig, updates: Updates, state: KronState,
     views = ks.views_of(cfg, updates, gs)
     ks.check_factors(owner, paths, gs, qs,
                      [ks.plan(cfg, jnp.shape(x), v) for x, v in zip(gs, views)])
-    return paths, gs, mus, qs, views, treedef
+    return gs, mus, qs, views, treedef
 
 
 @hyperparameters(
@@ -327,7 +327,7 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
     def update_fn(updates: Updates, state: KronState, params: Optional[Params] = None,
                   **extra_args: Any) -> tuple[Updates, KronState]:
         del extra_args
-        paths, gs, mus, qs, views, treedef = _read_state(cfg, updates, state, params)
+        gs, mus, qs, views, treedef = _read_state(cfg, updates, state, params)
         # same-shape leaves as one stacked leaf (functrain.matrix.shape_groups)
         leaf_gs, leaf_mus, leaf_qs = gs, mus, qs
         grouping = shape_groups([group_key(*x[:3], static=x[3]) if group_same_shapes else None

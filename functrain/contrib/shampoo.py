@@ -286,7 +286,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
     uses_nu = graft_type != "sgd"
     bias = corrections(b1, b2 if graft_type == "adam" else None, nesterov=nesterov)
     cfg = sb.Config(b1, b2, eps, matrix_eps, graft_type, nesterov, mesh, block_size,
-                  max_precond_dim, uses_nu)
+                    max_precond_dim)
 
     def prepare(glob: dict, updates: Any) -> tuple:
         bc, counted = bias(glob, updates)

@@ -42,7 +42,8 @@ from functrain.matrix.shape_groups import leaf_order
 from functrain.numerics import abs_sq, ema_update
 
 __all__ = ["KronConfig", "Plan", "plan", "views_of", "factor_shapes", "init_factors",
-           "check_factors", "momentum", "cut_units", "chunk_groups", "refresh_groups",
+           "check_factors", "momentum", "cut_units", "chunk_groups", "stacked_arrays",
+           "refresh_groups",
            "precondition_groups", "put_back_blocks"]
 
 Array = jax.Array

@@ -121,7 +121,6 @@ class Config(NamedTuple):
     mesh: Any
     block_size: Optional[int]
     max_precond_dim: int
-    uses_nu: bool
 
 
 def leaf_layout(cfg: Config, x: Any, view: Optional[LayerView]) -> Optional[Layout]:
