@@ -85,7 +85,7 @@ def step_by_step(pk, tasks: dict, names: tuple, steps: int = 30, lr: float = 0.0
     """Rows (task, leaf shapes, max relative update difference, final losses) of the float64
     comparison with psgd-jax's noise; functrain's module-level noise draw is swapped in and
     restored."""
-    fk = importlib.import_module("functrain.contrib.kron")
+    fk = importlib.import_module("functrain.families.preconditioned.kron")
     count = {"n": 0}
 
     def noise(key, like, groups):  # noqa: ARG001 - functrain's signature

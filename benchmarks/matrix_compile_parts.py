@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "stress"))
 
 import functrain  # noqa: E402
 from functrain.matrix.kron_factors import precondition, whitening_step  # noqa: E402
-from functrain.matrix.shampoo_blocks import inverse_root as _inverse_root  # noqa: E402
+from functrain.families.preconditioned.shampoo_blocks import (inverse_root as _inverse_root)  # noqa: E402
 from run_stress import small_transformer_shapes  # noqa: E402
 
 

@@ -11,6 +11,11 @@ the new code and compare the two outputs, e.g.::
 The hash covers the instructions only: file names, function names and source locations
 (which move with any edit) are stripped. ``lamb16M`` is one 16M-parameter leaf, where the
 engine's CPU trust-ratio recompute fires.
+
+``--registry`` hashes, instead, every setting of every optimizer the tests' registry
+(``tests/registry.py``) records, on a small tree with matrices, a vector and a scalar:
+init's program and update's (a few minutes on two cores). Run it around a change that moves
+code between modules.
 """
 
 from __future__ import annotations
@@ -27,6 +32,39 @@ def program_hash(text: str) -> str:
     lines = [line for line in text.splitlines()
              if not re.match(r'^\s*\d+ ["{]', line) and not line.startswith("HloModule")]
     return hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12]
+
+
+def registry_hashes(root: str) -> None:
+    """Prints ``<setting> init <hash> update <hash>`` for every registry setting."""
+    sys.path[:0] = [root, f"{root}/tests"]
+    import jax
+    import jax.numpy as jnp
+    import functrain as ft
+    import registry
+
+    params = {"w": jnp.linspace(-1.0, 1.0, 96).reshape(12, 8), "b": jnp.linspace(0.1, 0.8, 8),
+              "e": jnp.linspace(-2.0, 2.0, 160).reshape(16, 10), "s": jnp.float32(0.5)}
+
+    def loss_fn(p):
+        return sum(jnp.sum(jnp.sin(x) * x) for x in jax.tree_util.tree_leaves(p))
+
+    print(f"# functrain from {ft.__file__}")
+    for name, record in sorted(registry.REGISTRY.items()):
+        for setting in record.all_settings():
+            try:
+                opt = record.make(ft, **setting.kwargs)
+                init = jax.jit(opt.init).lower(params).compile()
+                state = jax.eval_shape(opt.init, params)
+
+                def step(p, s, g, opt=opt, record=record):
+                    u, s = opt.update(g, s, p, **record.update_kwargs(loss_fn, p))
+                    return ft.apply_updates(p, u), s
+
+                update = jax.jit(step).lower(params, state, params).compile()
+                print(setting.label, "init", program_hash(init.as_text()), "update",
+                      program_hash(update.as_text()), flush=True)
+            except Exception as e:  # noqa: BLE001  (a setting that needs more than this)
+                print(setting.label, "error", type(e).__name__, flush=True)
 
 
 def main(root: str) -> None:
@@ -76,4 +114,5 @@ def main(root: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else ".")
+    args = [a for a in sys.argv[1:] if a != "--registry"]
+    (registry_hashes if "--registry" in sys.argv else main)(args[0] if args else ".")

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 import functrain
-from functrain.contrib.muon import scale_by_shape  # Muon's width scale, as soap_muon uses it
+from functrain.families.muon.muon import scale_by_shape  # Muon's width scale, as soap_muon uses it
 
 RECORD_STEPS = 2900  # the record's schedule length, which the step counts below scale from
 LOOKAHEAD = (300, 1950, 0.3, 0.99)  # EMA-Nesterov: start, end, scale, EMA

@@ -13,20 +13,22 @@
 
 # --- the protocol, chaining and applying updates ---
 from functrain.param_updates import (apply_updates, apply_updates_stochastic, incremental_update,
-                                    periodic_update)
+                                     periodic_update)
 from functrain.engine.protocol import (EmptyState, GradientTransformation,
-                                       GradientTransformationExtraArgs, LeafStage, MaskOrFn,
-                                       OptState, Params, ScalarOrSchedule, TransformInitFn,
+                                       GradientTransformationExtraArgs, MaskOrFn, OptState, Params,
+                                       ScalarOrSchedule, TransformInitFn,
                                        TransformUpdateExtraArgsFn, TransformUpdateFn, Updates,
-                                       safe_increment, with_extra_args_support)
+                                       with_extra_args_support)
+from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.engine.counts import safe_increment
 from functrain.engine.program import chain, identity, named_chain, stage_transform
 
 # --- named optimizers (optax's core; optax.contrib's are in functrain.contrib) ---
 from functrain.families.adam.optimizers import (adabelief, adam, adamax, adamaxw, adamw, adan,
-                                              amsgrad, lamb, nadam, nadamw, radam, yogi)
-from functrain.families.layerwise.optimizers import fromage, lars, novograd
-from functrain.families.momentum.optimizers import (optimistic_adam, optimistic_adam_v2,
-                                             optimistic_gradient_descent)
+                                                amsgrad, nadam, nadamw, radam, yogi)
+from functrain.families.adam.optimistic import optimistic_adam, optimistic_adam_v2
+from functrain.families.layerwise.optimizers import fromage, lamb, lars, novograd
+from functrain.families.momentum.optimizers import optimistic_gradient_descent
 from functrain.families.quasi_newton.optimizers import lbfgs
 from functrain.families.rms.optimizers import adadelta, adafactor, adagrad, rmsprop, sm3
 from functrain.families.momentum.optimizers import noisy_sgd, polyak_sgd, sgd
@@ -36,9 +38,9 @@ from functrain.contrib import ademamix, adopt, muon, prodigy, schedule_free_adam
 
 # --- building blocks: per-array stages ---
 from functrain.families.adam.stages import (ScaleByAdamState, ScaleByAdanState, ScaleByAmsgradState,
-                                       ScaleByBeliefState, scale_by_adam, scale_by_adamax,
-                                       scale_by_adan, scale_by_amsgrad, scale_by_belief,
-                                       scale_by_radam, scale_by_yogi)
+                                            ScaleByBeliefState, scale_by_adam, scale_by_adamax,
+                                            scale_by_adan, scale_by_amsgrad, scale_by_belief,
+                                            scale_by_radam, scale_by_yogi)
 from functrain.transforms.clipping import (AdaptiveGradClipState, ClipByGlobalNormState,
                                            ClipState, adaptive_grad_clip, clip,
                                            clip_by_block_rms, clip_by_global_norm,
@@ -49,33 +51,34 @@ from functrain.transforms.constraints import (NonNegativeParamsState, ZeroNansSt
                                               keep_params_nonnegative, zero_nans)
 from functrain.families.rms.factored import FactoredState, scale_by_factored_rms
 from functrain.families.layerwise.stages import (ScaleByDistanceOverGradientsState,
-                                            ScaleByNovogradState, ScaleByTrustRatioState,
-                                            scale_by_distance_over_gradients, scale_by_novograd,
-                                            scale_by_param_block_norm,
-                                            scale_by_param_block_rms, scale_by_trust_ratio)
-from functrain.families.momentum.stages import (EmaState, ScaleByOptimisticGradientState,
-                                           TraceState, ema, scale_by_optimistic_gradient,
-                                           trace)
+                                                 ScaleByNovogradState, ScaleByTrustRatioState,
+                                                 scale_by_distance_over_gradients,
+                                                 scale_by_novograd, scale_by_param_block_norm,
+                                                 scale_by_param_block_rms, scale_by_trust_ratio)
+from functrain.families.momentum.stages import (ScaleByOptimisticGradientState,
+                                                scale_by_optimistic_gradient)
+from functrain.transforms.accumulation import EmaState, TraceState, ema, trace
 from functrain.transforms.normalization import (centralize, normalize_by_update_norm,
                                                 scale_gradient)
 from functrain.families.rms.stages import (ScaleByAdaDeltaState, ScaleByRmsState,
-                                      ScaleByRmsWithCountState, ScaleByRssState,
-                                      ScaleByRStdDevState, ScaleByRStdDevWithCountState,
-                                      ScaleBySM3State, scale_by_adadelta, scale_by_rms,
-                                      scale_by_rss, scale_by_sm3, scale_by_stddev)
+                                           ScaleByRmsWithCountState, ScaleByRssState,
+                                           ScaleByRStdDevState, ScaleByRStdDevWithCountState,
+                                           ScaleBySM3State, scale_by_adadelta, scale_by_rms,
+                                           scale_by_rss, scale_by_sm3, scale_by_stddev)
 from functrain.transforms.scaling import (AddDecayedWeightsState, ScaleByScheduleState,
                                           ScaleState, SetToZeroState, add_decayed_weights,
                                           scale, scale_by_learning_rate, scale_by_polyak,
                                           scale_by_schedule, set_to_zero)
 from functrain.families.sign.stages import (ScaleByLionState, ScaleByRpropState, scale_by_lion,
-                                       scale_by_rprop, scale_by_sign)
+                                            scale_by_rprop, scale_by_sign)
 
 # --- whole-tree transforms: noise, quasi-Newton, line searches ---
 from functrain.families.quasi_newton.lbfgs import ScaleByLBFGSState, scale_by_lbfgs
 from functrain.families.quasi_newton.linesearch import (ScaleByBacktrackingLinesearchState,
-                                             ScaleByZoomLinesearchState, ZoomLinesearchInfo,
-                                             scale_by_backtracking_linesearch,
-                                             scale_by_zoom_linesearch)
+                                                        ScaleByZoomLinesearchState,
+                                                        ZoomLinesearchInfo,
+                                                        scale_by_backtracking_linesearch,
+                                                        scale_by_zoom_linesearch)
 from functrain.families.quasi_newton.value_and_grad_reuse import value_and_grad_from_state
 from functrain.transforms.noise import AddNoiseState, add_noise
 
@@ -135,8 +138,8 @@ from functrain.tree import (MaskedNode, bias_correction, update_infinity_moment,
 # --- Ivy's gradient functions and one-shot updates (the seed documents) ---
 # `functrain.grad` is the function, imported over the submodule's name.
 from functrain.grad import execute_with_gradients, grad, jac, stop_gradient, value_and_grad
-from functrain.compat import (adam_step, adam_update, gradient_descent_update,
-                                    lamb_update, lars_update, optimizer_update)
+from functrain.compat import (adam_step, adam_update, gradient_descent_update, lamb_update,
+                              lars_update, optimizer_update)
 
 # optax's public modules that functrain leaves to optax: what each is, and where to get it.
 _LEFT_TO_OPTAX = {

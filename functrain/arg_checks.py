@@ -163,21 +163,26 @@ def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number"
         raise ValueError(f"{owner}: {name} must be finite, got {value}.")
 
 
-def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
-    """Decorator: check a builder's numeric arguments, as declared, before it runs.
+def hyperparameters(*, static: tuple[str, ...] = (),
+                    **kinds: str) -> Callable[[Callable], Callable]:
+    """Decorator: a builder's declaration of its arguments, checked before it runs.
 
     Each keyword names an argument of the decorated function and its kind (see
     :func:`check_hyperparameter`): ``"number"``, ``"schedule"``, ``"bound"``, ``"decay"``,
     ``"int"``, each optionally ``" or None"``. Errors name the argument and the function.
     Ranges are each builder's business (:func:`check_range`, :func:`check_betas`).
+    ``static`` names the arguments that fix shapes or branches (a rank, a block size, a
+    refresh period, a mesh): :func:`functrain.inject_hyperparams` keeps them as Python
+    values, never arrays (the builder's ``static_hyperparams``).
 
     Args:
+      static: the static arguments' names.
       **kinds: argument name -> kind.
 
     Returns:
       A decorator returning the function with the checks in front (same name,
-      docstring and signature); what it returns is recorded (:func:`record_builder`:
-      the declared arguments, defaults included) for
+      docstring and signature; ``static_hyperparams`` is ``static``); what it returns is
+      recorded (:func:`record_builder`: the declared arguments, defaults included) for
       :func:`functrain.current_hyperparams`. Declaring a name the function does not take,
       or an unknown kind, raises ``TypeError`` at decoration time.
 
@@ -196,7 +201,7 @@ def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
 
     def decorate(fn: Callable) -> Callable:
         signature = inspect.signature(fn)
-        unknown = sorted(set(kinds) - set(signature.parameters))
+        unknown = sorted((set(kinds) | set(static)) - set(signature.parameters))
         if unknown:
             raise TypeError(f"hyperparameters: {fn.__name__} takes no argument(s) {unknown}.")
 
@@ -214,6 +219,7 @@ def hyperparameters(**kinds: str) -> Callable[[Callable], Callable]:
             return result
 
         checked.hyperparameter_kinds = dict(kinds)  # type: ignore[attr-defined]
+        checked.static_hyperparams = tuple(static)  # type: ignore[attr-defined]
         return checked
 
     return decorate

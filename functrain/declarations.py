@@ -50,8 +50,7 @@ class Declared:
 
     Attributes:
       name: its public name (the function's ``__name__``).
-      module: the module defining it; a builder of ``functrain/contrib/`` is public as
-        ``functrain.contrib.<name>``, any other as ``functrain.<name>``.
+      module: the module defining it (its family's folder under ``functrain/families/``).
       function: the builder itself.
       group: its docs group, a key of ``GROUPS``.
       paper: the citation of its paper (or what it comes from).
@@ -82,8 +81,9 @@ class Declared:
 
     @property
     def contrib(self) -> bool:
-        """Whether it lives in ``functrain.contrib``."""
-        return self.module.startswith("functrain.contrib.")
+        """Whether it is public as ``functrain.contrib.<name>`` (every optimizer optax has only
+        in ``optax.contrib``, or not at all), rather than ``functrain.<name>``."""
+        return self.optax != "core"
 
 
 #: name -> declaration, for every public optimizer (filled as functrain's modules load).

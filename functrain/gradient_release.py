@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from functrain import tree as ft
 from functrain.arg_checks import check_range, check_transformation
 from functrain.engine.program import fusion_plan
-from functrain.engine.protocol import GradientTransformation, LeafStage, OptState, Params
+from functrain.engine.protocol import GradientTransformation, OptState, Params
+from functrain.engine.stage import LeafStage
 from functrain.param_updates import apply_updates
 
 __all__ = ["GradientRelease", "GradientReleaseState", "gradient_release",

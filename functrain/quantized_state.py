@@ -34,8 +34,9 @@ from functrain.families.adam.optimizers import adam, adamw
 from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_size_of,
                                     code_for, dequantize_blockwise, quantize_blockwise,
                                     scales_shape)
-from functrain.engine.protocol import (GradientTransformationExtraArgs, MaskOrFn, OptState,
-                                       Params, ScalarOrSchedule, StateIO, Updates, call_update)
+from functrain.engine.protocol import (GradientTransformationExtraArgs, MaskOrFn, OptState, Params,
+                                       ScalarOrSchedule, Updates, call_update)
+from functrain.engine.state_io import StateIO
 from functrain.engine.program import Program, fusion_plan
 from functrain.matrix.quantized_bases import (BJORCK_ITERATIONS, QuantizedBasis, basis_code,
                                               check_basis, decode_basis, encode_like,

@@ -1,7 +1,6 @@
 """Every optimizer the tests know, declared once: ``REGISTRY`` (name -> :class:`Optimizer`).
 
-One record per public optimizer of ``functrain`` (the functions of
-``functrain/families/*/optimizers.py``) and of ``functrain.contrib`` (its public functions
+One record per public optimizer of ``functrain`` (those declared ``optax="core"``) and of ``functrain.contrib`` (its public functions
 that return a transformation, less the building blocks in ``NOT_OPTIMIZERS``);
 ``tests/test_registry.py`` fails, naming it, when one has no record. Each record
 says how to build the optimizer from a module ``m`` (``functrain``, or ``optax``
@@ -32,19 +31,15 @@ it cannot pass. A builder whose required arguments the default cannot fill (anyt
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import pathlib
 from typing import Any, Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 
-import functrain
 from functrain.declarations import OPTIMIZERS as DECLARED
 from helpers import matrices_only
 
-PACKAGE = pathlib.Path(functrain.__file__).resolve().parent
 
 # The checks a record or a setting may leave out (``skip``), each with a written reason.
 CHECKS = {
@@ -630,23 +625,15 @@ NOT_OPTIMIZERS = {
 }
 
 
-def optimizer_modules() -> list:
-    """The modules ``functrain/families/*/optimizers.py`` (found on disk, so a new family is
-    included)."""
-    return [importlib.import_module(f"functrain.families.{p.parent.name}.optimizers")
-            for p in sorted((PACKAGE / "families").glob("*/optimizers.py"))]
-
-
 def optimizer_functions(module: Any = None) -> dict:
-    """name -> function for the public functions defined in ``module`` (default: every
-    file ``functrain/families/*/optimizers.py``): every named optimizer of optax's core."""
-    found = {}
-    for mod in optimizer_modules() if module is None else [module]:
-        for name, obj in vars(mod).items():
-            if (inspect.isfunction(obj) and obj.__module__ == mod.__name__
-                    and not name.startswith("_")):
-                found[name] = obj
-    return found
+    """name -> function for the public functions defined in ``module`` (a family's module of
+    named optimizers); by default every optimizer declared ``optax="core"`` (optax's core
+    named optimizers, public as ``functrain.<name>``), wherever its family defines it."""
+    if module is None:
+        return {name: d.function for name, d in DECLARED.items() if not d.contrib}
+    return {name: obj for name, obj in vars(module).items()
+            if inspect.isfunction(obj) and obj.__module__ == module.__name__
+            and not name.startswith("_")}
 
 
 def optimizer_names(module: Any) -> list:

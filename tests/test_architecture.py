@@ -27,40 +27,50 @@
                       projections, microbatching, linalg,         (the "L0 core"; not each
                       param_updates, tree_utils, quantization     other), L0_codes
   L0_matrix           matrix/*.py (blocks, kron_factors,          L0 core, L0_beside
-                      shape_groups, ...)
+                      shape_groups, dimension_numbers, ...)
   L0_loss_parts       losses/checks, losses/primitives (the       L0 core
                       losses' input checks and shared math)
   L0_losses           every other losses/*.py (optax.losses'      L0 core, L0_beside,
                       functions, by kind)                         L0_loss_parts
   L1_dtypes           engine/dtypes.py (the dtype policy)         L0 core
-  L1_protocol         engine/protocol.py, engine/recompute.py     L0 core, L1_dtypes
-  L1_engine           engine/program.py                           L0 core, L1_dtypes,
+  L1_counts           engine/counts.py (step counts, bias         L0 core
+                      corrections)
+  L1_protocol         engine/protocol.py (GradientTransformation) L0 core
+                      and engine/recompute.py
+  L1_stage            engine/stage.py (LeafStage, LeafChecks)     L0 core, L1_dtypes,
                                                                   L1_protocol
-  L2_stages           transforms/*.py, and every module of        L0 core, L1
-                      families/<family>/ but its optimizers.py
+  L1_state_io         engine/state_io.py (StateIO)                L0 core, L1_protocol
+  L1_engine           engine/program.py (Program, run_block,      L0 core, L1 below it
+                      chain)
+  L2_shared_stages    transforms/*.py (stages every family uses)  L0 core, L1
+  L2_family_stages    families/<family>/stages.py, rms/factored,  L0 core, L1,
+                      quasi_newton's lbfgs and line searches      L2_shared_stages
   L3_wrappers         wrappers/*.py                               L0 core, L1
   L3_readers          hyperparams_reader (reads any optimizer's   L0 core, L1
                       recorded hyperparameters from its state)
-  L4_optimizers       families/<family>/optimizers.py             L0 (all of it), L1, L2
-  L4_contrib_bases    contrib/muon.py (Muon: its machinery, the   L0 - L4_optimizers
-                      Muon family's base)
-  L4_contrib          every other contrib/*.py                    L0 - L4_contrib_bases
-  L4_quantized_state  quantized_state.py (a wrapper whose         L0 - L4_contrib
+  L3_steps            gradient_release, flat_layout               L0, L1
+  L4_families         every other module of families/<family>/:   L0, L1, L2, L3_wrappers,
+                      the named optimizers and each algorithm's   L4_families of its own
+                      own modules                                 family or an earlier one
+  L4_quantized_state  quantized_state.py (a wrapper whose         L0 - L4_families
                       presets name optimizers)
-  L5_namespace        transforms (the package: optax.transforms'  L0 - L3
-                      names, re-exported)
+  L5_faces            transforms, contrib (packages: optax's      L0 - L4_families
+                      module names, re-exported)
   L5_packages         every other __init__.py                     its own package's modules
                                                                   (functrain/ itself: any)
   ==================  ==========================================  ============================
 
-The modules "beside the stack" (L0_beside) use only the L0 core, the matrix helpers
-  (L0_matrix) that and ``linalg``; the engine stack (L1 - L3) uses neither, the optimizers
-  and contrib above it may (contrib's ``sam`` takes its ascent step with
-  ``param_updates.apply_updates``, Shampoo calls ``linalg``, ``schedule_free``
-  ``schedules``, Kron ``matrix``). The losses (L0_losses) use the L0 core, their own
-  checks and math (L0_loss_parts) and ``projections`` (the multiclass sparsemax loss), never
-  each other; nothing but ``functrain/__init__.py`` uses them.
-* (c) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
+The modules "beside the stack" (L0_beside) use only the L0 core (and ``code_arithmetic``); the
+  matrix helpers (L0_matrix) that and ``linalg``; the engine stack (L1 - L3) uses neither, the
+  families above it may (``sam`` takes its ascent step with ``param_updates.apply_updates``,
+  Shampoo calls ``linalg``, ``schedule_free`` ``schedules``, Kron ``matrix``). The losses
+  (L0_losses) use the L0 core, their own checks and math (L0_loss_parts) and
+  ``projections`` (the multiclass sparsemax loss), never each other; nothing but
+  ``functrain/__init__.py`` uses them.
+* (c) The families form no ring: ``FAMILY_ORDER`` lists every folder of ``functrain/families/``
+  and a module imports from another family only if that one comes earlier; a family's stage
+  modules import no other family; no module imports itself back through others (a cycle).
+* (d) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
 
 Each failure names the file and the offending import or name.
 """
@@ -83,26 +93,25 @@ LONG_FILES: dict[str, str] = {}
 BASE, ENGINE = "functrain.engine.protocol", "functrain.engine.program"
 RECOMPUTE = "functrain.engine.recompute"
 DTYPES = "functrain.engine.dtypes"
-# The stage modules: transforms/*.py and every module of a family's folder but its
-# optimizers.py (found on disk, so a new family or module needs no entry here).
-STAGES = ({f"functrain.transforms.{p.stem}" for p in (PACKAGE / "transforms").glob("*.py")}
-          | {f"functrain.families.{p.parent.name}.{p.stem}"
-             for p in (PACKAGE / "families").glob("*/*.py")}) - {"functrain.transforms.__init__"}
-NAMED = {m for m in STAGES if m.endswith(".optimizers")}
-STAGES = {m for m in STAGES if not m.endswith((".optimizers", ".__init__"))}
-# contrib modules other contrib optimizers are built on (the Muon family on Muon's
-# dimension numbers, batched Newton-Schulz over the tree and AdamW split).
-CONTRIB_BASES = {"functrain.contrib.muon"}
-# Contrib modules built on a base that others build on in turn: the hyperball stage's
-# scaffold (matrix_step_stage), which the norm control (radius_pin) shares.
-CONTRIB_SECOND_BASES = {"functrain.contrib.hyperball"}
-# Packages whose __init__ is a layer of its own (a public face over modules of lower
-# layers), not a re-export of its own modules only.
-FACES = {"functrain.tree", "functrain.transforms"}
+COUNTS = "functrain.engine.counts"
+STAGE, STATE_IO = "functrain.engine.stage", "functrain.engine.state_io"
+# The optimizer families, one folder each under functrain/families/, in the order they may
+# build on each other: a module of a family imports from another family only if that one
+# comes earlier here (so the families form no ring). A new family needs its place here.
+FAMILY_ORDER = ("momentum", "adam", "layerwise", "rms", "sign", "quasi_newton", "second_order",
+                "parameter_free", "averaging", "modifiers", "muon", "low_rank", "preconditioned")
+# A family's stage modules (per-array or whole-tree math that names no optimizer): its
+# stages.py and these; they import only the core, the engine and the shared stages
+# (transforms/*.py), never another family. Every other module of a family is on the
+# optimizers' layer.
+FAMILY_STAGE_MODULES = {"functrain.families.rms.factored", "functrain.families.quasi_newton.lbfgs",
+                        "functrain.families.quasi_newton.linesearch",
+                        "functrain.families.quasi_newton.value_and_grad_reuse"}
+# Packages whose __init__ is a public face over modules of lower layers (optax's module
+# names), not a re-export of its own modules only.
+FACES = {"functrain.tree", "functrain.transforms", "functrain.contrib"}
 # The losses' input checks and shared math, below the loss modules that use them.
 LOSS_PARTS = {"functrain.losses.checks", "functrain.losses.primitives"}
-MATRIX_STEPS = {"functrain.matrix.kron_steps", "functrain.matrix.shampoo_blocks",
-                "functrain.matrix.soap_steps"}
 BESIDE = {f"functrain.{name}" for name in (
     "grad", "compat", "sharding", "schedules", "projections", "microbatching", "linalg",
     "param_updates", "tree_utils", "quantization")}
@@ -132,6 +141,22 @@ def in_package(package: str) -> Callable[[str], bool]:
     return lambda m: m.startswith(f"functrain.{package}.") and not is_package(m)
 
 
+def family_of(module: str) -> "str | None":
+    """The family folder of a module of ``functrain/families/<family>/`` (else None)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "families" else None
+
+
+def is_family_stages(module: str) -> bool:
+    return (family_of(module) is not None and not is_package(module)
+            and (module.endswith(".stages") or module in FAMILY_STAGE_MODULES))
+
+
+def is_family_optimizers(module: str) -> bool:
+    return family_of(module) is not None and not is_package(module) \
+        and not is_family_stages(module)
+
+
 @dataclasses.dataclass(frozen=True)
 class Layer:
     """One layer: which modules are in it, and the (lower) layers they may import from."""
@@ -143,8 +168,9 @@ class Layer:
 
 L0_CORE = ("L0_checks", "L0_tree_moments", "L0_tree_parts", "L0_tree_basics", "L0_tree",
            "L0_numerics")
-L0 = L0_CORE + ("L0_codes", "L0_beside", "L0_matrix", "L0_matrix_steps")
-L1 = ("L1_dtypes", "L1_protocol", "L1_engine")
+L0 = L0_CORE + ("L0_codes", "L0_beside", "L0_matrix")
+L1 = ("L1_dtypes", "L1_counts", "L1_protocol", "L1_stage", "L1_state_io", "L1_engine")
+L2 = ("L2_shared_stages", "L2_family_stages")
 
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
@@ -159,36 +185,35 @@ LAYERS = [
     Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:5]),
     Layer("L0_codes", lambda m: m == "functrain.code_arithmetic", ()),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE + ("L0_codes",)),
-    Layer("L0_matrix", lambda m: in_package("matrix")(m) and m not in MATRIX_STEPS,
-          L0_CORE + ("L0_beside",)),
-    # An optimizer's step as named stages over the matrix toolkit (Kron's).
-    Layer("L0_matrix_steps", lambda m: m in MATRIX_STEPS, L0_CORE + ("L0_beside", "L0_matrix")),
+    Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),
     Layer("L0_loss_parts", lambda m: m in LOSS_PARTS, L0_CORE),
     Layer("L0_losses", lambda m: in_package("losses")(m) and m not in LOSS_PARTS,
           L0_CORE + ("L0_beside", "L0_loss_parts")),
     Layer("L1_dtypes", lambda m: m == DTYPES, L0_CORE),
-    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE + ("L1_dtypes",)),
-    Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + ("L1_dtypes", "L1_protocol")),
-    Layer("L2_stages", lambda m: m in STAGES, L0_CORE + L1),
+    Layer("L1_counts", lambda m: m == COUNTS, L0_CORE),
+    Layer("L1_protocol", lambda m: m in {BASE, RECOMPUTE}, L0_CORE),
+    Layer("L1_stage", lambda m: m == STAGE, L0_CORE + ("L1_dtypes", "L1_protocol")),
+    Layer("L1_state_io", lambda m: m == STATE_IO, L0_CORE + ("L1_protocol",)),
+    Layer("L1_engine", lambda m: m == ENGINE, L0_CORE + L1[:-1]),
+    # Stages every family uses (optax.transforms' scaling, clipping, accumulation, ...).
+    Layer("L2_shared_stages", in_package("transforms"), L0_CORE + L1),
+    # A family's own stages.
+    Layer("L2_family_stages", is_family_stages, L0_CORE + L1 + ("L2_shared_stages",)),
     Layer("L3_wrappers", in_package("wrappers"), L0_CORE + L1),
     Layer("L3_readers", lambda m: m == "functrain.hyperparams_reader", L0_CORE + L1),
     # Training steps built around any optimizer (gradient release, the flat layout).
     Layer("L3_steps", lambda m: m in {"functrain.gradient_release", "functrain.flat_layout"},
           L0 + L1),
-    Layer("L4_optimizers", lambda m: m in NAMED, L0 + L1 + ("L2_stages",)),
-    Layer("L4_contrib_bases", lambda m: m in CONTRIB_BASES,
-          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers")),
-    Layer("L4_contrib_second_bases", lambda m: m in CONTRIB_SECOND_BASES,
-          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases")),
-    Layer("L4_contrib", lambda m: in_package("contrib")(m) and m not in CONTRIB_BASES
-          and m not in CONTRIB_SECOND_BASES,
-          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases",
-                     "L4_contrib_second_bases")),
+    # The named optimizers and each algorithm's own modules, by family; a module here may
+    # also import this layer's modules of its own family or of an earlier one in
+    # FAMILY_ORDER (allowed_imports), never in a cycle (test_family_modules_form_no_cycle).
+    Layer("L4_families", is_family_optimizers, L0 + L1 + L2 + ("L3_wrappers",)),
     Layer("L4_quantized_state", lambda m: m == "functrain.quantized_state",
-          L0 + L1 + ("L2_stages", "L3_wrappers", "L4_optimizers", "L4_contrib_bases",
-                     "L4_contrib_second_bases", "L4_contrib")),
-    Layer("L5_namespace", lambda m: m == "functrain.transforms",
-          L0 + L1 + ("L2_stages", "L3_wrappers")),
+          L0 + L1 + L2 + ("L3_wrappers", "L4_families")),
+    # optax's module names over the families: functrain.transforms (optax.transforms),
+    # functrain.contrib (optax.contrib and every optimizer optax lacks), functrain.tree.
+    Layer("L5_faces", lambda m: m in FACES - {"functrain.tree"},
+          L0 + L1 + L2 + ("L3_wrappers", "L4_families")),
     # Re-exports only: a sub-package's own modules; functrain/ itself anything.
     Layer("L5_packages", is_plain_package, ()),
 ]
@@ -214,7 +239,18 @@ def allowed_imports(module: str) -> Callable[[str], bool]:
         if module == "functrain":
             return lambda target: True  # the public surface: re-exports only
         return lambda target: target.startswith(module + ".")
-    return lambda target: layer_of(target) in LAYER[layer].imports
+    family = family_of(module)
+
+    def ok(target: str) -> bool:
+        other = family_of(target)
+        if family and other and other != family and (
+                other not in FAMILY_ORDER or family not in FAMILY_ORDER
+                or FAMILY_ORDER.index(other) > FAMILY_ORDER.index(family)):
+            return False  # a later family (or one not in FAMILY_ORDER): a ring could close
+        if layer == "L4_families" and layer_of(target) == "L4_families":
+            return True   # an earlier family's optimizers, or its own family's (no cycle)
+        return layer_of(target) in LAYER[layer].imports
+    return ok
 
 
 def is_private(name: str) -> bool:
@@ -353,26 +389,38 @@ def test_the_rules_reject_upward_and_sideways_imports():
     assert not allows("functrain.families.adam.stages", "functrain.families.rms.stages")
     assert not allows("functrain.families.adam.stages", "functrain.wrappers.masking")
     assert not allows("functrain.families.adam.stages", "functrain")
-    assert not allows("functrain.families.quasi_newton.lbfgs", "functrain.families.adam.stages")
+    assert not allows("functrain.families.adam.stages", "functrain.families.adam.optimizers")
+    assert allows("functrain.families.adam.stages", "functrain.transforms.accumulation")
+    assert not allows("functrain.transforms.scaling", "functrain.families.adam.stages")
+    assert not allows("functrain.families.quasi_newton.lbfgs",
+                      "functrain.families.adam.stages")
     assert not allows("functrain.wrappers.masking", "functrain.wrappers.accumulation")
     assert not allows("functrain.wrappers.masking", "functrain.families.adam.stages")
-    assert not allows("functrain.families.adam.optimizers", "functrain.wrappers.masking")
+    # families: only back in FAMILY_ORDER, whatever the layer
+    assert allows("functrain.families.layerwise.optimizers",
+                  "functrain.families.adam.stages")
     assert not allows("functrain.families.adam.optimizers",
-                      "functrain.families.momentum.optimizers")
+                      "functrain.families.layerwise.stages")
+    assert not allows("functrain.families.momentum.optimizers",
+                      "functrain.families.adam.stages")
+    assert allows("functrain.families.muon.dion", "functrain.families.sign.optimizers")
+    assert not allows("functrain.families.muon.soap_muon",
+                      "functrain.families.preconditioned.soap")
+    assert allows("functrain.families.muon.normuon", "functrain.families.muon.muon")
+    assert allows("functrain.families.low_rank.apollo", "functrain.families.muon.muon")
+    assert not allows("functrain.families.second_order.sophia",
+                      "functrain.families.modifiers.sam")
+    assert not allows("functrain.families.modifiers.sam", "functrain.quantized_state")
+    assert not allows("functrain.families.adam.optimizers", "functrain.gradient_release")
     assert not allows("functrain.linalg", "functrain.schedules")
     assert not allows("functrain.param_updates", BASE)
-    assert not allows("functrain.matrix.blocks", "functrain.contrib.kron")
+    assert not allows("functrain.matrix.blocks", "functrain.families.preconditioned.kron")
     assert not allows("functrain.matrix.blocks", "functrain.matrix.kron_factors")
-    # The helpers that once lived in contrib: an optimizer importing them there is sideways.
-    assert not allows("functrain.contrib.kron", "functrain.contrib.partition")
-    assert not allows("functrain.contrib.soap", "functrain.contrib.kron_factors")
-    assert not allows("functrain.contrib.sam", "functrain.contrib.sophia")
-    assert not allows("functrain.contrib.sam", "functrain.quantized_state")
-    assert not allows("functrain.matrix", "functrain.contrib.kron")
-    assert allows("functrain.contrib.kron", "functrain.matrix.blocks")
-    assert allows("functrain.contrib.sam", "functrain.param_updates")
-    assert allows("functrain.contrib.normuon", "functrain.contrib.muon")
-    assert not allows("functrain.contrib.muon", "functrain.contrib.normuon")
+    assert not allows("functrain.matrix", "functrain.families.preconditioned.kron")
+    assert allows("functrain.families.preconditioned.kron", "functrain.matrix.blocks")
+    assert allows("functrain.families.preconditioned.kron",
+                  "functrain.families.preconditioned.kron_steps")
+    assert allows("functrain.families.modifiers.sam", "functrain.param_updates")
     assert allows("functrain.matrix.blocks", "functrain.linalg")
     assert allows("functrain.families.adam.optimizers", "functrain.families.adam.stages")
     assert allows("functrain.families.adam.stages", ENGINE)
@@ -382,8 +430,11 @@ def test_the_rules_reject_upward_and_sideways_imports():
     assert not allows("functrain.losses.classification", BASE)
     assert allows("functrain.losses.margin", "functrain.projections")
     assert allows("functrain.losses.classification", "functrain.losses.primitives")
-    assert allows("functrain.contrib", "functrain.contrib.kron")
-    assert allows("functrain", "functrain.contrib.kron")
+    assert allows("functrain.contrib", "functrain.families.preconditioned.kron")
+    assert not allows("functrain.contrib", "functrain")
+    assert allows("functrain.transforms", "functrain.transforms.accumulation")
+    assert not allows("functrain.transforms", "functrain.quantized_state")
+    assert allows("functrain", "functrain.families.preconditioned.kron")
 
 
 def test_the_layer_table_points_down():
@@ -434,11 +485,90 @@ def test_imports_point_only_down(layer):
     assert not offences, f"imports against the layering ({layer}):\n  " + "\n  ".join(offences)
 
 
-def test_no_family_imports_another_family():
-    offences = [f"{where(m, line)}: {text}" for m in sorted(STAGES) if m in ANALYSED
-                for target, line, text in ANALYSED[m].edges if target in STAGES - {m}]
-    assert not offences, "stage families import each other:\n  " + "\n  ".join(offences)
-    assert STAGES <= set(ANALYSED), sorted(STAGES - set(ANALYSED))
+def test_family_stages_import_no_other_family():
+    stages = {m for m in MODULES if is_family_stages(m)}
+    offences = [f"{where(m, line)}: {text}" for m in sorted(stages)
+                for target, line, text in ANALYSED[m].edges
+                if family_of(target) not in (None, family_of(m))]
+    assert not offences, "stage modules import another family:\n  " + "\n  ".join(offences)
+    assert {"functrain.families.adam.stages", "functrain.families.rms.factored"} <= stages
+
+
+def test_every_family_has_its_place_in_the_order():
+    folders = {p.name for p in (PACKAGE / "families").iterdir()
+               if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == set(FAMILY_ORDER), (
+        f"families not in FAMILY_ORDER: {sorted(folders - set(FAMILY_ORDER))}; "
+        f"in it but gone: {sorted(set(FAMILY_ORDER) - folders)}")
+    loose = [str(p.relative_to(ROOT)) for p in (PACKAGE / "families").glob("*/")
+             if p.is_dir() and p.name != "__pycache__" and not (p / "__init__.py").is_file()]
+    assert not loose, f"family folders without an __init__.py: {loose}"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle's nodes (Tarjan's strongly connected components of more than one node,
+    or one node with an edge to itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def module_graph() -> dict[str, set[str]]:
+    return {m: {t for t, _, _ in a.edges if t in MODULES and t != m}
+            for m, a in ANALYSED.items()}
+
+
+def test_cycles_finds_rings():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_modules_form_no_cycle():
+    """No module imports itself back through others (package __init__s, which re-export
+    their own modules, left out)."""
+    graph = {m: {t for t in targets if not is_package(t)}
+             for m, targets in module_graph().items() if not is_package(m)}
+    assert not cycles(graph), f"import cycles: {cycles(graph)}"
+
+
+def test_families_form_no_ring():
+    """The families' folder graph (an edge where a module of one imports a module of
+    another) is acyclic, and points only back in FAMILY_ORDER."""
+    graph: dict[str, set[str]] = {}
+    for m, targets in module_graph().items():
+        if family_of(m):
+            graph.setdefault(family_of(m), set()).update(
+                family_of(t) for t in targets if family_of(t) not in (None, family_of(m)))
+    assert not cycles(graph), f"families import each other in a ring: {cycles(graph)}"
+    backwards = sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs
+                       if FAMILY_ORDER.index(b) > FAMILY_ORDER.index(a))
+    assert not backwards, f"families import later ones in FAMILY_ORDER: {backwards}"
 
 
 # --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import inspect
 import pathlib
 import re
 import sys
+import types
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ from functrain.declarations import (GROUPS, OPTIMIZERS as DECLARED, STATE_VALUE_
                                     declare_optimizer, declared_state_classes,
                                     state_value_kinds)
 from functrain.quantized_state import field_codes
+import registry
 from helpers import api_pages
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -47,6 +49,42 @@ def _exists(name: str) -> bool:
 # --------------------------------------------------------------------------
 # The declarations themselves
 # --------------------------------------------------------------------------
+
+
+def face_problems(contrib_face: object, top: object) -> list[str]:
+    """Where functrain.contrib and functrain (the faces over functrain/families/) disagree
+    with the declarations: every optimizer is exported under its declared face as the declared
+    function, contrib exports no core optimizer, and every optimizer contrib exports (a
+    public function returning a transformation, less stages and parts) is declared."""
+    problems = []
+    for name, d in sorted(DECLARED.items()):
+        face = contrib_face if d.contrib else top
+        if getattr(face, name, None) is not d.function:
+            problems.append(f"{name} (declared optax={d.optax!r}, in {d.module}) is not "
+                            f"{'functrain.contrib' if d.contrib else 'functrain'}.{name}")
+        if not d.contrib and getattr(contrib_face, name, None) is not None:
+            problems.append(f"functrain.contrib.{name}: {name} is optax's core optimizer")
+    for name, obj in sorted(vars(contrib_face).items()):
+        if (inspect.isfunction(obj) and not name.startswith(("_", "scale_by_"))
+                and "GradientTransformation" in str(inspect.signature(obj).return_annotation)
+                and name not in DECLARED and name not in registry.NOT_OPTIMIZERS):
+            problems.append(f"functrain.contrib.{name} returns a transformation but is no "
+                            f"declared optimizer (@declare_optimizer where it is defined)")
+    return problems
+
+
+def test_the_faces_export_what_is_declared():
+    assert not face_problems(functrain.contrib, functrain), face_problems(functrain.contrib,
+                                                                          functrain)
+    planted = types.SimpleNamespace(**vars(functrain.contrib))
+    del planted.laprop
+    planted.adamw = functrain.adamw
+    planted.zz = lambda: None
+    planted.zz.__annotations__["return"] = "GradientTransformation"
+    found = face_problems(planted, functrain)
+    assert any(p.startswith("laprop ") for p in found), found
+    assert any(p.startswith("functrain.contrib.adamw:") for p in found), found
+    assert any(p.startswith("functrain.contrib.zz ") for p in found), found
 
 def test_declarations_are_complete_and_well_formed():
     assert len(DECLARED) >= 67, sorted(DECLARED)
@@ -362,7 +400,7 @@ def test_the_checks_name_planted_stale_entries():
     assert any(p.startswith("functrain.adam:") for p in problems), problems
     assert any("ScaleByAdamState" in p for p in problems), problems
     with pytest.MonkeyPatch.context() as patch:  # a generated section: its module's __all__
-        patch.setattr(importlib.import_module("functrain.contrib.laprop"), "__all__",
+        patch.setattr(importlib.import_module("functrain.families.adam.laprop"), "__all__",
                       ["scale_by_laprop"])
         pages = api_pages()
     problems = stale_in_api_pages(pages)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import pkgutil
 import re
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import declared_modules  # noqa: E402
 import repo_links  # noqa: E402
 from helpers import TYPE_ALIASES, api_pages  # noqa: E402
 
-# Namespaces users import from, besides the contrib family modules.
+# Namespaces users import from, besides the family modules behind functrain.contrib.
 NAMESPACES = ["functrain", "functrain.contrib", "functrain.tree", "functrain.schedules",
               "functrain.numerics", "functrain.linalg", "functrain.projections",
               "functrain.microbatching", "functrain.sharding", "functrain.grad",
@@ -50,9 +49,11 @@ DIRECTIVE = re.compile(r"^\s*\.\. (?:auto(?:function|class|data)|py:(?:function|
 
 
 def public_names() -> dict[str, object]:
-    """Every public name (dotted path -> object) of the namespaces and contrib modules."""
-    modules = list(NAMESPACES) + [
-        m.name for m in pkgutil.iter_modules(functrain.contrib.__path__, "functrain.contrib.")]
+    """Every public name (dotted path -> object) of the namespaces and of the family modules
+    whose names functrain.contrib re-exports."""
+    behind_contrib = {getattr(obj, "__module__", "") for obj in vars(functrain.contrib).values()}
+    modules = list(NAMESPACES) + sorted(m for m in behind_contrib
+                                        if m.startswith("functrain.families."))
     found = {}
     for module_name in modules:
         module = importlib.import_module(module_name)
@@ -83,7 +84,9 @@ def test_public_names_are_found():
     names = public_names()
     for path in ["functrain.lamb", "functrain.contrib.muon", "functrain.tree.add",
                  "functrain.schedules.cosine_decay_schedule", "functrain.sharding.zero_shardings",
-                 "functrain.contrib.parameter_free.scale_by_dog", "functrain.ScalarOrSchedule"]:
+                 "functrain.families.parameter_free.parameter_free.scale_by_dog",
+                 "functrain.families.muon.radius_pin.radius_pin_step",
+                 "functrain.ScalarOrSchedule"]:
         assert path in names, path
     assert len({id(o) for o in names.values()}) >= 340
 
@@ -231,14 +234,14 @@ def test_repo_links_rewrite_links_that_leave_docs():
 
 
 def test_api_refs_find_prefers_the_public_names():
-    objects = {"functrain.adam": 1, "functrain.contrib.muon": 2, "functrain.tree.add": 3,
-               "functrain.contrib.parameter_free.scale_by_dog": 4, "functrain.scale": 5,
+    objects = {"functrain.adam": 1, "functrain.families.muon.muon": 2, "functrain.tree.add": 3,
+               "functrain.families.parameter_free.parameter_free.scale_by_dog": 4, "functrain.scale": 5,
                "functrain.tree.scale": 6}
     assert api_refs.find(objects, "adam") == "functrain.adam"
     assert api_refs.find(objects, "functrain.families.adam.optimizers.adam") == "functrain.adam"
-    assert api_refs.find(objects, "'functrain.contrib.muon'") == "functrain.contrib.muon"
+    assert api_refs.find(objects, "'functrain.families.muon.muon'") == "functrain.families.muon.muon"
     assert api_refs.find(objects, "add") == "functrain.tree.add"
-    assert api_refs.find(objects, "scale_by_dog") == "functrain.contrib.parameter_free.scale_by_dog"
+    assert api_refs.find(objects, "scale_by_dog") == "functrain.families.parameter_free.parameter_free.scale_by_dog"
     assert api_refs.find(objects, "scale") == "functrain.scale"
     assert api_refs.find(objects, "nothing") is None
 
@@ -261,7 +264,7 @@ def test_declared_modules_generate_each_modules_entries(monkeypatch):
     assert "functrain.contrib.mechanize\n" in section and "functrain.contrib.cocob\n" in section
     assert "NormalizeState" not in text  # EmptyState's other name: on building_blocks.rst
 
-    module = types.ModuleType("functrain.contrib.zz_planted", "Zed (Z et al., 2031): a plant.")
+    module = types.ModuleType("functrain.families.zz.zz_planted", "Zed (Z et al., 2031): a plant.")
     def zz(learning_rate): """A planted optimizer."""
     class ZzState: """Its state."""
     zz.__module__ = ZzState.__module__ = module.__name__
@@ -271,10 +274,10 @@ def test_declared_modules_generate_each_modules_entries(monkeypatch):
                                                    "Z et al., 2031", None, False))
     text = declared_modules.expand(".. declared-modules:: beyond optax\n")
     zed = ("Beyond optax: Zed\n-----------------\n\n.. autosummary::\n\n"
-           "   functrain.contrib.zz_planted.zz\n"
-           "   functrain.contrib.zz_planted.ZzState\n\n"
-           ".. autofunction:: functrain.contrib.zz_planted.zz\n\n"
-           ".. autoclass:: functrain.contrib.zz_planted.ZzState\n")
+           "   functrain.families.zz.zz_planted.zz\n"
+           "   functrain.families.zz.zz_planted.ZzState\n\n"
+           ".. autofunction:: functrain.families.zz.zz_planted.zz\n\n"
+           ".. autoclass:: functrain.families.zz.zz_planted.ZzState\n")
     titles = re.findall(r"^(.+)\n-+$", text, re.MULTILINE)  # the new one before the modifiers
     assert titles[-2:] == ["Beyond optax: Zed", "Beyond optax: modifiers for any optimizer"]
     assert zed + "\n" in text, text[-1200:]
@@ -285,7 +288,7 @@ def test_declared_modules_generate_each_modules_entries(monkeypatch):
 def test_a_public_name_left_out_of_its_modules_all_is_reported(monkeypatch):
     """The generated entries are a module's ``__all__``: a name functrain.contrib exports but
     its module's ``__all__`` leaves out has no entry, and the coverage check names it."""
-    laprop = importlib.import_module("functrain.contrib.laprop")
+    laprop = importlib.import_module("functrain.families.adam.laprop")
     monkeypatch.setattr(laprop, "__all__", ["ScaleByLapropState", "laprop"])
     assert undocumented() == ["functrain.contrib.scale_by_laprop"]
 

@@ -152,7 +152,7 @@ def test_muon_runs_large_stacks_in_chunks_with_the_same_numbers(monkeypatch):
     2-matrix chunk budget: four Newton-Schulz loops (one per chunk, the last with one
     matrix), and Muon's updates equal those of one loop over the whole stack."""
     import importlib
-    muon_module = importlib.import_module("functrain.contrib.muon")  # not the function
+    muon_module = importlib.import_module("functrain.families.muon.muon")  # not the function
     rng = np.random.default_rng(1)
     params = {"w": jnp.asarray(rng.normal(size=(6, 16, 32)), jnp.float32),
               "v": jnp.asarray(rng.normal(size=(32, 16)), jnp.float32)}

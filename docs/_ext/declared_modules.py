@@ -8,13 +8,14 @@ Each optimizer declares its docs group where it is defined (``@declare_optimizer
    .. declared-modules:: beyond optax
 
 stands for one section per module that defines an optimizer declared in that group (every
-module of ``functrain.families`` and ``functrain.contrib`` is imported first, so the
+module of ``functrain.families`` is imported first, so the
 Sphinx build and the tests find the same modules, exported or not): a title,
 an ``autosummary`` of the module's public names (its ``__all__``, in the order the module
 defines them) and an
 ``autoclass`` or ``autofunction`` entry for each. A name is documented where users import it:
 ``functrain.contrib.NAME`` (or ``functrain.NAME``) when that package exports the same object,
-else under its module (``functrain.contrib.parameter_free.scale_by_dog``). A class that is no
+else under its module
+(``functrain.families.parameter_free.parameter_free.scale_by_dog``). A class that is no
 tuple (no state class) lists the public methods it defines (``:members:``).
 
 The modules come in the order of ``ORDER`` (the page's order before it was generated), then
@@ -42,35 +43,39 @@ from sphinx.util.docutils import SphinxDirective
 #: group -> the modules in the order of the page before it was generated; the group's other
 #: modules follow, alphabetically.
 ORDER: dict[str, list[str]] = {
-    "contrib": ["functrain.contrib." + m for m in (
-        "muon", "schedule_free", "parameter_free", "mechanic", "coin_betting", "adopt",
-        "madgrad", "acprop", "ademamix", "galore", "sophia", "sam", "momo", "reduce_on_plateau",
-        "privacy", "normalize", "complex_valued")],
-    "beyond optax": ["functrain.contrib." + m for m in (
-        "shampoo", "soap", "kron", "dion", "normuon", "adamuon", "splus", "mars", "came",
-        "laprop", "adam_mini", "apollo", "modifiers")],
+    "contrib": ["functrain.families." + m for m in (
+        "muon.muon", "averaging.schedule_free", "parameter_free.parameter_free",
+        "parameter_free.mechanic", "parameter_free.coin_betting", "adam.adopt", "rms.madgrad",
+        "adam.acprop", "adam.ademamix", "low_rank.galore", "second_order.sophia",
+        "modifiers.sam", "parameter_free.momo", "modifiers.reduce_on_plateau",
+        "modifiers.privacy", "modifiers.normalize", "modifiers.complex_valued",)],
+    "beyond optax": ["functrain.families." + m for m in (
+        "preconditioned.shampoo", "preconditioned.soap", "preconditioned.kron", "muon.dion",
+        "muon.normuon", "muon.adamuon", "preconditioned.splus", "adam.mars", "rms.came",
+        "adam.laprop", "adam.adam_mini", "low_rank.apollo", "modifiers.modifiers",)],
 }
 #: Modules whose sections stay at the end of their page (not optimizers of their own).
-LAST = {"functrain.contrib.modifiers"}
+LAST = {"functrain.families.modifiers.modifiers"}
 _ADAM_VARIANTS = "Adam variants: ADOPT, MADGRAD, ACProp, AdEMAMix"
 #: module -> its section's title, where the docstring's first words are not the title;
 #: modules next to each other in the order with the same title share one section.
 TITLES: dict[str, str] = {
-    "functrain.contrib.kron": "Kron (PSGD)",
-    "functrain.contrib.mars": "MARS",
-    "functrain.contrib.modifiers": "modifiers for any optimizer",
-    "functrain.contrib.schedule_free": "Schedule-Free",
-    "functrain.contrib.parameter_free": "Learning-rate-free: Prodigy, D-Adaptation, DoG, DoWG",
-    "functrain.contrib.mechanic": "Mechanic and COCOB",
-    "functrain.contrib.coin_betting": "Mechanic and COCOB",
-    "functrain.contrib.adopt": _ADAM_VARIANTS,
-    "functrain.contrib.madgrad": _ADAM_VARIANTS,
-    "functrain.contrib.acprop": _ADAM_VARIANTS,
-    "functrain.contrib.ademamix": _ADAM_VARIANTS,
-    "functrain.contrib.momo": "Momo",
-    "functrain.contrib.reduce_on_plateau": "Reduce on plateau",
-    "functrain.contrib.normalize": "Normalization and complex parameters",
-    "functrain.contrib.complex_valued": "Normalization and complex parameters",
+    "functrain.families.preconditioned.kron": "Kron (PSGD)",
+    "functrain.families.adam.mars": "MARS",
+    "functrain.families.modifiers.modifiers": "modifiers for any optimizer",
+    "functrain.families.averaging.schedule_free": "Schedule-Free",
+    "functrain.families.parameter_free.parameter_free":
+        "Learning-rate-free: Prodigy, D-Adaptation, DoG, DoWG",
+    "functrain.families.parameter_free.mechanic": "Mechanic and COCOB",
+    "functrain.families.parameter_free.coin_betting": "Mechanic and COCOB",
+    "functrain.families.adam.adopt": _ADAM_VARIANTS,
+    "functrain.families.rms.madgrad": _ADAM_VARIANTS,
+    "functrain.families.adam.acprop": _ADAM_VARIANTS,
+    "functrain.families.adam.ademamix": _ADAM_VARIANTS,
+    "functrain.families.parameter_free.momo": "Momo",
+    "functrain.families.modifiers.reduce_on_plateau": "Reduce on plateau",
+    "functrain.families.modifiers.normalize": "Normalization and complex parameters",
+    "functrain.families.modifiers.complex_valued": "Normalization and complex parameters",
 }
 #: group -> what its section titles begin with.
 PREFIX: dict[str, str] = {"beyond optax": "Beyond optax: "}
@@ -80,13 +85,12 @@ DIRECTIVE = re.compile(r"^\.\. declared-modules::[ \t]+(.+?)[ \t]*$", re.MULTILI
 
 def modules(group: str) -> list[str]:
     """The modules defining an optimizer declared in ``group``, in the page's order."""
-    import functrain.contrib
     import functrain.families
     from functrain.declarations import GROUPS, OPTIMIZERS
 
-    for package in (functrain.families, functrain.contrib):  # the declarations are recorded
-        for found in pkgutil.walk_packages(package.__path__, package.__name__ + "."):  # on
-            importlib.import_module(found.name)  # import
+    package = functrain.families  # the declarations are recorded on import
+    for found in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(found.name)
     if group not in GROUPS:
         raise ValueError(f"declared-modules: group {group!r} is none of {sorted(GROUPS)}")
     found = {d.module for d in OPTIMIZERS.values() if d.group == group}
@@ -110,10 +114,14 @@ def public_path(module: str, name: str) -> str:
     import functrain
     import functrain.contrib
 
+    from functrain.declarations import OPTIMIZERS
+
     obj = getattr(importlib.import_module(module), name)
-    package = functrain.contrib if module.startswith("functrain.contrib.") else functrain
-    if getattr(package, name, None) is obj:
-        return f"{package.__name__}.{name}"
+    # A module of functrain.contrib's optimizers documents its names there first.
+    in_contrib = any(d.module == module and d.contrib for d in OPTIMIZERS.values())
+    for package in (functrain.contrib, functrain) if in_contrib else (functrain,):
+        if getattr(package, name, None) is obj:
+            return f"{package.__name__}.{name}"
     return f"{module}.{name}"
 
 

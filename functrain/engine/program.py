@@ -1,6 +1,6 @@
 """The engine: one walk over the tree for a block of stages, and ``chain``.
 
-:func:`run_block` lifts :class:`~functrain.engine.protocol.LeafStage` s over
+:func:`run_block` lifts :class:`~functrain.engine.stage.LeafStage` s over
 pytrees. Before any array math it checks tree structures, shapes, required
 params and masks, naming the offending key path. Then, leaf by leaf, it runs
 every stage of the block in turn: 16-bit leaves are computed in float32 and
@@ -30,9 +30,10 @@ from functrain import tree as ft
 from functrain.engine import recompute
 from functrain.engine.dtypes import (integer_float, integers_as_floats, leaf_compute_dtype,
                                      state_compute_dtype)
-from functrain.engine.protocol import (PLAIN_STATE, GradientTransformation,
-                                       GradientTransformationExtraArgs, LeafStage, MaskedState,
-                                       OptState, Params, StateIO, Updates, as_array)
+from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
+                                       MaskedState, OptState, Params, Updates)
+from functrain.engine.stage import LeafChecks, LeafStage, as_array
+from functrain.engine.state_io import PLAIN_STATE, StateIO
 
 
 class Program:
@@ -46,7 +47,7 @@ class Program:
     Args:
       steps: ``((state path, LeafStage or transformation), ...)``: the state path says
         where each step's state lives inside the program's state.
-      io: how per-leaf state is read and written (:class:`~functrain.engine.protocol.StateIO`;
+      io: how per-leaf state is read and written (:class:`~functrain.engine.state_io.StateIO`;
         as it is by default). A program with other I/O is opaque to an enclosing ``chain``.
       guards: functions ``guard(run, updates, state, params, extra_args) -> (updates,
         state)`` around the run, innermost first (a state check, ``None`` updates, a state
@@ -577,10 +578,10 @@ def identity() -> GradientTransformation:
     ([Array([1.], dtype=float32)], EmptyState())
     """
     return stage_transform(LeafStage(name="identity", update_leaf=lambda g, s, p, c: (g, ()),
-                                     any_dtype=True))
+                                     checks=LeafChecks(any_dtype=True)))
 
 
 __all__ = ["run_block", "run_plan", "stage_transform", "in_masked_state", "chain", "named_chain",
            "identity", "fusion_plan", "Program", "with_guard",
-           # from engine/dtypes.py, where contrib's own per-leaf loops (shampoo, ...) import them
+           # from engine/dtypes.py, where the families' per-leaf loops (shampoo, ...) import them
            "leaf_compute_dtype", "state_compute_dtype"]

@@ -1,13 +1,25 @@
-"""Optimizer families, one folder each: the per-array stages of the family
-(``stages.py``, plus ``factored.py`` for Adafactor's factored moments) and its named
-optimizers (``optimizers.py``, each a short ``chain`` of stages) together.
+"""The optimizers, by algorithm: one folder per family, each holding its per-array stages
+(``stages.py``), its named optimizers and the helpers only it uses. Where optax has an
+optimizer decides only its public name (``functrain.<name>`` for optax's core,
+``functrain.contrib.<name>`` otherwise, from its ``@declare_optimizer``), not its folder.
 
-``adam`` (Adam, AdamW, NAdam, AMSGrad, RAdam, Yogi, AdaBelief, Adamax, LAMB, Adan),
-``rms`` (Adagrad, RMSProp, Adadelta, Adafactor, SM3: per-coordinate steps without
-momentum), ``sign`` (signSGD, Signum, Lion, Rprop), ``layerwise`` (trust ratios: LARS,
-Fromage, NovoGrad), ``momentum`` (trace and EMA; SGD, noisy and Polyak SGD, the optimistic
-methods) and ``quasi_newton`` (L-BFGS and the line searches: whole-tree transformations,
-not per-array stages). Stages every family uses (scaling, clipping, decay, constraints,
-noise) are in :mod:`functrain.transforms`; optimizers optax has only in ``optax.contrib``,
-or not at all, are in :mod:`functrain.contrib`.
+In the order they may build on each other (a family imports only from those before it;
+``tests/test_architecture.py``):
+
+``momentum`` (optimistic gradients; SGD, noisy and Polyak SGD), ``adam`` (Adam, AdamW,
+NAdam, AMSGrad, RAdam, Yogi, AdaBelief, Adamax, Adan, optimistic Adam, and the variants
+optax lacks or has in contrib: ADOPT, AdEMAMix, ACProp, LaProp, MARS, SPAM, Adam-mini,
+AdamA), ``layerwise`` (trust ratios: LARS, LAMB, Fromage, NovoGrad), ``rms``
+(per-coordinate steps without momentum: Adagrad, RMSProp, Adadelta, Adafactor, SM3, CAME,
+MADGRAD), ``sign`` (signSGD, Signum, Lion, Rprop), ``quasi_newton`` (L-BFGS and the line
+searches: whole-tree transformations), ``second_order`` (Sophia), ``parameter_free``
+(Prodigy, D-Adaptation, DoG, DoWG, COCOB, Mechanic, MoMo), ``averaging`` (Schedule-Free,
+the tail EMA, EMA-Nesterov), ``modifiers`` (cautious masks, MARS's correction, privacy,
+SAM, normalization, complex parameters, the plateau cut), ``muon`` (Muon and what builds
+on it: NorMuon, AdaMuon, MuonClip, Scion, MuonH/AdamH, Dion, SOAP-Muon), ``low_rank``
+(GaLore, APOLLO) and ``preconditioned`` (Shampoo, SOAP, Kron, SPlus).
+
+Stages every family uses (scaling, clipping, accumulation, decay, constraints, noise) are
+in :mod:`functrain.transforms`; :mod:`functrain.contrib` and :mod:`functrain.transforms`
+(as a namespace) are faces over these folders.
 """

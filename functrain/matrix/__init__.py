@@ -5,5 +5,5 @@ the leaf as a stack of its layers), ``shape_groups`` (same-shape leaves run as o
 their ``group_same_shapes``), ``eigenbases`` (SOAP's rotations, statistics and
 their refresh) and ``kron_factors`` (PSGD Kron's batched Kronecker-factor math).
 They build on :mod:`functrain.linalg` and :mod:`functrain.numerics`; the optimizers
-themselves are in :mod:`functrain.contrib`. The former paths
-``functrain.contrib.partition`` and ``functrain.contrib.kron_factors`` still import them."""
+themselves, with their own steps, are in :mod:`functrain.families.preconditioned` and
+:mod:`functrain.families.muon`."""

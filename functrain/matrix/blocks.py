@@ -1,7 +1,7 @@
 """How the matrix optimizers cut a leaf: merging small axes, splitting long ones into blocks.
 
-The one copy of the rules that :mod:`functrain.contrib.shampoo`,
-:mod:`functrain.contrib.soap` and :mod:`functrain.contrib.kron` share (also importable
+The one copy of the rules that :mod:`functrain.families.preconditioned.shampoo`,
+:mod:`functrain.families.preconditioned.soap` and :mod:`functrain.families.preconditioned.kron` share (also importable
 under its former name ``functrain.contrib.partition``):
 
 * :func:`merged_shape` multiplies neighbouring axes together while the product

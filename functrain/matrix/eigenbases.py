@@ -8,7 +8,7 @@ statistic ``L_i`` (an average of :func:`gram` ``G_(i) G_(i)^T``) and an orthonor
 refreshes them every ``precondition_frequency`` calls by one power-iteration step and QR,
 for a whole tree in one conditional, its decompositions of each size batched (by the
 caller's map, :func:`functrain.matrix.blocks.map_by_shape` in
-:mod:`functrain.contrib.soap`, which keeps the moments and the state).
+:mod:`functrain.families.preconditioned.soap`, which keeps the moments and the state).
 """
 
 from __future__ import annotations
@@ -140,7 +140,6 @@ def refresh_bases(units: list, count: Array, precondition_frequency: int,
     return lax.switch(branch, [lambda ops: [(q, v) for _, q, v in ops],
                                lambda ops: run(ops, True), lambda ops: run(ops, False)],
                       [(stats, bases, nu) for stats, bases, nu, _ in units])
-
 
 
 def flatten_eigenbasis_inputs(updates: Any, state: Any, params: Any, owner: str) -> tuple:

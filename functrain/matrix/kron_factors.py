@@ -5,8 +5,7 @@ every operation (factor products, Gram matrices, triangular solves, norms) is on
 call over it. :func:`diagonal_axes` says which factors are diagonal, :func:`group_noise`
 draws the whitening noise of every group, :func:`whitening_step` updates the factors on
 PSGD's whitening criterion, :func:`precondition` applies ``P = Q^H Q``;
-:mod:`functrain.contrib.kron` groups the leaves and keeps the state. Also importable under
-its former name ``functrain.contrib.kron_factors``.
+:mod:`functrain.families.preconditioned.kron` groups the leaves and keeps the state.
 """
 
 from __future__ import annotations

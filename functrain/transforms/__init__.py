@@ -18,7 +18,7 @@ optax's ``transforms`` module runs with a changed import:
 
 # Re-exports only: optax.transforms' names, from where functrain defines them.
 from functrain.engine.program import chain, named_chain
-from functrain.families.momentum.stages import EmaState, TraceState, ema, trace
+from functrain.transforms.accumulation import EmaState, TraceState, ema, trace
 from functrain.transforms.clipping import (adaptive_grad_clip, clip, clip_by_block_rms,
                                            clip_by_global_norm, per_example_global_norm_clip,
                                            per_example_layer_norm_clip, unitwise_clip,

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.engine.protocol import EmptyState, GradientTransformation, LeafStage
+from functrain.engine.protocol import EmptyState, GradientTransformation
+from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.program import stage_transform
 
 Array = jax.Array
@@ -48,7 +49,7 @@ def clip(max_delta: Any) -> GradientTransformation:
     check_range("max_delta", max_delta, 0.0, owner="clip")
     return stage_transform(LeafStage(
         name="clip", update_leaf=lambda g, s, p, c: (jnp.clip(g, -max_delta, max_delta), ()),
-        real_only=True))
+        checks=LeafChecks(real_only=True)))
 
 
 def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
@@ -261,8 +262,9 @@ def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis: Axis = None
         return unitwise_clip(unitwise_norm(g, axis), max_norm, g), ()
 
     return stage_transform(LeafStage(name="adaptive_grad_clip", update_leaf=leaf,
-                                     prepare=prepare, needs_params=True,
-                                     needs_updates=axis is None))
+                                     prepare=prepare,
+                                     needs_updates=axis is None,
+                                     checks=LeafChecks(needs_params=True)))
 
 
 # --------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from functrain.engine.protocol import EmptyState, GradientTransformation, LeafStage
+from functrain.engine.protocol import EmptyState, GradientTransformation
+from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.program import stage_transform
 
 Array = jax.Array
@@ -55,7 +56,7 @@ def zero_nans() -> GradientTransformation:
     # ``found_nan`` is one bool per leaf, not params-shaped.
     return stage_transform(LeafStage(
         name="zero_nans", update_leaf=leaf, state_cls=ZeroNansState, leaf_fields=("found_nan",),
-        init_leaf=lambda p: (jnp.zeros([], jnp.bool_),), shaped_fields=()))
+        init_leaf=lambda p: (jnp.zeros([], jnp.bool_),), checks=LeafChecks(shaped_fields=())))
 
 
 def keep_params_nonnegative() -> GradientTransformation:
@@ -77,5 +78,4 @@ def keep_params_nonnegative() -> GradientTransformation:
     """
     return stage_transform(LeafStage(
         name="keep_params_nonnegative", update_leaf=lambda g, s, p, c: (jnp.where(p + g < 0, -p,
-        g), ()),
-        needs_params=True))
+        g), ()), checks=LeafChecks(needs_params=True)))

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_range, check_state_type, hyperparameters
 from functrain import tree as ft
-from functrain.engine.protocol import GradientTransformation, Params, Updates, safe_increment
+from functrain.engine.protocol import GradientTransformation, Params, Updates
+from functrain.engine.counts import safe_increment
 
 Array = jax.Array
 

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_range, concrete_real, hyperparameters
 from functrain import tree as ft
-from functrain.engine.protocol import GradientTransformation, LeafStage
+from functrain.engine.protocol import GradientTransformation
+from functrain.engine.stage import LeafStage
 from functrain.engine.program import stage_transform
 
 Array = jax.Array

@@ -15,9 +15,10 @@ import numpy as np
 from functrain.arg_checks import (check_bools, check_range, check_state_type, hyperparameters,
                                   missing_argument_error)
 from functrain import tree as ft
-from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       OptState, Params, ScalarOrSchedule, Updates,
-                                       safe_increment, zero_count)
+from functrain.engine.protocol import (EmptyState, GradientTransformation, MaskOrFn, OptState,
+                                       Params, ScalarOrSchedule, Updates)
+from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import identity, in_masked_state, stage_transform, with_guard
 
 Array = jax.Array
@@ -262,8 +263,8 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
         tx = _none_updates_pass(stage_transform(LeafStage(
             name="add_decayed_weights",
             update_leaf=(lambda g, s, p, c: (g, ())) if zero else
-            (lambda g, s, p, c: (_decayed(g, p, weight_decay, cautious), ())),
-            needs_params=True, mask=mask)), scheduled=False)
+            (lambda g, s, p, c: (_decayed(g, p, weight_decay, cautious), ())), mask=mask,
+            checks=LeafChecks(needs_params=True))), scheduled=False)
     else:
         def prepare(glob: dict, _: Any) -> tuple:
             return weight_decay(glob["count"]), {"count": safe_increment(glob["count"])}
@@ -272,8 +273,8 @@ def decayed_weights_stage(weight_decay: ScalarOrSchedule,
             name="add_decayed_weights",
             update_leaf=lambda g, s, p, wd: (_decayed(g, p, wd, cautious), ()),
             state_cls=WeightDecayScheduleState,
-            leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare,
-            needs_params=True, mask=mask)), scheduled=True)
+            leaf_fields=(), init_leaf=lambda p: (), init_global=zero_count, prepare=prepare, mask=mask,
+            checks=LeafChecks(needs_params=True))), scheduled=True)
     # optax's layout: a masked decay keeps its state in MaskedState (still one fused stage).
     return tx if mask is None else in_masked_state(tx, "add_decayed_weights")
 
@@ -405,4 +406,4 @@ def set_to_zero() -> GradientTransformation:
     """
     return stage_transform(LeafStage(name="set_to_zero",
                                      update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
-                                     any_dtype=True))
+                                     checks=LeafChecks(any_dtype=True)))

@@ -18,8 +18,8 @@ import numpy as np
 from functrain.arg_checks import check_state_type, check_transformation, record_builder
 from functrain import tree as ft
 from functrain.declarations import state_value_kinds
-from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
-                                       safe_increment)
+from functrain.engine.protocol import GradientTransformation, Params, Updates, call_update
+from functrain.engine.counts import safe_increment
 
 Array = jax.Array
 PyTree = Any

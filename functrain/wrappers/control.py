@@ -24,8 +24,8 @@ import numpy as np
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
                                   hyperparameters)
 from functrain import tree as ft
-from functrain.engine.protocol import (GradientTransformation, OptState, Params, Updates,
-                                       call_update, safe_increment)
+from functrain.engine.protocol import GradientTransformation, OptState, Params, Updates, call_update
+from functrain.engine.counts import safe_increment
 
 Array = jax.Array
 PyTree = Any

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_range, check_state_type, check_transformation
 from functrain import tree as ft
-from functrain.engine.protocol import (GradientTransformation, Params, Updates, call_update,
-                                       safe_increment)
+from functrain.engine.protocol import GradientTransformation, Params, Updates, call_update
+from functrain.engine.counts import safe_increment
 
 Array = jax.Array
 PyTree = Any

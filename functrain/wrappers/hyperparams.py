@@ -22,7 +22,8 @@ import numpy as np
 from functrain.arg_checks import check_state_type, record_reader, sorted_labels
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
-                                       Params, Updates, call_update, safe_increment)
+                                       Params, Updates, call_update)
+from functrain.engine.counts import safe_increment
 
 Array = jax.Array
 PyTree = Any
@@ -354,9 +355,9 @@ def inject_hyperparams(inner_factory: Callable[..., GradientTransformation],
     extra keyword arguments of ``update`` (e.g. ``value=loss``). The state is
     optax 0.2.8's :class:`InjectStatefulHyperparamsState`. ``static_args`` names
     arguments to keep as Python values; booleans, strings, ``None``, masks and
-    dtypes are always static, as are the names a factory lists in its
-    ``static_hyperparams`` attribute (e.g. adafactor's
-    ``min_dim_size_to_factor``). Floats are stored in ``hyperparam_dtype``, by
+    dtypes are always static, as are the names a factory declares static
+    (``@hyperparameters(static=...)``, its ``static_hyperparams`` attribute: e.g.
+    adafactor's ``min_dim_size_to_factor``). Floats are stored in ``hyperparam_dtype``, by
     default the highest dtype of the params (as optax: bfloat16 params round
     the learning rate to bfloat16; the real dtype for complex params, float32
     for bfloat16 beside float16, which optax refuses); integers and arrays of

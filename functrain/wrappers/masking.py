@@ -32,8 +32,9 @@ import numpy as np
 from functrain.arg_checks import (check_state_type, check_transformation, record_parts,
                                   sorted_labels, state_mismatch_error)
 from functrain import tree as ft
-from functrain.engine.protocol import (GradientTransformation, LeafStage, MaskedState, MaskOrFn,
-                                       OptState, Params, Updates, call_update)
+from functrain.engine.protocol import (GradientTransformation, MaskOrFn, MaskedState, OptState,
+                                       Params, Updates, call_update)
+from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.program import Program, fusion_plan, in_masked_state, stage_transform
 
 Array = jax.Array
@@ -472,7 +473,7 @@ def freeze(mask: MaskOrFn) -> GradientTransformation:
 def _zeros(mask: MaskOrFn) -> LeafStage:
     """The stage that zeros the updates where ``mask`` is True (``set_to_zero``'s math)."""
     return LeafStage(name="freeze", update_leaf=lambda g, s, p, c: (jnp.zeros_like(g), ()),
-                     mask=mask, any_dtype=True)
+                     mask=mask, checks=LeafChecks(any_dtype=True))
 
 
 def selective_transform(optimizer: GradientTransformation, *,

@@ -20,7 +20,8 @@ from functrain.arg_checks import (check_range, check_state_type, hyperparameters
                                   state_mismatch_error)
 from functrain.numerics import bias_correction_factor, ema_update
 from functrain.engine.protocol import (EmptyState, GradientTransformation, OptState, Params,
-                                       Updates, call_update, safe_increment)
+                                       Updates, call_update)
+from functrain.engine.counts import safe_increment
 from functrain.engine.program import chain
 
 Array = jax.Array

@@ -403,7 +403,7 @@ def test_update_probability_schedule_and_coin():
 # Same-shape groups: the batched program gives each leaf's own numbers
 # --------------------------------------------------------------------------
 
-KRON = importlib.import_module("functrain.contrib.kron")
+KRON = importlib.import_module("functrain.families.preconditioned.kron")
 
 
 def _group_tree(rng, copies=3, dtype=jnp.float64):

@@ -426,7 +426,7 @@ def _grouping_tree():
 @enable_x64()  # float64: a batched matmul sums in another order than one matrix's (JAX 0.12:
 # 1e-4 apart in float32 after 5 Newton-Schulz steps); in float64 ~1e-13
 def test_grouped_newton_schulz_equals_per_leaf(preconditioning, adaptive):
-    from functrain.contrib.muon import _DEFAULT_DIMS, orthogonalize_tree
+    from functrain.families.muon.muon import _DEFAULT_DIMS, orthogonalize_tree
     tree = widen(_grouping_tree())
     coeffs = jnp.asarray((3.4445, -4.7750, 2.0315), jnp.float64)
 

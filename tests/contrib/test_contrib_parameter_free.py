@@ -12,7 +12,7 @@ import optax.contrib  # noqa: F401
 import pytest
 
 import functrain as ft
-from functrain.contrib.parameter_free import scale_by_dog
+from functrain.families.parameter_free.parameter_free import scale_by_dog
 from helpers import (FORMULA_GRADS, FORMULA_P0, assert_same_trajectory, check_against_formula,
                      make_params, matrices_only, trajectory)
 

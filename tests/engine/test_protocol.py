@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import functrain as ft
+from functrain.engine import counts
 from functrain.engine import protocol as base
-from functrain.engine.protocol import GradientTransformation, LeafStage
+from functrain.engine.protocol import GradientTransformation
+from functrain.engine.stage import LeafChecks, LeafStage
 
 
 def test_step_counter_saturates_instead_of_wrapping():
@@ -25,14 +27,41 @@ def test_step_counter_saturates_instead_of_wrapping():
 
 def test_safe_increment_and_counters():
     top = jnp.iinfo(jnp.int8).max
-    assert int(base.safe_increment(jnp.asarray(top - 1, jnp.int8))) == top
-    saturated = base.safe_increment(jnp.asarray(top, jnp.int8))
+    assert int(counts.safe_increment(jnp.asarray(top - 1, jnp.int8))) == top
+    saturated = counts.safe_increment(jnp.asarray(top, jnp.int8))
     assert int(saturated) == top and saturated.dtype == jnp.int8
-    assert float(base.safe_increment(jnp.asarray(2.5))) == 3.5
-    count = base.zero_count()["count"]
+    assert float(counts.safe_increment(jnp.asarray(2.5))) == 3.5
+    count = counts.zero_count()["count"]
     assert count.dtype == jnp.int32 and int(count) == 0
-    ctx, glob = base.count_only({"count": count}, None)
+    ctx, glob = counts.count_only({"count": count}, None)
     assert ctx is None and int(glob["count"]) == 1
+
+
+def test_corrections_are_the_bias_corrections_by_hand():
+    ctx, glob = counts.corrections(0.9, 0.99, nesterov=True)({"count": jnp.asarray(2)}, None)
+    assert int(glob["count"]) == 3 and int(ctx.count) == 3
+    np.testing.assert_allclose([ctx.mu, ctx.nu, ctx.next_mu, ctx.b2],
+                               [1 - 0.9 ** 3, 1 - 0.99 ** 3, 1 - 0.9 ** 4, 0.99],
+                               atol=2 ** -22)  # float32 powers: a few ulps of 1
+    ctx, _ = counts.corrections(None, None)({"count": jnp.asarray(0)}, None)
+    assert ctx.mu is None and ctx.nu is None and ctx.next_mu is None
+
+
+def test_a_stages_input_checks_are_one_field():
+    stage = LeafStage(name="s", update_leaf=lambda g, s, p, c: (g, ()),
+                      checks=LeafChecks(needs_params=True, real_only=True))
+    assert (stage.needs_params, stage.real_only, stage.any_dtype, stage.shaped_fields) == (
+        True, True, False, None)
+    with pytest.raises(TypeError):
+        LeafStage(name="s", update_leaf=lambda g, s, p, c: (g, ()), real_only=True)  # noqa
+    tx = ft.stage_transform(stage)
+    params = {"w": jnp.ones(2, jnp.complex64)}
+    with pytest.raises(TypeError, match=r"\['w'\]"):
+        tx.init(params)
+    with pytest.raises(ValueError, match="params"):
+        ft.stage_transform(LeafStage(name="s", update_leaf=lambda g, s, p, c: (g, ()),
+                                     checks=LeafChecks(needs_params=True))).update(
+            {"w": jnp.ones(2)}, ft.EmptyState())
 
 
 def test_gradient_transformation_is_a_plain_pair():
@@ -56,7 +85,7 @@ def test_leaf_stage_fields_and_init_state():
     stage = LeafStage(name="adam_like", update_leaf=None, state_cls=ft.ScaleByAdamState,
                       leaf_fields=("mu", "nu"),
                       init_leaf=lambda p: (jnp.zeros_like(p), jnp.ones_like(p)),
-                      init_global=base.zero_count, mask={"w": True, "b": False})
+                      init_global=counts.zero_count, mask={"w": True, "b": False})
     assert stage.global_fields == ["count"]
     state = stage.init_state({"w": jnp.full(2, 3.0), "b": jnp.ones(1)})
     assert isinstance(state, ft.ScaleByAdamState) and int(state.count) == 0

@@ -1,5 +1,5 @@
 """Adan (functrain.families.adam.optimizers) and the optimistic methods
-(functrain.families.momentum.optimizers).
+(functrain.families.momentum.optimizers, functrain.families.adam.optimistic).
 
 Against optax at every one of 40 jitted steps (several settings each), against a
 hand-written numpy formula (optimistic Adam v2 with a non-constant schedule),
@@ -17,14 +17,14 @@ import optax
 import pytest
 
 import functrain as ft
-from functrain.families.momentum import optimizers as momentum
+from functrain.families.adam import optimistic
 from helpers import (FORMULA_GRADS, FORMULA_P0, assert_same_trajectory, check_against_formula,
                      make_grads, make_params, matrices_only, run_on_formula_inputs)
 from optimizer_checks import (check_extra_args_ignored_and_inject_hyperparams,
                               check_float64_params_stay_float64)
 from registry import optimizer_names
 
-NAMES = [n for n in optimizer_names(momentum) if n.startswith("optimistic")]
+NAMES = optimizer_names(optimistic) + ["optimistic_gradient_descent"]
 STEPS = 40
 
 

@@ -163,16 +163,3 @@ def test_blocked_state_layout_eval_shape_and_orbax(name, tmp_path):
         u_restored, restored = step(params, restored, g)
         for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(u_restored)):
             np.testing.assert_array_equal(a, b)
-
-
-def test_the_former_contrib_paths_import_the_same_functions():
-    import functrain.contrib.kron_factors as old_kron_factors
-    import functrain.contrib.partition as old_partition
-    import functrain.matrix.blocks as blocks
-    import functrain.matrix.kron_factors as kron_factors
-    assert old_partition.__all__ == blocks.__all__
-    for name in blocks.__all__:
-        assert getattr(old_partition, name) is getattr(blocks, name), name
-    assert old_kron_factors.__all__ == kron_factors.__all__
-    for name in kron_factors.__all__:
-        assert getattr(old_kron_factors, name) is getattr(kron_factors, name), name

@@ -1,9 +1,11 @@
 """The Adam family of named optimizers.
 
-Adam(W), NAdam(W), AMSGrad, AdaMax(W), RAdam, Yogi, AdaBelief and LAMB.
+Adam(W), NAdam(W), AMSGrad, AdaMax(W), RAdam, Yogi, AdaBelief and Adan (LAMB, Adam under a
+trust ratio, is in :mod:`functrain.families.layerwise.optimizers`; optimistic Adam in
+:mod:`functrain.families.adam.optimistic`).
 
 Each is a short ``chain`` of building blocks from :mod:`functrain.transforms`;
-``chain`` fuses the stages, so e.g. ``lamb`` walks the pytree once per step.
+``chain`` fuses the stages, so e.g. ``adamw`` walks the pytree once per step.
 
 Notation in the docstrings: ``g`` is the gradient, ``p`` the parameter, ``t``
 the step number counted from 1, ``lr`` the learning rate (its value at the
@@ -18,11 +20,10 @@ from typing import Any, Optional
 from functrain.arg_checks import hyperparameters
 from functrain.declarations import declare_optimizer
 from functrain.families.adam.stages import (scale_by_adam, scale_by_adamax, scale_by_adan,
-                                       scale_by_amsgrad, scale_by_belief, scale_by_radam,
-                                       scale_by_yogi)
+                                            scale_by_amsgrad, scale_by_belief, scale_by_radam,
+                                            scale_by_yogi)
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.program import chain
-from functrain.families.layerwise.stages import scale_by_trust_ratio
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
                                           weight_decay_stage)
 
@@ -507,79 +508,6 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
     """
     return chain(scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov),
                  scale_by_learning_rate(learning_rate))
-
-
-@declare_optimizer("optimizers", "You et al., 2019", optax="core", summary=(
-    "LAMB (You et al., 2019): Adam with a per-layer trust ratio; adds `trust_ratio_mask`, "
-    "`max_trust_ratio`."), signature="lamb(learning_rate, ..., weight_decay=0.0, mask=None)")
-@hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
-                 eps_root="number", weight_decay="schedule", max_trust_ratio="bound or None")
-def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
-         eps: float = 1e-6, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 0.0,
-         mask: Optional[MaskOrFn] = None, *, trust_ratio_mask: MaskOrFn = True,
-         max_trust_ratio: Optional[float] = None, mu_dtype: Optional[Any] = None,
-         nu_dtype: Optional[Any] = None,
-         cautious_weight_decay: bool = False) -> GradientTransformation:
-    """LAMB: Adam with weight decay and a per-leaf trust ratio (You et al., 2019).
-
-    Update rule: ``m, v`` as in :func:`adam`; per leaf,
-    ``u = m_hat / (sqrt(v_hat + eps_root) + eps) + weight_decay * p;
-    p -= lr * (||p|| / ||u||) * u`` (the ratio is 1 where either norm is 0;
-    the norms are of each array, never of the whole tree).
-
-    Beyond optax: ``trust_ratio_mask`` (leaves where it is False, e.g. biases
-    and norm scales, skip layer adaptation), ``max_trust_ratio`` (a cap on the
-    ratio; None = no cap), ``mu_dtype`` / ``nu_dtype``. Defaults keep optax's
-    numbers.
-
-    Reference: You et al., 2020, "Large Batch Optimization for Deep Learning:
-    Training BERT in 76 minutes" (arXiv 2019).
-
-    Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
-      eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
-        :func:`adam`).
-      weight_decay: the weight-decay coefficient added to Adam's direction
-        before the trust ratio, ``>= 0``; the default 0 disables it. A number,
-        or a schedule of the step count.
-      mask: where to apply the weight decay: a tree of bools shaped like the
-        params (or a prefix of it), or a function of the params returning one;
-        ``None`` decays every leaf.
-      trust_ratio_mask: where to apply the trust ratio, in the same forms as
-        ``mask``; leaves where it is False take the plain (AdamW-like) step
-        ``-lr * u``. The default True applies it to every leaf (as optax).
-      max_trust_ratio: an upper bound on the trust ratio, ``>= 0``; ``None``
-        (the default) means no cap.
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
-      nu_dtype: storage dtype of the second moment; ``None``: each
-        parameter's dtype.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
-
-    Returns:
-      A ``GradientTransformation``; its state is the tuple of the chained
-      transforms' states, as optax's: ``(ScaleByAdamState(count, mu, nu),
-      EmptyState(), EmptyState(), EmptyState())`` (a ``count`` state in place
-      of an ``EmptyState()`` for each argument given as a schedule).
-
-    >>> import jax.numpy as jnp, functrain
-    >>> opt = functrain.lamb(0.1)
-    >>> params = {'w': jnp.array([3., 4.])}
-    >>> updates, _ = opt.update({'w': jnp.array([1., 1.])}, opt.init(params), params)
-    >>> print(updates['w'].round(5))
-    [-0.35355 -0.35355]
-    """
-    return chain(
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nu_dtype=nu_dtype),
-        add_decayed_weights(weight_decay, mask, cautious=cautious_weight_decay),
-        scale_by_trust_ratio(max_trust_ratio=max_trust_ratio, mask=trust_ratio_mask),
-        scale_by_learning_rate(learning_rate))
 
 
 @declare_optimizer("optimizers", "Xie et al., 2022", optax="core",

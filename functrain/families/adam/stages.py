@@ -19,8 +19,9 @@ from functrain import tree as ft
 from functrain.numerics import (abs_sq, adam_direction, bias_correction_factor, ema_update,
                                 nesterov_mu_hat)
 from functrain.declarations import state_value_kinds
-from functrain.engine.protocol import (GradientTransformation, LeafStage, safe_increment,
-                                       zero_count)
+from functrain.engine.protocol import GradientTransformation
+from functrain.engine.stage import LeafStage
+from functrain.engine.counts import BiasCorrections, corrections, safe_increment, zero_count
 from functrain.engine.program import stage_transform
 
 Array = jax.Array
@@ -83,60 +84,6 @@ class ScaleByBeliefState(NamedTuple):
     count: Array
     mu: Any
     nu: Any
-
-
-class BiasCorrections(NamedTuple):
-    """The per-step context of the Adam family, computed once per step by ``prepare``.
-
-    Attributes:
-      count: the step number ``t``, counted from 1.
-      mu: ``1 - b1**t``.
-      nu: ``1 - b2**t``.
-      next_mu: ``1 - b1**(t+1)`` (for Nesterov momentum), else ``None``.
-      b2: this step's ``b2`` (the number itself, or a decay-rate schedule's value at ``t``).
-
-    >>> import jax.numpy as jnp
-    >>> corrections(0.9, 0.999)({'count': jnp.asarray(0)}, None)[0].mu
-    Array(0.1, dtype=float32, weak_type=True)
-    """
-
-    count: Array
-    mu: Any = None
-    nu: Any = None
-    next_mu: Any = None
-    b2: Any = None
-
-
-def corrections(b1: Any, b2: Any = None, *, nesterov: bool = False) -> Any:
-    """A ``prepare`` that advances ``count`` and returns this step's :class:`BiasCorrections`.
-
-    Args:
-      b1: the first moment's decay (``None``: no ``mu`` correction).
-      b2: the second moment's decay (``None``: no ``nu`` correction), or a decay-rate
-        schedule (a callable of ``t`` with a ``bias_correction(t)`` method, as
-        ``functrain.contrib.palm_beta2_schedule()``).
-      nesterov: also compute ``1 - b1**(t+1)``.
-
-    Returns:
-      ``prepare(glob, updates) -> (BiasCorrections, {'count': t})``.
-
-    >>> import jax.numpy as jnp
-    >>> ctx, glob = corrections(0.5, 0.5)({'count': jnp.asarray(1)}, None)
-    >>> float(ctx.mu), int(glob['count'])
-    (0.75, 2)
-    """
-    def prepare(glob: dict, _: Any) -> tuple:
-        count = safe_increment(glob["count"])
-        if callable(b2):
-            b2_now, nu = b2(count), b2.bias_correction(count)
-        else:
-            b2_now, nu = b2, None if b2 is None else 1 - b2 ** count
-        return BiasCorrections(
-            count,
-            None if b1 is None else 1 - b1 ** count,
-            nu,
-            1 - b1 ** safe_increment(count) if nesterov else None, b2_now), {"count": count}
-    return prepare
 
 
 def _first_moment_hat(g: Array, mu: Array, b1: Any, ctx: BiasCorrections,

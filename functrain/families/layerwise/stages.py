@@ -18,8 +18,9 @@ from functrain.arg_checks import check_betas, check_nonnegative, check_range, hy
 from functrain import numerics
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
-from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage, MaskOrFn,
-                                       safe_increment, zero_count)
+from functrain.engine.protocol import EmptyState, GradientTransformation, MaskOrFn
+from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import stage_transform
 from functrain.engine import recompute
 
@@ -97,8 +98,8 @@ def scale_by_trust_ratio(min_norm: float = 0.0, trust_coefficient: float = 1.0,
 
     # g * ratio(p, g); the CPU recompute may pass a second copy of g for the norm.
     return stage_transform(LeafStage(name="scale_by_trust_ratio",
-                                     update_leaf=recompute.ScaledByNormOfInput(ratio),
-                                     needs_params=True, mask=mask))
+                                     update_leaf=recompute.ScaledByNormOfInput(ratio), mask=mask,
+                                     checks=LeafChecks(needs_params=True)))
 
 
 @hyperparameters(b1="number", b2="number", eps="number", eps_root="number",
@@ -156,7 +157,7 @@ def scale_by_novograd(b1: float = 0.9, b2: float = 0.25, eps: float = 1e-8,
         leaf_fields=("mu", "nu"),
         init_leaf=lambda p: (ft.zeros_like(p, mu_dtype), jnp.zeros([], p.dtype)),
         init_global=zero_count, prepare=prepare,
-        needs_params=decays, shaped_fields=("mu",)))
+        checks=LeafChecks(needs_params=decays, shaped_fields=("mu",))))
 
 
 def _safe_rms(x: Array, min_rms: Any) -> Array:
@@ -188,8 +189,7 @@ def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
     check_range("min_scale", min_scale, 0.0, owner="scale_by_param_block_rms")
     return stage_transform(LeafStage(
         name="scale_by_param_block_rms", update_leaf=lambda g, s, p, c: (g * _safe_rms(p,
-        min_scale), ()),
-        needs_params=True))
+        min_scale), ()), checks=LeafChecks(needs_params=True)))
 
 
 @hyperparameters(min_scale="number")
@@ -216,7 +216,7 @@ def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation
     return stage_transform(LeafStage(
         name="scale_by_param_block_norm",
         update_leaf=lambda g, s, p, c: (g * jnp.maximum(ft.leaf_norm(p), min_scale), ()),
-        needs_params=True))
+        checks=LeafChecks(needs_params=True)))
 
 
 # --------------------------------------------------------------------------
@@ -296,4 +296,4 @@ def scale_by_distance_over_gradients(reps_rel: float = 1e-6, eps: float = 1e-8,
         name="scale_by_distance_over_gradients", update_leaf=leaf,
         state_cls=ScaleByDistanceOverGradientsState,
         leaf_fields=("max_dist", "grad_sum_of_squares", "init_params"), init_leaf=init_leaf,
-        needs_params=True, shaped_fields=("init_params",), real_only=True))
+        checks=LeafChecks(needs_params=True, shaped_fields=("init_params",), real_only=True)))

@@ -30,8 +30,9 @@ import jax.numpy as jnp
 from functrain.arg_checks import (MissingArgumentError, check_range, check_state_type,
                                   hyperparameters, needs_params_error)
 from functrain import tree as ft
-from functrain.engine.protocol import (GradientTransformationExtraArgs, OptState, Params,
-                                       Updates, as_array, safe_increment)
+from functrain.engine.protocol import GradientTransformationExtraArgs, OptState, Params, Updates
+from functrain.engine.stage import as_array
+from functrain.engine.counts import safe_increment
 
 Array = jax.Array
 

@@ -4,7 +4,7 @@ How the factored second moment fits the per-leaf engine: a matrix-like leaf
 keeps a *row* and a *column* average of the squared gradients instead of a
 full second moment. Those are still one leaf's state and one leaf's math (a
 mean over an axis, then a rank-1 rescale), so ``scale_by_factored_rms`` is an
-ordinary :class:`~functrain.engine.protocol.LeafStage`; only its state arrays
+ordinary :class:`~functrain.engine.stage.LeafStage`; only its state arrays
 are not params-shaped: ``v_row`` / ``v_col`` have one axis removed, and the
 field a leaf does not use is a ``(1,)`` placeholder (as optax's). The stage
 therefore declares ``shaped_fields=()`` and the engine skips the
@@ -23,8 +23,9 @@ import numpy as np
 from functrain.arg_checks import check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.engine.protocol import (GradientTransformation, LeafStage, safe_increment,
-                                       zero_count)
+from functrain.engine.protocol import GradientTransformation
+from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import stage_transform
 
 Array = jax.Array
@@ -171,4 +172,4 @@ def scale_by_factored_rms(factored: bool = True, decay_rate: float = 0.8,
     return stage_transform(LeafStage(
         name="scale_by_factored_rms", update_leaf=leaf, state_cls=FactoredState,
         leaf_fields=("v_row", "v_col", "v"), init_leaf=init_leaf,
-        init_global=zero_count, prepare=prepare, shaped_fields=()))
+        init_global=zero_count, prepare=prepare, checks=LeafChecks(shaped_fields=())))

@@ -20,9 +20,9 @@ from functrain.transforms.clipping import clip_by_block_rms
 from functrain.engine.program import chain, identity
 from functrain.families.rms.factored import scale_by_factored_rms
 from functrain.families.layerwise.stages import scale_by_param_block_rms
-from functrain.families.momentum.stages import ema, trace
+from functrain.transforms.accumulation import ema, trace
 from functrain.families.rms.stages import (scale_by_adadelta, scale_by_rms, scale_by_rss,
-                                      scale_by_sm3, scale_by_stddev)
+                                           scale_by_sm3, scale_by_stddev)
 from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_learning_rate,
                                           weight_decay_stage)
 
@@ -215,8 +215,8 @@ def sm3(learning_rate: float, momentum: float = 0.9) -> GradientTransformation:
 @declare_optimizer("optimizers", "Shazeer & Stern, 2018", optax="core",
     summary="Adafactor (Shazeer & Stern, 2018): factored second moments, relative step sizes.",
     signature="adafactor(learning_rate=None, min_dim_size_to_factor=128, ...)")
-@hyperparameters(learning_rate="schedule or None", min_dim_size_to_factor="number",
-                 decay_rate="number", decay_offset="number",
+@hyperparameters(static=("min_dim_size_to_factor",), learning_rate="schedule or None",
+                 min_dim_size_to_factor="number", decay_rate="number", decay_offset="number",
                  clipping_threshold="bound or None", momentum="number or None",
                  weight_decay_rate="schedule or None", eps="number")
 def adafactor(learning_rate: Optional[ScalarOrSchedule] = None,
@@ -311,6 +311,3 @@ def adafactor(learning_rate: Optional[ScalarOrSchedule] = None,
         txs.append(weight_decay_stage(weight_decay_rate, weight_decay_mask))
     txs.append(scale(-1))
     return chain(*txs)
-
-
-adafactor.static_hyperparams = ("min_dim_size_to_factor",)  # type: ignore[attr-defined]

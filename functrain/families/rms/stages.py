@@ -20,8 +20,9 @@ from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
 from functrain.declarations import state_value_kinds
-from functrain.engine.protocol import (GradientTransformation, LeafStage, safe_increment,
-                                       zero_count)
+from functrain.engine.protocol import GradientTransformation
+from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import stage_transform
 
 Array = jax.Array
@@ -415,7 +416,4 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8
 
     return stage_transform(LeafStage(
         name="scale_by_sm3", update_leaf=leaf, state_cls=ScaleBySM3State, leaf_fields=("mu",
-        "nu"), init_leaf=init_leaf,
-        shaped_fields=("nu",), real_only=True))
-
-
+        "nu"), init_leaf=init_leaf, checks=LeafChecks(shaped_fields=("nu",), real_only=True)))

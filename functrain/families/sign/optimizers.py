@@ -16,7 +16,7 @@ from functrain.arg_checks import hyperparameters
 from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.program import chain
-from functrain.families.momentum.stages import ema
+from functrain.transforms.accumulation import ema
 from functrain.transforms.scaling import (add_decayed_weights, scale, scale_by_learning_rate)
 from functrain.families.sign.stages import scale_by_lion, scale_by_rprop, scale_by_sign
 

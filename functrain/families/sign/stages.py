@@ -14,8 +14,9 @@ from functrain.arg_checks import check_betas, check_range, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import ema_update
 from functrain.declarations import state_value_kinds
-from functrain.engine.protocol import (EmptyState, GradientTransformation, LeafStage,
-                                       count_only, zero_count)
+from functrain.engine.protocol import EmptyState, GradientTransformation
+from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.engine.counts import count_only, zero_count
 from functrain.engine.program import stage_transform
 
 Array = jax.Array
@@ -195,4 +196,4 @@ def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float
         name="scale_by_rprop", update_leaf=leaf, state_cls=ScaleByRpropState,
         leaf_fields=("step_sizes", "prev_updates"),
         init_leaf=lambda p: (ft.full_like(p, learning_rate), ft.zeros_like(p)),
-        real_only=True))
+        checks=LeafChecks(real_only=True)))

@@ -1,0 +1,2 @@
+"""Low-rank gradient projections: GaLore (``galore``) and APOLLO (``apollo``: a random
+projection's scaled Adam)."""
