@@ -3,31 +3,27 @@ transformations, states; and the error sentences they share.
 
 Every optimizer, stage, wrapper and whole-tree transformation calls these before any array
 math, so a bad argument gets one clear message naming the function and the argument
-everywhere. Builders declare their numeric arguments with :func:`hyperparameters` (a table
-of argument -> kind); ranges are checked by explicit calls (:func:`check_range`,
+everywhere. Builders declare their numeric arguments with
+:func:`functrain.declarations.hyperparameters` (a table of argument -> kind, checked here by
+:func:`check_hyperparameter`); ranges are checked by explicit calls (:func:`check_range`,
 :func:`check_betas`, :func:`check_nonnegative`, :func:`check_momentum`). Key-path checks of
 trees (structures, shapes, dtypes, masks) are in :mod:`functrain.tree.checks`.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import numbers
-import weakref
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, Iterable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum", "check_bools",
-           "check_nonnegative", "check_positive", "check_hyperparameter", "hyperparameters",
-           "KINDS",
+           "check_nonnegative", "check_positive", "check_hyperparameter", "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
            "MissingArgumentError", "missing_argument_error",
-           "state_mismatch_error", "sorted_labels", "BuilderRecord", "record_builder",
-           "record_parts", "record_reader", "builder_record", "is_transformation"]
+           "state_mismatch_error", "sorted_labels"]
 
 
 # --------------------------------------------------------------------------
@@ -161,68 +157,6 @@ def check_hyperparameter(owner: str, name: str, value: Any, kind: str = "number"
                         f"{shape} {value!r:.40}.")
     if v != v or (v in (float("inf"), float("-inf")) and not may_be_infinite):
         raise ValueError(f"{owner}: {name} must be finite, got {value}.")
-
-
-def hyperparameters(*, static: tuple[str, ...] = (),
-                    **kinds: str) -> Callable[[Callable], Callable]:
-    """Decorator: a builder's declaration of its arguments, checked before it runs.
-
-    Each keyword names an argument of the decorated function and its kind (see
-    :func:`check_hyperparameter`): ``"number"``, ``"schedule"``, ``"bound"``, ``"decay"``,
-    ``"int"``, each optionally ``" or None"``. Errors name the argument and the function.
-    Ranges are each builder's business (:func:`check_range`, :func:`check_betas`).
-    ``static`` names the arguments that fix shapes or branches (a rank, a block size, a
-    refresh period, a mesh): :func:`functrain.inject_hyperparams` keeps them as Python
-    values, never arrays (the builder's ``static_hyperparams``).
-
-    Args:
-      static: the static arguments' names.
-      **kinds: argument name -> kind.
-
-    Returns:
-      A decorator returning the function with the checks in front (same name,
-      docstring and signature; ``static_hyperparams`` is ``static``); what it returns is
-      recorded (:func:`record_builder`: the declared arguments, defaults included) for
-      :func:`functrain.current_hyperparams`. Declaring a name the function does not take,
-      or an unknown kind, raises ``TypeError`` at decoration time.
-
-    >>> @hyperparameters(learning_rate="schedule", momentum="number or None")
-    ... def sgd_like(learning_rate, momentum=None):
-    ...     return learning_rate
-    >>> sgd_like(float('nan'))
-    Traceback (most recent call last):
-    ...
-    ValueError: sgd_like: learning_rate must be finite, got nan.
-    """
-    for kind in kinds.values():
-        if kind.removesuffix(" or None") not in KINDS:
-            raise TypeError(f"hyperparameters: unknown kind {kind!r}; use one of "
-                            f"{sorted(KINDS)}, optionally followed by ' or None'.")
-
-    def decorate(fn: Callable) -> Callable:
-        signature = inspect.signature(fn)
-        unknown = sorted((set(kinds) | set(static)) - set(signature.parameters))
-        if unknown:
-            raise TypeError(f"hyperparameters: {fn.__name__} takes no argument(s) {unknown}.")
-
-        @functools.wraps(fn)
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind(*args, **kwargs)
-            for name, value in bound.arguments.items():
-                if name in kinds:
-                    check_hyperparameter(fn.__name__, name, value, kinds[name])
-            result = fn(*args, **kwargs)
-            bound.apply_defaults()
-            record_builder(result, fn.__name__, {n: (bound.arguments[n], kinds[n])
-                                                 for n in kinds},
-                           [v for v in bound.arguments.values() if is_transformation(v)])
-            return result
-
-        checked.hyperparameter_kinds = dict(kinds)  # type: ignore[attr-defined]
-        checked.static_hyperparams = tuple(static)  # type: ignore[attr-defined]
-        return checked
-
-    return decorate
 
 
 def check_bools(owner: str, **flags: Any) -> None:
@@ -455,166 +389,3 @@ def sorted_labels(labels: Iterable[Any]) -> list[Any]:
     ['a', 'b', 1]
     """
     return sorted(labels, key=repr)
-
-
-# --------------------------------------------------------------------------
-# What each builder was given: read by functrain.current_hyperparams
-# --------------------------------------------------------------------------
-
-class BuilderRecord(NamedTuple):
-    """What a builder declared with :func:`hyperparameters` was called with.
-
-    Attributes:
-      builder: the builder's name (``'adam'``).
-      values: argument name -> ``(value as given, kind)`` for every declared
-        argument, defaults included (a number, an array, a schedule or ``None``).
-      parts: ``((state path or None, transformation), ...)``: the transformations it
-        contains whose hyperparameters are reported too: a ``chain``'s members (with the
-        path of each one's state) and a wrapper's inner transformations (path ``None``:
-        somewhere inside the wrapper's state).
-      labels: empty, or one per part: the label its hyperparameters are reported under
-        (``multi_transform``'s, keys ``'<label>/<name>'``), or ``None`` for none.
-      read: ``None``, or ``read(state) -> ((part state, transformation), ...)``: parts
-        made from the state itself (``inject_hyperparams`` builds its inner optimizer
-        from the values its state holds), reported after ``parts``.
-
-    >>> import functrain
-    >>> builder_record(functrain.sgd(0.1)).values['learning_rate']
-    (0.1, 'schedule')
-    """
-
-    builder: str
-    values: dict
-    parts: tuple
-    labels: tuple = ()
-    read: Optional[Callable] = None
-
-
-# anchor (see _anchor) -> BuilderRecord; weak, so a record lives as long as its transformation.
-_RECORDS: "weakref.WeakKeyDictionary[Any, BuilderRecord]" = weakref.WeakKeyDictionary()
-
-
-def is_transformation(x: Any) -> bool:
-    """Whether ``x`` has callable ``init`` and ``update`` (a transformation, optax's too).
-
-    Args:
-      x: anything.
-
-    Returns:
-      ``True`` for a ``GradientTransformation`` or any object shaped like one.
-
-    >>> import functrain
-    >>> is_transformation(functrain.adam(0.1)), is_transformation(0.1)
-    (True, False)
-    """
-    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
-
-
-def _anchor(tx: Any) -> Any:
-    """The object a record of ``tx`` hangs on: ``tx`` unless it is a tuple (a
-    ``GradientTransformation``), then its ``update`` (a function or program), or the object
-    a bound ``update`` belongs to (``MultiSteps(...).gradient_transformation()``)."""
-    update = getattr(tx, "update", None)
-    for candidate in ((update.__self__,) if inspect.ismethod(update) else ()) + (tx, update):
-        if candidate is None or isinstance(candidate, tuple) or inspect.ismethod(candidate):
-            continue
-        try:
-            weakref.ref(candidate)
-        except TypeError:
-            continue
-        return candidate
-    return None
-
-
-def builder_record(tx: Any) -> Optional[BuilderRecord]:
-    """The record of the builder call that made ``tx``, if any.
-
-    Args:
-      tx: a transformation.
-
-    Returns:
-      Its :class:`BuilderRecord`, or ``None`` (not made by a declared builder or a chain).
-
-    >>> import functrain
-    >>> builder_record(functrain.adam(0.1)).builder
-    'adam'
-    """
-    anchor = _anchor(tx)
-    return None if anchor is None else _RECORDS.get(anchor)
-
-
-def record_builder(result: Any, builder: str, values: dict, inner: list) -> None:
-    """Record that ``builder`` made ``result`` from ``values`` and ``inner`` transformations.
-
-    Replaces what the stages and chains the builder assembled recorded (their arguments
-    are the builder's, restated), keeping only the transformations it was given.
-
-    Args:
-      result: what the builder returned (anything else than a transformation is ignored).
-      builder: the builder's name.
-      values: argument name -> ``(value, kind)``.
-      inner: the transformations among its arguments.
-
-    Returns:
-      ``None``.
-
-    >>> import functrain
-    >>> tx = functrain.scale(2.0)
-    >>> record_builder(tx, 'double', {'factor': (2.0, 'number')}, [])
-    >>> builder_record(tx).values
-    {'factor': (2.0, 'number')}
-    """
-    anchor = _anchor(result) if is_transformation(result) else None
-    if anchor is None:
-        return
-    old = _RECORDS.get(anchor)
-    parts = tuple((None, tx) for tx in inner if _anchor(tx) is not anchor)
-    if any(_anchor(tx) is anchor for tx in inner) and old is not None:
-        # It returned what it was given (a no-op wrapper): keep what that holds.
-        values, parts = {**old.values, **values}, old.parts + parts
-    _RECORDS[anchor] = BuilderRecord(builder, dict(values), parts)
-
-
-def record_reader(result: Any, builder: str, read: Callable) -> None:
-    """Record that ``result``'s hyperparameters are those of parts built from its state.
-
-    Args:
-      result: the transformation (``inject_hyperparams(adam)(...)``, say).
-      builder: what made it (``'inject_hyperparams'``).
-      read: ``read(state) -> ((part state, transformation), ...)``: the inner
-        transformations as ``result``'s next ``update`` builds them, with their states.
-
-    Returns:
-      ``None``.
-
-    >>> import functrain
-    >>> opt = functrain.inject_hyperparams(functrain.sgd)(learning_rate=0.1)
-    >>> builder_record(opt).builder
-    'inject_hyperparams'
-    """
-    anchor = _anchor(result)
-    if anchor is not None:
-        _RECORDS[anchor] = BuilderRecord(builder, {}, (), (), read)
-
-
-def record_parts(result: Any, parts: Iterable[tuple], builder: str = "chain",
-                 labels: Iterable[Any] = ()) -> None:
-    """Record that ``result`` (a ``chain``, say) holds ``parts``: ``(state path, tx)`` pairs.
-
-    Args:
-      result: the transformation made of the parts.
-      parts: ``(state path, transformation)`` pairs, the path of each part's state inside
-        ``result``'s state.
-      builder: what made ``result`` (``'chain'``, ``'masked'``, ``'multi_transform'``).
-      labels: empty, or per part the label its hyperparameters are reported under.
-
-    Returns:
-      ``None``.
-
-    >>> import functrain
-    >>> [path for path, _ in builder_record(functrain.chain(functrain.sgd(0.1))).parts]
-    [(0,)]
-    """
-    anchor = _anchor(result)
-    if anchor is not None:
-        _RECORDS[anchor] = BuilderRecord(builder, {}, tuple(parts), tuple(labels))

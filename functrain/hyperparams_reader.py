@@ -13,7 +13,7 @@ compiled step:
   "schedule", b1="number", ...)`` (:mod:`functrain.arg_checks`), to check them. The same
   decorator now also records what each call was given (defaults included) against the
   transformation it returned, in a weak side table
-  (:func:`~functrain.arg_checks.record_builder`): nothing is added to the
+  (:func:`~functrain.declarations.record_builder`): nothing is added to the
   ``GradientTransformation``, its state or its program, so checkpoints, optax interop and
   compiled programs are unchanged. The outermost builder's record replaces those of the
   stages it assembled (``adam``'s arguments restate ``scale_by_adam``'s).
@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.arg_checks import builder_record, is_transformation
+from functrain.declarations import builder_record, is_transformation
 
 __all__ = ["current_hyperparams"]
 

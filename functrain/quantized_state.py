@@ -28,8 +28,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from functrain import jax_compat
 from functrain import tree as ft
-from functrain.arg_checks import (check_range, check_transformation, hyperparameters,
-                                  state_mismatch_error)
+from functrain.arg_checks import check_range, check_transformation, state_mismatch_error
+from functrain.declarations import hyperparameters, value_kinds_of
 from functrain.families.adam.optimizers import adam, adamw
 from functrain.quantization import (CODES, DEFAULT_BLOCK, QuantizedArray, block_size_of,
                                     code_for, dequantize_blockwise, quantize_blockwise,
@@ -51,7 +51,6 @@ PyTree = Any
 # Undeclared fields of a declared class are kept. Fields of a class nobody declared use the
 # signed code: it represents every value (a non-negative field loses one bit of
 # resolution), where an error would refuse every optimizer not declared.
-from functrain.declarations import value_kinds_of  # noqa: E402  (kept beside its use)
 
 
 

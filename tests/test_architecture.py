@@ -11,8 +11,9 @@
   ==================  ==========================================  ============================
   layer               modules                                     may import from functrain
   ==================  ==========================================  ============================
-  L0_checks           tree/checks, arg_checks, jax_compat,        nothing
-                      declarations
+  L0_checks           tree/checks, arg_checks, jax_compat         nothing
+  L0_declarations     declarations (@declare_optimizer,           L0_checks
+                      @hyperparameters, @state_value_kinds)
   L0_tree_moments     tree/moments (optax.tree's moments,         nothing
                       abs_sq, ema_update)
   L0_tree_parts       tree/ops, tree/state (optax.tree's          L0_checks, L0_tree_moments
@@ -166,8 +167,8 @@ class Layer:
     imports: tuple[str, ...]
 
 
-L0_CORE = ("L0_checks", "L0_tree_moments", "L0_tree_parts", "L0_tree_basics", "L0_tree",
-           "L0_numerics")
+L0_CORE = ("L0_checks", "L0_declarations", "L0_tree_moments", "L0_tree_parts",
+           "L0_tree_basics", "L0_tree", "L0_numerics")
 L0 = L0_CORE + ("L0_codes", "L0_beside", "L0_matrix")
 L1 = ("L1_dtypes", "L1_counts", "L1_protocol", "L1_stage", "L1_state_io", "L1_engine")
 L2 = ("L2_shared_stages", "L2_family_stages")
@@ -175,14 +176,16 @@ L2 = ("L2_shared_stages", "L2_family_stages")
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
     Layer("L0_checks", lambda m: m in {"functrain.tree.checks", "functrain.arg_checks",
-                                       "functrain.jax_compat", "functrain.declarations"}, ()),
+                                       "functrain.jax_compat"}, ()),
+    # What builders, optimizers and state classes declare (over one argument's checks).
+    Layer("L0_declarations", lambda m: m == "functrain.declarations", ("L0_checks",)),
     Layer("L0_tree_moments", lambda m: m == "functrain.tree.moments", ()),
     Layer("L0_tree_parts", lambda m: m in {"functrain.tree.ops", "functrain.tree.state"},
           ("L0_checks", "L0_tree_moments")),
     Layer("L0_tree_basics", lambda m: m == "functrain.tree.basics",
           ("L0_checks", "L0_tree_moments", "L0_tree_parts")),
-    Layer("L0_tree", lambda m: m == "functrain.tree", L0_CORE[:4]),
-    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:5]),
+    Layer("L0_tree", lambda m: m == "functrain.tree", L0_CORE[:5]),
+    Layer("L0_numerics", lambda m: m == "functrain.numerics", L0_CORE[:6]),
     Layer("L0_codes", lambda m: m == "functrain.code_arithmetic", ()),
     Layer("L0_beside", lambda m: m in BESIDE, L0_CORE + ("L0_codes",)),
     Layer("L0_matrix", in_package("matrix"), L0_CORE + ("L0_beside",)),

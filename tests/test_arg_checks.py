@@ -7,7 +7,8 @@ import pytest
 
 import functrain as ft
 from functrain import arg_checks
-from functrain.arg_checks import check_state_type, hyperparameters
+from functrain.arg_checks import check_state_type
+from functrain.declarations import hyperparameters
 from functrain.engine.protocol import EmptyState
 
 

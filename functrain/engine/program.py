@@ -23,9 +23,9 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_state_type, check_transformation,
-                                  missing_argument_error, needs_params_error, record_parts,
-                                  sorted_labels, state_mismatch_error)
+from functrain.arg_checks import (check_state_type, check_transformation, missing_argument_error,
+                                  needs_params_error, sorted_labels, state_mismatch_error)
+from functrain.declarations import record_parts
 from functrain import tree as ft
 from functrain.engine import recompute
 from functrain.engine.dtypes import (integer_float, integers_as_floats, leaf_compute_dtype,

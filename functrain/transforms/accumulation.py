@@ -11,10 +11,10 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 
-from functrain.arg_checks import check_range, hyperparameters
+from functrain.arg_checks import check_range
+from functrain.declarations import hyperparameters, state_value_kinds
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
-from functrain.declarations import state_value_kinds
 from functrain.engine.protocol import GradientTransformation
 from functrain.engine.stage import LeafStage
 from functrain.engine.counts import safe_increment, zero_count

@@ -15,7 +15,8 @@ from typing import Any, Optional, Union
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, hyperparameters
+from functrain.arg_checks import check_range
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
 from functrain.engine.protocol import EmptyState, GradientTransformation

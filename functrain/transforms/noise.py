@@ -12,7 +12,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, check_state_type, hyperparameters
+from functrain.arg_checks import check_range, check_state_type
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import GradientTransformation, Params, Updates
 from functrain.engine.counts import safe_increment

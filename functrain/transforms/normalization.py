@@ -13,7 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_range, concrete_real, hyperparameters
+from functrain.arg_checks import check_range, concrete_real
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import GradientTransformation
 from functrain.engine.stage import LeafStage

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import (check_bools, check_range, check_state_type, hyperparameters,
-                                  missing_argument_error)
+from functrain.arg_checks import check_bools, check_range, check_state_type, missing_argument_error
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import (EmptyState, GradientTransformation, MaskOrFn, OptState,
                                        Params, ScalarOrSchedule, Updates)

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type, check_transformation, record_builder
+from functrain.arg_checks import check_state_type, check_transformation
+from functrain.declarations import record_builder, state_value_kinds
 from functrain import tree as ft
-from functrain.declarations import state_value_kinds
 from functrain.engine.protocol import GradientTransformation, Params, Updates, call_update
 from functrain.engine.counts import safe_increment
 

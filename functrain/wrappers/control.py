@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters)
+from functrain.arg_checks import check_range, check_state_type, check_transformation
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import GradientTransformation, OptState, Params, Updates, call_update
 from functrain.engine.counts import safe_increment

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_state_type, record_reader, sorted_labels
+from functrain.arg_checks import check_state_type, sorted_labels
+from functrain.declarations import record_reader
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        Params, Updates, call_update)

@@ -15,8 +15,8 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters)
+from functrain.arg_checks import check_range, check_state_type, check_transformation
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformation, OptState, Params, Updates,
                                        call_update)

@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import (check_state_type, check_transformation, record_parts,
-                                  sorted_labels, state_mismatch_error)
+from functrain.arg_checks import (check_state_type, check_transformation, sorted_labels,
+                                  state_mismatch_error)
+from functrain.declarations import record_parts
 from functrain import tree as ft
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, MaskedState, OptState,
                                        Params, Updates, call_update)

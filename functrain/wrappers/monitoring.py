@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
-                                  state_mismatch_error)
+from functrain.arg_checks import check_range, check_state_type, state_mismatch_error
+from functrain.declarations import hyperparameters
 from functrain.numerics import bias_correction_factor, ema_update
 from functrain.engine.protocol import (EmptyState, GradientTransformation, OptState, Params,
                                        Updates, call_update)

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import functrain
 from functrain.contrib import ScaleByLapropState, laprop, scale_by_laprop
 from functrain.jax_compat import enable_x64
+from helpers import run_jitted
 
 STEPS = 30
 
@@ -57,22 +57,12 @@ def _problem(dtype, steps=STEPS, complex_leaf=False):
     return cast(params), [cast(g) for g in grads]
 
 
-def _run(opt, params, grads):
-    step = jax.jit(lambda p, s, g: (lambda u, s2: (functrain.apply_updates(p, u), s2))(
-        *opt.update(g, s, p)))
-    state, p, out = opt.init(params), params, []
-    for g in grads:
-        p, state = step(p, state, g)
-        out.append(p)
-    return out, state
-
-
 @pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 2e-5)])
 def test_matches_the_papers_algorithm(dtype, rtol):
     with enable_x64(dtype == np.float64):
         mask = {"w": True, "b": False, "s": True}
         params, grads = _problem(dtype)
-        ours, state = _run(laprop(1e-2, b1=0.8, b2=0.95, eps=1e-8, weight_decay=0.1,
+        ours, state = run_jitted(laprop(1e-2, b1=0.8, b2=0.95, eps=1e-8, weight_decay=0.1,
                                   mask=mask), params, grads)
         ref = ref_laprop(params, grads, 1e-2, b1=0.8, b2=0.95, eps=1e-8, wd=0.1, mask=mask)
         for t in (0, 1, STEPS - 1):
@@ -87,7 +77,7 @@ def test_matches_the_papers_algorithm(dtype, rtol):
 def test_complex_leaves_use_the_squared_modulus():
     with enable_x64(True):
         params, grads = _problem(np.float64, complex_leaf=True)
-        ours, _ = _run(laprop(1e-2), params, grads)
+        ours, _ = run_jitted(laprop(1e-2), params, grads)
         ref = ref_laprop(params, grads, 1e-2)
         np.testing.assert_allclose(np.asarray(ours[-1]["z"]), ref[-1]["z"], rtol=1e-12)
 

@@ -18,10 +18,10 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, bias_correction_factor, ema_update
-from functrain.declarations import declare_optimizer
 from functrain.families.adam.stages import ScaleByBeliefState
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafStage

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
-                                  concrete_real, hyperparameters)
-from functrain.declarations import declare_optimizer, state_value_kinds
+                                  concrete_real)
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.engine.program import chain, identity, stage_transform
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, ScalarOrSchedule)

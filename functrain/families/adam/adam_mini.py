@@ -29,9 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.arg_checks import (check_betas, check_nonnegative, check_positive,
-                                  hyperparameters)
-from functrain.declarations import declare_optimizer, state_value_kinds
+from functrain.arg_checks import check_betas, check_nonnegative, check_positive
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.engine.program import chain, stage_transform
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, Params, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage

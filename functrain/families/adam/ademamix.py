@@ -19,10 +19,10 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, bias_correction_factor, ema_update
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafStage
 from functrain.engine.counts import safe_increment, value_at

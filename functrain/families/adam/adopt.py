@@ -19,10 +19,10 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
-from functrain.declarations import declare_optimizer
 from functrain.families.adam.stages import ScaleByAdamState
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage

@@ -15,9 +15,9 @@ from typing import Any, NamedTuple, Optional
 import jax
 
 from functrain import tree as ft
-from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.numerics import abs_sq, adam_direction, ema_update
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.counts import BiasCorrections, corrections, zero_count
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafStage

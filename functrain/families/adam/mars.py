@@ -28,10 +28,10 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 
-from functrain.arg_checks import check_betas, check_nonnegative, check_positive, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative, check_positive
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, adam_direction, ema_update, mars_corrected_gradient
-from functrain.declarations import declare_optimizer
 from functrain.engine.counts import BiasCorrections, corrections, zero_count
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafStage

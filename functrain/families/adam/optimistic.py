@@ -13,8 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Optional
 
-from functrain.arg_checks import hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 from functrain.engine.program import chain
 from functrain.families.adam.stages import scale_by_adam

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from functrain.arg_checks import hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.families.adam.stages import (scale_by_adam, scale_by_adamax, scale_by_adan,
                                             scale_by_amsgrad, scale_by_belief, scale_by_radam,
                                             scale_by_yogi)

@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.arg_checks import (check_betas, check_nonnegative, check_positive,
-                                  check_range, concrete_real, hyperparameters)
+from functrain.arg_checks import (check_betas, check_nonnegative, check_positive, check_range,
+                                  concrete_real)
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.numerics import abs_sq, adam_direction, ema_update
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, zero_count

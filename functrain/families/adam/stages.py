@@ -14,11 +14,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative
+from functrain.declarations import hyperparameters, state_value_kinds
 from functrain import tree as ft
 from functrain.numerics import (abs_sq, adam_direction, bias_correction_factor, ema_update,
                                 nesterov_mu_hat)
-from functrain.declarations import state_value_kinds
 from functrain.engine.protocol import GradientTransformation
 from functrain.engine.stage import LeafStage
 from functrain.engine.counts import BiasCorrections, corrections, safe_increment, zero_count

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters, needs_params_error)
-from functrain.declarations import declare_optimizer
+                                  needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, ScalarOrSchedule, Updates, call_update)
 from functrain.engine.counts import safe_increment

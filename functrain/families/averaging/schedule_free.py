@@ -18,12 +18,11 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
-                                  check_state_type, check_transformation, hyperparameters,
-                                  needs_params_error)
+from functrain.arg_checks import (check_betas, check_nonnegative, check_range, check_state_type,
+                                  check_transformation, needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.schedules import linear_schedule
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, ScalarOrSchedule, Updates, call_update)
 from functrain.engine.stage import LeafChecks, LeafStage

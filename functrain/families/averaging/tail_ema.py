@@ -21,8 +21,8 @@ import jax.numpy as jnp
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters, needs_params_error)
-from functrain.declarations import declare_optimizer
+                                  needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, OptState, Params, Updates, call_update)
 from functrain.engine.counts import safe_increment

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from functrain.arg_checks import check_momentum, hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.arg_checks import check_momentum
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.program import chain, in_masked_state
 from functrain.families.adam.stages import scale_by_adam

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative, check_range
+from functrain.declarations import hyperparameters
 from functrain import numerics
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update

@@ -28,9 +28,9 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_positive, check_range,
-                                  check_state_type, hyperparameters, state_mismatch_error)
+                                  check_state_type, state_mismatch_error)
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.families.muon.muon import MuonDimensionNumbers
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.program import chain, leaf_compute_dtype, state_compute_dtype
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)

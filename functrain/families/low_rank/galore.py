@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_range, check_state_type, check_transformation,
-                                  hyperparameters, state_mismatch_error)
+                                  state_mismatch_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
-from functrain.declarations import declare_optimizer
 from functrain.families.adam.stages import scale_by_adam
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, OptState, Params,
                                        ScalarOrSchedule, Updates, call_update)

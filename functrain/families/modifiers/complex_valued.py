@@ -19,8 +19,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_state_type, check_transformation, hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.arg_checks import check_state_type, check_transformation
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import GradientTransformation, Params, Updates, call_update
 
 Array = jax.Array

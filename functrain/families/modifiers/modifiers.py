@@ -24,9 +24,9 @@ import jax.numpy as jnp
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_positive, check_range,
-                                  check_transformation, hyperparameters)
+                                  check_transformation)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.numerics import mars_corrected_gradient
-from functrain.declarations import declare_optimizer
 from functrain.families.adam.stages import scale_by_adam
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, OptState, Params, ScalarOrSchedule, Updates,

@@ -13,9 +13,8 @@ from typing import Any
 
 import jax
 
-from functrain.arg_checks import hyperparameters
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import EmptyState, GradientTransformation
 from functrain.engine.stage import LeafStage
 from functrain.engine.program import stage_transform

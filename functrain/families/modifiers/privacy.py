@@ -19,9 +19,9 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_momentum, check_range, check_state_type, hyperparameters
+from functrain.arg_checks import check_momentum, check_range, check_state_type
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformation, Params, ScalarOrSchedule, Updates
 from functrain.transforms.clipping import per_example_global_norm_clip
 from functrain.engine.program import chain, identity

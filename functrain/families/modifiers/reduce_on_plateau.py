@@ -19,9 +19,9 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import MissingArgumentError, check_range, hyperparameters
+from functrain.arg_checks import MissingArgumentError, check_range
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformationExtraArgs, OptState, Params
 from functrain.engine.stage import LeafStage
 from functrain.engine.counts import safe_increment

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from functrain.arg_checks import check_momentum, hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.arg_checks import check_momentum
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 from functrain.engine.program import chain, identity
 from functrain.families.momentum.stages import scale_by_optimistic_gradient

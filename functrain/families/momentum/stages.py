@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import hyperparameters
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import GradientTransformation
 from functrain.engine.stage import LeafStage

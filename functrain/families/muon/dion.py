@@ -31,9 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import jax_compat, tree as ft
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
-                                  check_state_type, hyperparameters)
-from functrain.declarations import declare_optimizer, state_value_kinds
+from functrain.arg_checks import check_betas, check_nonnegative, check_range, check_state_type
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.linalg import CHUNK_BYTES, map_matrices, map_stacks
 from functrain.numerics import abs_sq
 from functrain.families.adam.optimizers import adamw

@@ -26,10 +26,10 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, per_dims,
                                           resolve_coeffs, scale_by_muon, split_muon_adam)
-from functrain.declarations import declare_optimizer
 from functrain.engine.program import chain
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage

@@ -27,12 +27,11 @@ import numpy as np
 
 from functrain.linalg import (CHUNK_BYTES, NS_METHODS, PRECONDITIONINGS, check_ns_dtype,
                               map_stacks, newton_schulz, newton_schulz_coefficients)
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
-                                  check_state_type, hyperparameters)
+from functrain.arg_checks import check_betas, check_nonnegative, check_range, check_state_type
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain import jax_compat, tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.families.adam.optimizers import adamw
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.matrix.dimension_numbers import (check_dims_type, dims_key, dims_of_leaves,
                                                 dims_of_slots, is_dims, leaf_axes, matrix_view)
 from functrain.engine.counts import corrections

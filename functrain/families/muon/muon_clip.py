@@ -31,10 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain import tree as ft
-from functrain.arg_checks import (check_positive, check_range, hyperparameters,
-                                  missing_argument_error, needs_params_error)
+from functrain.arg_checks import (check_positive, check_range, missing_argument_error,
+                                  needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.families.muon.muon import NsCoeffs, muon
-from functrain.declarations import declare_optimizer
 from functrain.engine.program import chain, leaf_compute_dtype
 from functrain.engine.protocol import (EmptyState, GradientTransformation,
                                        GradientTransformationExtraArgs, MaskOrFn, Params,

@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_bools, check_range, hyperparameters
+from functrain.arg_checks import check_bools, check_range
+from functrain.declarations import hyperparameters
 from functrain.families.muon.hyperball import matrix_step_stage
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 

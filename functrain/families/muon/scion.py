@@ -52,11 +52,10 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_bools, check_hyperparameter, check_nonnegative,
-                                  check_positive, check_range, check_state_type,
-                                  hyperparameters)
+                                  check_positive, check_range, check_state_type)
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, in_compute_dtype,
                                           orthogonalize_tree, resolve_coeffs)
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.program import chain, stage_transform
 from functrain.engine.protocol import GradientTransformation, Params, ScalarOrSchedule, Updates
 from functrain.engine.stage import LeafStage

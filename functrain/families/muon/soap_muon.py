@@ -31,10 +31,10 @@ import numpy as np
 
 from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
-                                  check_state_type, hyperparameters)
+                                  check_state_type)
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, muon_family,
                                           orthogonalize_tree, resolve_coeffs, scale_by_shape)
-from functrain.declarations import declare_optimizer, state_value_kinds
 from functrain.engine.program import leaf_compute_dtype, state_compute_dtype
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)

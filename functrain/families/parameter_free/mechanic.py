@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (check_nonnegative, check_range, check_state_type,
-                                  check_transformation, hyperparameters, needs_params_error)
+                                  check_transformation, needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import safe_int32_increment, sum_of_products
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        OptState, Params, Updates, call_update)
 from functrain.engine.stage import as_array

@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from functrain.arg_checks import (MissingArgumentError, check_betas, check_nonnegative,
-                                  check_state_type, hyperparameters, needs_params_error)
+                                  check_state_type, needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformationExtraArgs, OptState, Params,
                                        ScalarOrSchedule, Updates)
 from functrain.engine.counts import safe_increment, value_at

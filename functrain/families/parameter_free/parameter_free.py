@@ -20,12 +20,11 @@ from typing import Any, Literal, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonnegative,
-                                  check_range, check_state_type, hyperparameters,
-                                  needs_params_error)
+from functrain.arg_checks import (check_betas, check_hyperparameter, check_nonnegative, check_range,
+                                  check_state_type, needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import ema_update, safe_int32_increment, sum_of_products
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates)
 from functrain.engine.stage import as_array

@@ -48,8 +48,8 @@ from functrain.matrix.dimension_numbers import check_dimension_numbers, stacked_
 from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
 from functrain.numerics import bias_correction_factor
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
-                                  check_state_type, hyperparameters)
-from functrain.declarations import declare_optimizer, state_value_kinds
+                                  check_state_type)
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)
 from functrain.engine.counts import safe_increment, value_at

@@ -31,10 +31,9 @@ from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbe
 from functrain.matrix.shape_groups import group_key, shape_groups, stack_units, unstack_units
 from functrain.families.preconditioned import shampoo_blocks as sb
 from functrain.numerics import ema_update, nesterov_mu_hat
-from functrain.declarations import declare_optimizer, state_value_kinds
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.engine.counts import corrections
-from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
-                                  hyperparameters)
+from functrain.arg_checks import check_betas, check_bools, check_nonnegative, check_range
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage, as_array
 from functrain.engine.program import chain, leaf_compute_dtype, run_block, state_compute_dtype

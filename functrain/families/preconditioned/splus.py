@@ -30,9 +30,8 @@ import numpy as np
 from jax import lax
 
 from functrain import tree as ft
-from functrain.arg_checks import (check_betas, check_nonnegative, check_range,
-                                  check_state_type, hyperparameters)
-from functrain.declarations import declare_optimizer, state_value_kinds
+from functrain.arg_checks import check_betas, check_nonnegative, check_range, check_state_type
+from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
 from functrain.matrix.blocks import map_by_shape
 from functrain.numerics import ema_update
 from functrain.engine.protocol import (EmptyState, GradientTransformation, MaskOrFn, Params,

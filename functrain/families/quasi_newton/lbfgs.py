@@ -16,8 +16,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import (check_range, check_state_type, hyperparameters,
-                                  needs_params_error)
+from functrain.arg_checks import check_range, check_state_type, needs_params_error
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.engine.protocol import GradientTransformationExtraArgs, OptState, Params, Updates
 from functrain.engine.stage import as_array

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from functrain.arg_checks import check_transformation, hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.arg_checks import check_transformation
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        ScalarOrSchedule)
 from functrain.engine.program import chain, identity

@@ -31,10 +31,10 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_nonnegative, check_range, hyperparameters
+from functrain.arg_checks import check_betas, check_nonnegative, check_range
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import count_only, zero_count

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from functrain.arg_checks import check_range, hyperparameters
+from functrain.arg_checks import check_range
+from functrain.declarations import hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
 from functrain.engine.protocol import GradientTransformation

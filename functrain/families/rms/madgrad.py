@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_momentum, check_nonnegative, hyperparameters
+from functrain.arg_checks import check_momentum, check_nonnegative
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import abs_sq
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, value_at, zero_count

@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_momentum, hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.arg_checks import check_momentum
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.transforms.clipping import clip_by_block_rms
 from functrain.engine.program import chain, identity

@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_range, hyperparameters
+from functrain.arg_checks import check_betas, check_range
+from functrain.declarations import hyperparameters, state_value_kinds
 from functrain import tree as ft
 from functrain.numerics import abs_sq, ema_update
-from functrain.declarations import state_value_kinds
 from functrain.engine.protocol import GradientTransformation
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, zero_count

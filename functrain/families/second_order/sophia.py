@@ -21,11 +21,10 @@ import jax
 import jax.numpy as jnp
 
 from functrain.arg_checks import (MissingArgumentError, check_betas, check_nonnegative, check_range,
-                                  check_state_type, check_transformation, hyperparameters,
-                                  needs_params_error)
+                                  check_state_type, check_transformation, needs_params_error)
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain import tree as ft
 from functrain.numerics import bias_correction_factor, ema_update
-from functrain.declarations import declare_optimizer
 from functrain.engine.protocol import (GradientTransformation, GradientTransformationExtraArgs,
                                        MaskOrFn, Params, ScalarOrSchedule, Updates,
                                        with_extra_args_support)

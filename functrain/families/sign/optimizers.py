@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from functrain.arg_checks import hyperparameters
-from functrain.declarations import declare_optimizer
+from functrain.declarations import declare_optimizer, hyperparameters
 from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOrSchedule
 from functrain.engine.program import chain
 from functrain.transforms.accumulation import ema

@@ -10,10 +10,10 @@ from typing import Any, Literal, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from functrain.arg_checks import check_betas, check_range, hyperparameters
+from functrain.arg_checks import check_betas, check_range
+from functrain.declarations import hyperparameters, state_value_kinds
 from functrain import tree as ft
 from functrain.numerics import ema_update
-from functrain.declarations import state_value_kinds
 from functrain.engine.protocol import EmptyState, GradientTransformation
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import count_only, zero_count
