@@ -199,8 +199,9 @@ lightbench: $(STAMP)
 	$(PY) benchmarks/lightbench.py
 
 # docs/optimizers.md's optimizer tables, rewritten from each optimizer's @declare_optimizer
-# (summary=, signature=, listed_with=) by docs/generate_tables.py; tests/test_declarations.py
-# fails, naming the rows, while the file differs from what this writes.
+# (summary=, signature=, listed_with=) by docs/generate_tables.py, and the README's row of
+# optax's core optimizers and table of optax.contrib's by family; tests/test_declarations.py
+# fails, naming the rows, while a file differs from what this writes.
 docs-tables: $(STAMP)
 	$(PY) docs/generate_tables.py
 

@@ -1,4 +1,5 @@
-"""Writes docs/optimizers.md's optimizer tables from the declarations (``make docs-tables``).
+"""Writes docs/optimizers.md's optimizer tables, and the README's table of optax.contrib's
+optimizers by family, from the declarations (``make docs-tables``).
 
 Each group of ``functrain.declarations.GROUPS`` has one table in docs/optimizers.md between
 
@@ -13,7 +14,14 @@ hand if you like); a new optimizer's row goes last, in the order of its module a
 Rows that name no declared optimizer (helpers such as ``palm_beta2_schedule``) are kept as
 they are, after the optimizers' rows; each must name a function of functrain.
 
-``tests/test_declarations.py`` fails, naming the stale rows, when the file differs from what
+The README's row ``| optimizers | ... |`` lists optax's core optimizers (declared
+``optax="core"``) by family, and its block between ``<!-- contrib by family: generated ... -->`` and
+``<!-- end contrib by family -->`` has one row per family folder (in
+``functrain.families.ORDER``) holding an optimizer declared ``optax="contrib"``: the family's
+title (its package docstring, up to a colon or the first full stop) and the optimizers'
+names, in the order of their module and line; cells are escaped for Markdown tables.
+
+``tests/test_declarations.py`` fails, naming the stale rows, when a file differs from what
 this writes. ``python docs/generate_tables.py --check`` prints them without writing.
 """
 
@@ -31,8 +39,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # this checkout's functrain, whatever the working directory
     sys.path.insert(0, str(ROOT))
 
+import importlib  # noqa: E402
+
 import functrain  # noqa: E402  (loads every module, so every declaration)
 import functrain.contrib  # noqa: E402
+import functrain.families  # noqa: E402
 from functrain.declarations import GROUPS, OPTIMIZERS, Declared  # noqa: E402
 
 PAGE = ROOT / "docs" / "optimizers.md"
@@ -42,6 +53,11 @@ BLOCK = re.compile(r"^<!-- generated from functrain\.declarations by `make docs-
                    r"(.+?) -->\n(.*?)^<!-- end generated -->$", re.MULTILINE | re.DOTALL)
 HEADER = ["| Optimizer | What it is |", "|---|---|"]
 NAMED = re.compile(r"`(\w+)[`(]")
+README = ROOT / "README.md"
+README_BLOCK = re.compile(r"^(<!-- contrib by family: generated from functrain\.declarations by "
+                          r"`make docs-tables` -->\n)(.*?)^(<!-- end contrib by family -->)$",
+                          re.MULTILINE | re.DOTALL)
+CORE_ROW = re.compile(r"^\| optimizers \| .*\|$", re.MULTILINE)
 
 def summary(d: Declared) -> Optional[str]:
     return d.summary
@@ -187,18 +203,77 @@ def stale_rows(text: str) -> list[str]:
     return diff or ([] if new == text else ["the rows' order or spacing differs"])
 
 
+def md_cell(text: str) -> str:
+    """``text`` safe in a Markdown table cell: pipes escaped, newlines as spaces."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def family_title(family: str) -> str:
+    """A family's title: its package docstring's first words, up to a colon or full stop."""
+    doc = (importlib.import_module(f"functrain.families.{family}").__doc__ or family).strip()
+    return re.split(r":|\.(?:\s|$)", " ".join(doc.split()), maxsplit=1)[0].strip()
+
+
+def readme_table() -> str:
+    """The README's table of optax.contrib's optimizers, one row per family."""
+    rows = ["| family | names |", "|---|---|"]
+    for family in functrain.families.ORDER:
+        names = [d.name for d in sorted(OPTIMIZERS.values(), key=_where)
+                 if d.optax == "contrib" and d.module.split(".")[2] == family]
+        if names:
+            rows.append(f"| {md_cell(family_title(family))} | "
+                        f"{md_cell(', '.join(f'`{n}`' for n in names))} |")
+    return "\n".join(rows) + "\n"
+
+
+def core_row() -> str:
+    """The README's row of optax's core optimizers (``functrain.<name>``), by family."""
+    def where(d: Declared) -> tuple:  # a family's optimizers.py first
+        return (not d.module.endswith(".optimizers"), *_where(d))
+    names = [d.name for family in functrain.families.ORDER
+             for d in sorted(OPTIMIZERS.values(), key=where)
+             if d.optax == "core" and d.module.split(".")[2] == family]
+    return f"| optimizers | {md_cell(', '.join(f'`{n}`' for n in names))} |"
+
+
+def render_readme(text: str) -> str:
+    """The README with its generated block and its row of core optimizers rewritten (a
+    ``ValueError`` if it has not one of each)."""
+    if len(README_BLOCK.findall(text)) != 1 or len(CORE_ROW.findall(text)) != 1:
+        raise ValueError("README.md: one block '<!-- contrib by family: generated ... -->' ... "
+                         "'<!-- end contrib by family -->' and one row '| optimizers | ... |' "
+                         "expected")
+    text = CORE_ROW.sub(lambda m: core_row(), text)
+    return README_BLOCK.sub(lambda m: m.group(1) + readme_table() + m.group(3), text)
+
+
+def stale_readme(text: str) -> list[str]:
+    """The README's generated lines that differ from what :func:`render_readme` writes."""
+    try:
+        new = render_readme(text)
+    except ValueError as error:
+        return [str(error)]
+    old_lines, new_lines = text.splitlines(), new.splitlines()
+    return ([f"README: - {line}" for line in old_lines if line not in new_lines]
+            + [f"README: + {line}" for line in new_lines if line not in old_lines])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="print stale rows, write nothing")
     check = parser.parse_args().check
-    text = PAGE.read_text()
-    problems = signature_problems() + stale_rows(text)
-    if check or not problems or not all(": - " in p or ": + " in p for p in problems):
-        print("\n".join(problems) or f"{PAGE.relative_to(ROOT)}: up to date")
-        return 1 if problems else 0
-    PAGE.write_text(render(text))
-    print(f"{PAGE.relative_to(ROOT)}: tables written ({len(problems)} lines changed)")
-    return 0
+    status = 0
+    for path, stale, write in ((PAGE, lambda t: signature_problems() + stale_rows(t), render),
+                               (README, stale_readme, render_readme)):
+        text = path.read_text()
+        problems = stale(text)
+        if check or not problems or not all(": - " in p or ": + " in p for p in problems):
+            print("\n".join(problems) or f"{path.relative_to(ROOT)}: up to date")
+            status = status or (1 if problems else 0)
+            continue
+        path.write_text(write(text))
+        print(f"{path.relative_to(ROOT)}: tables written ({len(problems)} lines changed)")
+    return status
 
 
 if __name__ == "__main__":

@@ -98,9 +98,11 @@ COUNTS = "functrain.engine.counts"
 STAGE, STATE_IO = "functrain.engine.stage", "functrain.engine.state_io"
 # The optimizer families, one folder each under functrain/families/, in the order they may
 # build on each other: a module of a family imports from another family only if that one
-# comes earlier here (so the families form no ring). A new family needs its place here.
-FAMILY_ORDER = ("momentum", "adam", "layerwise", "rms", "sign", "quasi_newton", "second_order",
-                "parameter_free", "averaging", "modifiers", "muon", "low_rank", "preconditioned")
+# comes earlier (so the families form no ring). A new family needs its place there. Read
+# from functrain/families/__init__.py's ORDER with ast, as everything here.
+FAMILY_ORDER = ast.literal_eval(next(
+    node.value for node in ast.parse((PACKAGE / "families" / "__init__.py").read_text()).body
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ORDER"))
 # A family's stage modules (per-array or whole-tree math that names no optimizer): its
 # stages.py and these; they import only the core, the engine and the shared stages
 # (transforms/*.py), never another family. Every other module of a family is on the

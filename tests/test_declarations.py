@@ -277,6 +277,35 @@ def test_readme_lists_only_declared_optimizers():
     assert not problems, "README.md is stale:\n  " + "\n  ".join(problems)
 
 
+def test_readme_optimizer_tables_are_written_from_the_declarations():
+    """The README's row of optax's core optimizers and its table of optax.contrib's by family
+    are what docs/generate_tables.py writes (``make docs-tables``)."""
+    problems = generate_tables.stale_readme((ROOT / "README.md").read_text())
+    assert not problems, ("README.md's generated tables differ from the declarations; run "
+                          "`make docs-tables`:\n  " + "\n  ".join(problems))
+
+
+def test_the_readme_tables_follow_the_declarations_and_escape_markdown(monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    rendered = generate_tables.render_readme(text)
+    core = next(line for line in rendered.splitlines() if line.startswith("| optimizers |"))
+    assert {n for n, d in DECLARED.items() if d.optax == "core"} == set(
+        re.findall(r"`(\w+)`", core))
+    table = rendered[rendered.index("<!-- contrib by family"):
+                     rendered.index("<!-- end contrib by family")]
+    assert {n for n, d in DECLARED.items() if d.optax == "contrib"} == set(
+        re.findall(r"`(\w+)`", table))
+    # a declared optimizer moved to another family moves row; a pipe is escaped
+    monkeypatch.setitem(DECLARED, "madgrad", dataclasses.replace(
+        DECLARED["madgrad"], module="functrain.families.muon.madgrad"))
+    monkeypatch.setattr(generate_tables, "family_title", lambda f: f"{f} | x")
+    moved = generate_tables.readme_table()
+    assert "| muon \\| x | `madgrad`, `muon` |" in moved, moved
+    assert any("README: - " in p for p in generate_tables.stale_readme(text.replace(
+        "`madgrad`", "`madgrad`, `adam`")))
+    assert generate_tables.stale_readme(text.replace("<!-- end contrib by family -->", ""))
+
+
 DIRECTIVE = re.compile(r"^\.\. auto(function|class)::\s+([\w.]+)", re.MULTILINE)
 
 

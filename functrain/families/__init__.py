@@ -23,3 +23,9 @@ Stages every family uses (scaling, clipping, accumulation, decay, constraints, n
 in :mod:`functrain.transforms`; :mod:`functrain.contrib` and :mod:`functrain.transforms`
 (as a namespace) are faces over these folders.
 """
+
+#: The families in the order they may build on each other: a module of one imports from
+#: another family only if that one comes earlier (tests/test_architecture.py); the README's
+#: table of optax.contrib's optimizers lists them in this order (docs/generate_tables.py).
+ORDER = ("momentum", "adam", "layerwise", "rms", "sign", "quasi_newton", "second_order",
+         "parameter_free", "averaging", "modifiers", "muon", "low_rank", "preconditioned")
