@@ -11,7 +11,8 @@
   ==================  ==========================================  ============================
   layer               modules                                     may import from functrain
   ==================  ==========================================  ============================
-  L0_checks           tree/checks, arg_checks, jax_compat         nothing
+  L0_checks           tree/checks, arg_checks, jax_compat,        nothing
+                      docstrings (shared argument text)
   L0_declarations     declarations (@declare_optimizer,           L0_checks
                       @hyperparameters, @state_value_kinds)
   L0_tree_moments     tree/moments (optax.tree's moments,         nothing
@@ -178,7 +179,7 @@ L2 = ("L2_shared_stages", "L2_family_stages")
 # Bottom to top; a layer's ``imports`` name only layers listed before it (checked below).
 LAYERS = [
     Layer("L0_checks", lambda m: m in {"functrain.tree.checks", "functrain.arg_checks",
-                                       "functrain.jax_compat"}, ()),
+                                       "functrain.jax_compat", "functrain.docstrings"}, ()),
     # What builders, optimizers and state classes declare (over one argument's checks).
     Layer("L0_declarations", lambda m: m == "functrain.declarations", ("L0_checks",)),
     Layer("L0_tree_moments", lambda m: m == "functrain.tree.moments", ()),

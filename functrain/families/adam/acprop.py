@@ -28,6 +28,7 @@ from functrain.engine.stage import LeafStage
 from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -89,6 +90,7 @@ def scale_by_acprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16,
     signature="acprop(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="schedule")
+@shared_args()
 def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-16, eps_root: float = 1e-16, weight_decay: ScalarOrSchedule = 0.0,
            mask: Optional[MaskOrFn] = None, *,
@@ -102,8 +104,7 @@ def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Asynchronous Update for Adaptive Gradient Methods".
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
-      b1: decay rate of the first moment, in ``[0, 1)``.
+      <shared: learning_rate, b1>
       b2: decay rate of the centred second moment, in ``[0, 1)``.
       eps: added to the denominator outside the square root, ``>= 0``.
       eps_root: added to ``s`` at every step, ``>= 0``.
@@ -111,9 +112,7 @@ def acprop(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         rate), ``>= 0``; a number or a schedule.
       mask: where to apply the weight decay: a tree of bools (or a prefix), or
         a function of the params returning one; ``None`` decays every leaf.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is ``(ScaleByBeliefState,

@@ -35,6 +35,7 @@ from functrain.engine.stage import LeafStage
 from functrain.engine.counts import BiasCorrections, corrections, safe_increment, value_at
 from functrain.numerics import abs_sq, adam_direction
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -146,6 +147,7 @@ class AccumulatingGradientTransformation(GradientTransformationExtraArgs):
 
 @hyperparameters(num_micro_batches="int", b1="number", b2="decay", eps="number",
                  eps_root="number")
+@shared_args()
 def scale_by_adam_accumulation(num_micro_batches: int, b1: float = 0.9, b2: float = 0.999,
                                eps: float = 1e-8, eps_root: float = 0.0,
                                mu_dtype: Optional[Any] = None, *,
@@ -169,7 +171,7 @@ def scale_by_adam_accumulation(num_micro_batches: int, b1: float = 0.9, b2: floa
         decay-rate schedule of the optimizer step (as ``scale_by_adam``'s).
       eps: added to the denominator outside the square root; ``>= 0``.
       eps_root: added to ``nu_hat`` inside the square root; ``>= 0``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
       nu_dtype: storage dtype of ``nu``; ``None`` keeps each parameter's dtype.
 
     Returns:
@@ -235,6 +237,7 @@ def _per_optimizer_step(value: ScalarOrSchedule, n: Any, last_only: bool) -> Any
     signature="adam_accumulation(learning_rate, num_micro_batches, b1=0.9, b2=0.999, ...)")
 @hyperparameters(learning_rate="schedule", num_micro_batches="int", b1="number", b2="decay",
                  eps="number", eps_root="number", weight_decay="schedule")
+@shared_args()
 def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
                       b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                       eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
@@ -290,15 +293,12 @@ def adam_accumulation(learning_rate: ScalarOrSchedule, num_micro_batches: int,
       b2: decay rate of the second moment per optimizer step, in ``[0, 1)``.
       eps: added to ``sqrt(nu_hat)`` in the denominator; ``>= 0``.
       eps_root: added to ``nu_hat`` inside the square root; ``>= 0``.
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's dtype.
+      <shared: mu_dtype>
       weight_decay: decoupled weight decay as in ``adamw``, ``>= 0`` (default 0: none); a
         number, or a schedule of the optimizer step count.
       mask: which leaves get weight decay (a tree of bools or a function of the params),
         as ``adamw``'s; ``None`` decays every leaf.
-      nu_dtype: storage dtype of the second moment; ``None``: each parameter's dtype.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: nu_dtype, cautious_weight_decay>
 
     Returns:
       An :class:`AccumulatingGradientTransformation` (a ``GradientTransformation`` with

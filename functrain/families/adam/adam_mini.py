@@ -37,6 +37,7 @@ from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import BiasCorrections, corrections, zero_count
 from functrain.numerics import abs_sq, adam_direction, ema_update
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 PyTree = Any
@@ -237,6 +238,7 @@ def _split(shape: tuple, grid: tuple) -> tuple:
 
 
 @hyperparameters(b1="number", b2="decay", eps="number", n_heads="number")
+@shared_args()
 def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
                        blocks: BlocksSpec = None, n_heads: int = 32,
                        mu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -261,7 +263,7 @@ def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
         a function of the params returning one.
       n_heads: the number of attention heads, for the default partition of query and key
         weights (the official code's default, 32).
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ScaleByAdamMiniState`; its
@@ -313,6 +315,7 @@ def scale_by_adam_mini(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, *,
     signature="adam_mini(learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  weight_decay="schedule", n_heads="number")
+@shared_args()
 def adam_mini(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-8, weight_decay: ScalarOrSchedule = 0.0,
               mask: Optional[MaskOrFn] = adam_mini_decay_mask, *, blocks: BlocksSpec = None,
@@ -335,19 +338,17 @@ def adam_mini(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float
     github.com/zyushun/Adam-mini, whose defaults these are.
 
     Args:
-      learning_rate: a number or a schedule of the step count.
+      <shared: learning_rate>
       b1: decay rate of the momentum, in ``[0, 1)``.
       b2: decay rate of the block second moments, in ``[0, 1)``.
       eps: added to the root of the second moment; ``>= 0``.
-      weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
+      <shared: weight_decay>
       mask: which leaves get weight decay: a tree of bools or a function of the params;
         the official code's rule by default, ``None`` for every leaf.
       blocks: the partition, as :func:`scale_by_adam_mini` takes it.
       n_heads: the number of attention heads, for the default partition.
       mu_dtype: storage dtype of the momentum.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_adam_mini, add_decayed_weights,

@@ -28,6 +28,7 @@ from functrain.engine.stage import LeafStage
 from functrain.engine.counts import safe_increment, value_at
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -73,6 +74,7 @@ class _AdemamixContext(NamedTuple):
 
 @hyperparameters(b1="number", b2="number", b3="schedule", alpha="schedule", eps="number",
                  eps_root="number")
+@shared_args()
 def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule = 0.9999,
                       alpha: ScalarOrSchedule = 6.0, eps: float = 1e-8, eps_root: float = 0.0,
                       mu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -88,7 +90,7 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
 
     Args:
       b1: decay rate of the fast EMA, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       b3: decay rate of the slow EMA, in ``[0, 1)``; a number or a schedule of
         the step count.
       alpha: the weight of the slow EMA; a number or a schedule.
@@ -137,6 +139,7 @@ def scale_by_ademamix(b1: float = 0.9, b2: float = 0.999, b3: ScalarOrSchedule =
     signature="ademamix(learning_rate, b1=0.9, b2=0.999, b3=0.9999, alpha=5.0, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="schedule",
                  alpha="schedule", eps="number", eps_root="number", weight_decay="schedule")
+@shared_args()
 def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
              b3: ScalarOrSchedule = 0.9999, alpha: ScalarOrSchedule = 5.0, eps: float = 1e-8,
              eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
@@ -152,9 +155,9 @@ def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999
     Faster, Older".
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
+      <shared: learning_rate>
       b1: decay rate of the fast EMA, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       b3: decay rate of the slow EMA, in ``[0, 1)``; a number or a schedule.
       alpha: the weight of the slow EMA (default 5.0, as optax's ``ademamix``;
         ``scale_by_ademamix`` defaults to 6.0); a number or a schedule.
@@ -164,9 +167,7 @@ def ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999
       weight_decay: the decoupled weight decay, ``>= 0``; a number or a schedule.
       mask: where to apply the weight decay: a tree of bools (or a prefix), or
         a function of the params returning one; ``None`` decays every leaf.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is ``(ScaleByAdemamixState,
@@ -208,6 +209,7 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
 
 
 @hyperparameters(b1="number", b2="number", alpha="schedule", eps="number", eps_root="number")
+@shared_args()
 def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
                                  alpha: ScalarOrSchedule = 0.0, eps: float = 1e-8,
                                  eps_root: float = 0.0) -> GradientTransformation:
@@ -223,7 +225,7 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
 
     Args:
       b1: decay of the gradient accumulation, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       alpha: the weight of the current gradient; a number or a schedule.
       eps: added to the denominator outside the square root, ``>= 0``.
       eps_root: added inside the square root, ``>= 0``.
@@ -265,6 +267,7 @@ def scale_by_simplified_ademamix(b1: float = 0.99, b2: float = 0.95,
     signature="simplified_ademamix")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", alpha="schedule",
                  eps="number", eps_root="number", weight_decay="schedule")
+@shared_args()
 def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: float = 0.95,
                         alpha: ScalarOrSchedule = 0.0, eps: float = 1e-8, eps_root: float = 0.0,
                         weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,
@@ -278,18 +281,16 @@ def simplified_ademamix(learning_rate: ScalarOrSchedule, b1: float = 0.99, b2: f
     Optimizers, AdEMAMix, and Accelerated SGD Variants".
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
+      <shared: learning_rate>
       b1: decay of the gradient accumulation, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       alpha: the weight of the current gradient; a number or a schedule.
       eps: added to the denominator outside the square root, ``>= 0``.
       eps_root: added inside the square root, ``>= 0``.
       weight_decay: the decoupled weight decay, ``>= 0``; a number or a schedule.
       mask: where to apply the weight decay: a tree of bools (or a prefix), or
         a function of the params returning one; ``None`` decays every leaf.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is

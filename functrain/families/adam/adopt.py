@@ -29,6 +29,7 @@ from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -41,6 +42,7 @@ def _fourth_root(count: Array) -> Array:
 
 
 @hyperparameters(static=("clip_value_fn",), b1="number", b2="number", eps="number")
+@shared_args()
 def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
                    mu_dtype: Optional[Any] = None, *, nesterov: bool = False,
                    use_clipping: bool = True,
@@ -60,10 +62,9 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
     Rate" (NeurIPS 2024).
 
     Args:
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: the floor of ``sqrt(nu)`` in the denominator, ``>= 0``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
       nesterov: use Nesterov momentum (see above). Default ``False``.
       use_clipping: clip the normalised gradient (default ``True``, as optax);
         clipping has no complex version, so complex leaves need ``False``.
@@ -118,6 +119,7 @@ def scale_by_adopt(b1: float = 0.9, b2: float = 0.9999, eps: float = 1e-6,
     "one step."), signature="adopt(learning_rate, b1=0.9, b2=0.9999, eps=1e-6, ...)")
 @hyperparameters(static=("clip_value_fn",), learning_rate="schedule", b1="number", b2="number",
                  eps="number")
+@shared_args()
 def adopt(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9999,
           eps: float = 1e-6, mu_dtype: Optional[Any] = None, *, nesterov: bool = False,
           use_clipping: bool = True, clip_value_fn: Callable[[Array], Array] = _fourth_root
@@ -132,11 +134,9 @@ def adopt(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.9999,
     Any beta2 with the Optimal Rate" (NeurIPS 2024).
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: the floor of ``sqrt(nu)`` in the denominator, ``>= 0``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
       nesterov: use Nesterov momentum. Default ``False``.
       use_clipping: clip the normalised gradient to ``[-c_k, c_k]`` (default
         ``True``, recommended when training from scratch).

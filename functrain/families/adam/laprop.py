@@ -23,6 +23,7 @@ from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOr
 from functrain.engine.stage import LeafStage
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -48,6 +49,7 @@ class ScaleByLapropState(NamedTuple):
 
 
 @hyperparameters(b1="number", b2="decay", eps="number")
+@shared_args()
 def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
                     mu_dtype: Optional[Any] = None) -> GradientTransformation:
     """Rescale updates by LaProp's rule (Ziyin, Wang & Ueda, 2020, Algorithm 1).
@@ -61,7 +63,7 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
       b1: decay rate of the momentum ``mu``, in ``[0, 1)``.
       b2: decay rate of the second moment ``nu``, in ``[0, 1)``.
       eps: added to the root of the bias-corrected ``nu`` before dividing; ``>= 0``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`ScaleByLapropState`.
@@ -94,6 +96,7 @@ def scale_by_laprop(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-15,
     signature="laprop(learning_rate=4e-4, b1=0.9, b2=0.999, eps=1e-15, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  weight_decay="schedule")
+@shared_args()
 def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-15, weight_decay: ScalarOrSchedule = 0.0,
            mask: Optional[MaskOrFn] = None, mu_dtype: Optional[Any] = None, *,
@@ -106,16 +109,14 @@ def laprop(learning_rate: ScalarOrSchedule = 4e-4, b1: float = 0.9, b2: float = 
     accumulates; with a constant learning rate the two are the same.
 
     Args:
-      learning_rate: a number or a schedule of the step count.
+      <shared: learning_rate>
       b1: decay rate of the momentum, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       eps: added to the root of the second moment; ``>= 0``.
-      weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
+      <shared: weight_decay>
       mask: which leaves get weight decay (a tree of bools or a function of params).
       mu_dtype: storage dtype of the momentum.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_laprop, add_decayed_weights,

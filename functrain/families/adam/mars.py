@@ -37,6 +37,7 @@ from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOr
 from functrain.engine.stage import LeafStage
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -66,6 +67,7 @@ class MarsState(NamedTuple):
 
 @hyperparameters(b1="number", b2="number", eps="number", gamma="number",
                  max_norm="bound or None")
+@shared_args()
 def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
                   gamma: float = 0.025, max_norm: Optional[float] = 1.0,
                   mu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -96,7 +98,7 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
         GPT-2.
       max_norm: ``c`` of a leaf is scaled down to this norm when longer; the
         paper uses 1. ``None`` (or ``inf``) turns the clipping off.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
 
     Returns:
       A ``GradientTransformation`` whose state is :class:`MarsState`.
@@ -132,6 +134,7 @@ def scale_by_mars(b1: float = 0.95, b2: float = 0.99, eps: float = 1e-8,
     "clipped gradient."), signature="mars(learning_rate=3e-3, b1=0.95, b2=0.99, gamma=0.025, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  gamma="number", weight_decay="schedule", max_norm="bound or None")
+@shared_args()
 def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.99,
          eps: float = 1e-8, gamma: float = 0.025, weight_decay: ScalarOrSchedule = 0.0,
          max_norm: Optional[float] = 1.0, mu_dtype: Optional[Any] = None,
@@ -171,9 +174,7 @@ def mars(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
       mu_dtype: storage dtype of the first moment; ``None`` keeps the params'.
       mask: which leaves get weight decay (a tree of bools or a function of
         the params), as ``adamw``'s.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is ``(MarsState, EmptyState,

@@ -19,6 +19,7 @@ from functrain.engine.program import chain
 from functrain.families.adam.stages import scale_by_adam
 from functrain.families.momentum.stages import scale_by_optimistic_gradient
 from functrain.transforms.scaling import scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 
 @declare_optimizer("optimizers", "Daskalakis et al., 2017", optax="core",
@@ -26,6 +27,7 @@ from functrain.transforms.scaling import scale_by_learning_rate
     signature="optimistic_adam(learning_rate, optimism=None, ...)")
 @hyperparameters(learning_rate="number", optimism="number or None", b1="number", b2="number",
                  eps="number", eps_root="number")
+@shared_args()
 def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: float = 0.9,
                     b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
                     mu_dtype: Optional[Any] = None, *, nesterov: bool = True
@@ -49,8 +51,7 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
       b2: decay rate of Adam's second moment, in ``[0, 1)``.
       eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``.
       eps_root: added to ``v_hat`` inside the square root, ``>= 0``.
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
+      <shared: mu_dtype>
       nesterov: use Nesterov momentum (NAdam's first moment); default ``True``.
 
     Returns:
@@ -81,6 +82,7 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
     signature="optimistic_adam_v2(learning_rate, *, alpha=1.0, beta=1.0, b1=0.9, b2=0.999, ...)")
 @hyperparameters(learning_rate="schedule", alpha="number", beta="number", b1="number",
                  b2="number", eps="number", eps_root="number")
+@shared_args()
 def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,
                        beta: float = 1.0, b1: float = 0.9, b2: float = 0.999,
                        eps: float = 1e-8, eps_root: float = 0.0,
@@ -105,8 +107,7 @@ def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,
       b2: decay rate of Adam's second moment, in ``[0, 1)``.
       eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``.
       eps_root: added to ``v_hat`` inside the square root, ``>= 0``.
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
+      <shared: mu_dtype>
       nesterov: use Nesterov momentum (NAdam's first moment); default ``True``.
 
     Returns:

@@ -25,6 +25,7 @@ from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOr
 from functrain.engine.program import chain
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
                                           weight_decay_stage)
+from functrain.docstrings import shared_args
 
 
 @declare_optimizer("optimizers", "Kingma & Ba, 2014", optax="core", summary=(
@@ -32,6 +33,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning
     "storage."), signature="adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
+@shared_args()
 def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
          nesterov: bool = False, nu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -45,8 +47,7 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Reference: Kingma & Ba, 2014, "Adam: A Method for Stochastic Optimization".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       b1: decay rate of the first moment ``m`` (the moving average of the
         gradients), in ``[0, 1)``; 0 means no momentum.
       b2: decay rate of the second moment ``v`` (the moving average of the
@@ -88,6 +89,7 @@ def adam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="adamw(learning_rate, ..., weight_decay=1e-4, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
+@shared_args()
 def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
           weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
@@ -107,13 +109,9 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
       learning_rate: the step size: a number or a schedule (a function of the
         step count, counted from 0, returning the step size to use). It also
         multiplies the weight decay.
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
-        :func:`adam`).
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
+      <shared: eps_root, mu_dtype>
       weight_decay: the decoupled weight-decay coefficient, ``>= 0`` (0
         disables it); a number, or a schedule of the step count.
       mask: where to apply the weight decay: a tree of bools shaped like the
@@ -121,11 +119,7 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         Leaves where it is False are not decayed (e.g. biases and norm
         scales); ``None`` decays every leaf.
       nesterov: use Nesterov momentum (NAdamW), see :func:`adam`.
-      nu_dtype: storage dtype of the second moment; ``None``: each
-        parameter's dtype.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: nu_dtype, cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
@@ -151,6 +145,7 @@ def adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="nadam(learning_rate, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
+@shared_args()
 def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None, *,
           nesterov: bool = True, nu_dtype: Optional[Any] = None) -> GradientTransformation:
@@ -163,19 +158,12 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Reference: Dozat, 2016, "Incorporating Nesterov Momentum into Adam".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
-        :func:`adam`).
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
+      <shared: eps_root, mu_dtype>
       nesterov: the Nesterov look-ahead; True by default (False gives plain
         Adam).
-      nu_dtype: storage dtype of the second moment; ``None``: each
-        parameter's dtype.
+      <shared: nu_dtype>
 
     Returns:
       A ``GradientTransformation``, the same as :func:`adam`'s; its state is
@@ -196,6 +184,7 @@ def nadam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="nadamw(learning_rate, ..., weight_decay=1e-4, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule")
+@shared_args()
 def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
            weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None, *,
@@ -210,25 +199,15 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Loshchilov & Hutter, 2019, "Decoupled Weight Decay Regularization".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
-        :func:`adam`).
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
+      <shared: eps_root, mu_dtype>
       weight_decay: the decoupled weight-decay coefficient, ``>= 0``; a
         number, or a schedule of the step count.
       mask: where to apply the weight decay: a tree (or prefix) of bools, or
         a function of the params returning one; ``None`` decays every leaf.
       nesterov: the Nesterov look-ahead; True by default (False gives AdamW).
-      nu_dtype: storage dtype of the second moment; ``None``: each
-        parameter's dtype.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: nu_dtype, cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``, the same as :func:`adamw`'s; its state is
@@ -251,6 +230,7 @@ def nadamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="amsgrad(learning_rate, b1=0.9, b2=0.999, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
+@shared_args()
 def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
             bias_correction_mu: bool = True, bias_correction_nu: bool = True
@@ -264,15 +244,11 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Reference: Reddi et al., 2018, "On the Convergence of Adam and Beyond".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to ``sqrt(v_max)`` in the denominator; ``>= 0``.
       eps_root: added to ``v_max`` inside the square root; ``>= 0`` (see
         :func:`adam`).
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
+      <shared: mu_dtype>
       bias_correction_mu: divide ``m`` by ``1 - b1**t`` (True, the default);
         False uses the raw ``m``.
       bias_correction_nu: divide ``v`` by ``1 - b2**t`` before taking the
@@ -298,6 +274,7 @@ def amsgrad(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     summary="AdaMax: Adam with an infinity-norm second moment.",
     signature="adamax(learning_rate, b1=0.9, b2=0.999, eps=1e-8)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
+@shared_args()
 def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-8) -> GradientTransformation:
     """AdaMax: Adam with the infinity norm in place of the second moment.
@@ -309,9 +286,7 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Optimization" (section 7.1).
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
+      <shared: learning_rate, b1>
       b2: decay rate of the infinity-norm moment ``u``, in ``[0, 1)``.
       eps: added to ``|g|`` before the maximum, so ``u >= eps`` and the
         division is safe; ``>= 0``.
@@ -335,6 +310,7 @@ def adamax(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="adamaxw(learning_rate, ..., weight_decay=1e-4, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  weight_decay="schedule")
+@shared_args()
 def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-8, weight_decay: ScalarOrSchedule = 1e-4,
             mask: Optional[MaskOrFn] = None, *,
@@ -349,9 +325,7 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Regularization".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
+      <shared: learning_rate, b1>
       b2: decay rate of the infinity-norm moment, in ``[0, 1)``.
       eps: added to ``|g|`` before the maximum; ``>= 0``.
       weight_decay: the decoupled weight-decay coefficient, ``>= 0``; a number
@@ -359,9 +333,7 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         at all (then ``update`` needs no params).
       mask: where to apply the weight decay: a tree (or prefix) of bools, or
         a function of the params returning one; ``None`` decays every leaf.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained
@@ -385,6 +357,7 @@ def adamaxw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="radam(learning_rate, b1=0.9, b2=0.999, eps=1e-8, threshold=5.0)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", threshold="bound")
+@shared_args()
 def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           eps: float = 1e-8, eps_root: float = 0.0, threshold: float = 5.0, *,
           nesterov: bool = False) -> GradientTransformation:
@@ -400,13 +373,9 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Rate and Beyond".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
-        :func:`adam`).
+      <shared: eps_root>
       threshold: the length ``rho_t`` of the approximated simple moving
         average from which on the adaptive (rectified) update is used; the
         default 5 is optax's (the paper uses 4).
@@ -431,6 +400,7 @@ def radam(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     summary="Yogi (Zaheer et al., 2018): additive, sign-controlled second moment.",
     signature="yogi(learning_rate, b1=0.9, b2=0.999, eps=1e-3)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number")
+@shared_args()
 def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-3) -> GradientTransformation:
     """Yogi (Zaheer et al., 2018).
@@ -443,9 +413,7 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Optimization".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
+      <shared: learning_rate, b1>
       b2: rate of the second moment's additive update, in ``[0, 1)``.
       eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``; larger than
         Adam's by default (1e-3, as optax), which bounds the step where ``v``
@@ -471,6 +439,7 @@ def yogi(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     signature="adabelief(learning_rate, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number")
+@shared_args()
 def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
               eps: float = 1e-16, eps_root: float = 1e-16, *,
               nesterov: bool = False) -> GradientTransformation:
@@ -484,9 +453,7 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
     by the Belief in Observed Gradients".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
+      <shared: learning_rate, b1>
       b2: decay rate of the belief moment ``s``, in ``[0, 1)``.
       eps: added to ``sqrt(s_hat)`` in the denominator; ``>= 0``.
       eps_root: added to ``s`` at every step (stored in the state, as in the
@@ -516,6 +483,7 @@ def adabelief(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99
     "mask=None)"))
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number", eps="number",
                  eps_root="number", weight_decay="schedule")
+@shared_args()
 def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
          b3: float = 0.99, eps: float = 1e-8, eps_root: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None, *,
@@ -549,9 +517,7 @@ def adan(learning_rate: ScalarOrSchedule, b1: float = 0.98, b2: float = 0.92,
       mask: where to apply the weight decay: a tree of bools (or a prefix of
         the params' tree), or a function of the params returning one; ``None``
         decays every leaf.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is optax's layout:

@@ -32,6 +32,7 @@ from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, zero_count
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -71,6 +72,7 @@ class _SpamStep(NamedTuple):
 @hyperparameters(static=("reset_interval", "warmup_steps", "clip_start"), b1="number", b2="number",
                  eps="number", threshold="number", reset_interval="int", warmup_steps="int",
                  clip_start="int")
+@shared_args()
 def scale_by_spam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                   mu_dtype: Optional[Any] = None, *, threshold: float = 5000.0,
                   reset_interval: int = 500, warmup_steps: int = 150,
@@ -97,10 +99,9 @@ def scale_by_spam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
     arXiv:2501.06842).
 
     Args:
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: added to ``sqrt(nu)``; ``>= 0``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
       threshold: the spike threshold ``theta`` (``>= 0``; ``0`` disables clipping).
       reset_interval: steps between momentum resets (an int ``>= 0``; ``0`` disables the
         resets and their warm-up).
@@ -168,6 +169,7 @@ def scale_by_spam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
 @hyperparameters(static=("reset_interval", "warmup_steps", "clip_start"), learning_rate="schedule",
                  b1="number", b2="number", eps="number", weight_decay="schedule",
                  threshold="number", reset_interval="int", warmup_steps="int", clip_start="int")
+@shared_args()
 def spam(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
          mask: Optional[MaskOrFn] = None, *, threshold: float = 5000.0,
@@ -190,11 +192,9 @@ def spam(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float = 0.
     arXiv:2501.06842).
 
     Args:
-      learning_rate: a number or a schedule of the step count.
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to ``sqrt(nu)``; ``>= 0``.
-      weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
+      <shared: weight_decay>
       mask: which leaves get weight decay (a tree of bools or a function of params).
       threshold: the spike threshold (``>= 0``; ``0`` disables clipping).
       reset_interval: steps between momentum resets (an int ``>= 0``; ``0``: none).
@@ -202,9 +202,7 @@ def spam(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float = 0.
       clip_start: no clipping before this step, counted from 1 and from each reset (an
         int ``>= 0``).
       mu_dtype: storage dtype of the first moment.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_spam, add_decayed_weights,
@@ -280,6 +278,7 @@ def _statistic_zero(p: Any) -> Array:
 @hyperparameters(static=("total_steps", "reset_interval"), b1="number", b2="number", eps="number",
                  gamma1="number", gamma2="number", theta="number", total_steps="int or None",
                  eta_min="number", reset_interval="int")
+@shared_args()
 def scale_by_stable_spam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                          mu_dtype: Optional[Any] = None, *, gamma1: float = 0.7,
                          gamma2: float = 0.9, theta: float = 0.999,
@@ -312,9 +311,9 @@ def scale_by_stable_spam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
 
     Args:
       b1: decay rate of the first moment (before the scale ``s``), in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       eps: added to the roots of the second moment and of AdaGN's ``norm_sq_mean``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
       gamma1: decay of AdaGN's norm average (before ``s``), in ``[0, 1)``.
       gamma2: decay of AdaGN's squared-norm average, in ``[0, 1)``.
       theta: decay of AdaClip's max average (the paper's ``gamma3``), in ``[0, 1)``.
@@ -395,6 +394,7 @@ def scale_by_stable_spam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                  b2="number", eps="number", weight_decay="schedule", gamma1="number",
                  gamma2="number", theta="number", total_steps="int or None", eta_min="number",
                  reset_interval="int")
+@shared_args()
 def stable_spam(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: float = 0.999,
                 eps: float = 1e-8, weight_decay: ScalarOrSchedule = 0.0,
                 mask: Optional[MaskOrFn] = None, *, gamma1: float = 0.7, gamma2: float = 0.9,
@@ -417,11 +417,11 @@ def stable_spam(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: flo
     16-Bit Adam" (arXiv:2502.17055).
 
     Args:
-      learning_rate: a number or a schedule of the step count.
+      <shared: learning_rate>
       b1: decay rate of the first moment (before the scale), in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       eps: added to the roots of the second moments; ``>= 0``.
-      weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
+      <shared: weight_decay>
       mask: which leaves get weight decay (a tree of bools or a function of params).
       gamma1: decay of AdaGN's norm average, in ``[0, 1)``.
       gamma2: decay of AdaGN's squared-norm average, in ``[0, 1)``.
@@ -431,9 +431,7 @@ def stable_spam(learning_rate: ScalarOrSchedule = 1e-3, b1: float = 0.9, b2: flo
       eta_min: the scale at the end of that cosine, in ``[0, 1]``.
       reset_interval: steps between momentum resets (an int ``>= 0``; ``0``: none).
       mu_dtype: storage dtype of the first moment.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_stable_spam, add_decayed_weights,

@@ -32,6 +32,7 @@ from functrain.engine.dtypes import params_float_dtype
 from functrain.families.rms.stages import scale_by_rms
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.families.momentum.optimizers import sgd
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -276,6 +277,7 @@ def schedule_free_sgd(learning_rate: float = 1.0, warmup_steps: Optional[int] = 
     "schedule_free_adamw(learning_rate=0.0025, warmup_steps=None, b1=0.9, b2=0.999, ...)"))
 @hyperparameters(learning_rate="number", warmup_steps="number or None", b1="number",
                  b2="number", eps="number", weight_decay="number", weight_lr_power="number")
+@shared_args()
 def schedule_free_adamw(learning_rate: float = 0.0025, warmup_steps: Optional[int] = None,
                         b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
                         weight_decay: float = 0.0, weight_lr_power: float = 2.0,
@@ -294,7 +296,7 @@ def schedule_free_adamw(learning_rate: float = 0.0025, warmup_steps: Optional[in
       warmup_steps: length of a linear warmup from 0, a positive int; ``None``
         for none.
       b1: the interpolation weight, in ``(0, 1]``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b2>
       eps: added to the root of the second moment, ``>= 0``.
       weight_decay: the decoupled weight decay, ``>= 0``.
       weight_lr_power: the power of the learning rate in the averaging weights.

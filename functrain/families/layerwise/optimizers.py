@@ -22,6 +22,7 @@ from functrain.families.layerwise.stages import scale_by_novograd, scale_by_trus
 from functrain.transforms.accumulation import trace
 from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning_rate,
                                           weight_decay_stage)
+from functrain.docstrings import shared_args
 
 
 @declare_optimizer("optimizers", "You et al., 2017", optax="core",
@@ -29,6 +30,7 @@ from functrain.transforms.scaling import (add_decayed_weights, scale_by_learning
     signature="lars(learning_rate, weight_decay=0.0, ..., momentum=0.9)")
 @hyperparameters(learning_rate="schedule", weight_decay="schedule", trust_coefficient="number",
                  eps="number", momentum="number")
+@shared_args()
 def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
          weight_decay_mask: MaskOrFn = True, trust_coefficient: float = 0.001,
          eps: float = 0.0, trust_ratio_mask: MaskOrFn = True, momentum: float = 0.9,
@@ -45,8 +47,7 @@ def lars(learning_rate: ScalarOrSchedule, weight_decay: ScalarOrSchedule = 0.0,
     Networks".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       weight_decay: the weight-decay coefficient added to the gradient before
         the trust ratio, ``>= 0``; the default 0 disables it.
       weight_decay_mask: where to apply the weight decay: a tree of bools
@@ -135,6 +136,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6
     signature="novograd(learning_rate, b1=0.9, b2=0.25, eps=1e-6, weight_decay=0.0)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="number")
+@shared_args()
 def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,
              eps: float = 1e-6, eps_root: float = 0.0, weight_decay: float = 0.0
              ) -> GradientTransformation:
@@ -149,8 +151,7 @@ def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,
     Layer-wise Adaptive Moments for Training of Deep Networks".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       b1: the decay of the momentum ``m``, in ``[0, 1)``.
       b2: the decay of the per-leaf second moment ``v``, in ``[0, 1)``.
       eps: added to ``sqrt(v)`` in the denominator; ``>= 0``.
@@ -181,6 +182,7 @@ def novograd(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.25,
     "`max_trust_ratio`."), signature="lamb(learning_rate, ..., weight_decay=0.0, mask=None)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="decay", eps="number",
                  eps_root="number", weight_decay="schedule", max_trust_ratio="bound or None")
+@shared_args()
 def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-6, eps_root: float = 0.0, weight_decay: ScalarOrSchedule = 0.0,
          mask: Optional[MaskOrFn] = None, *, trust_ratio_mask: MaskOrFn = True,
@@ -203,13 +205,9 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
     Training BERT in 76 minutes" (arXiv 2019).
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator; ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root; ``>= 0`` (see
-        :func:`adam`).
+      <shared: eps_root>
       weight_decay: the weight-decay coefficient added to Adam's direction
         before the trust ratio, ``>= 0``; the default 0 disables it. A number,
         or a schedule of the step count.
@@ -221,13 +219,7 @@ def lamb(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         ``-lr * u``. The default True applies it to every leaf (as optax).
       max_trust_ratio: an upper bound on the trust ratio, ``>= 0``; ``None``
         (the default) means no cap.
-      mu_dtype: storage dtype of the first moment; ``None``: each parameter's
-        dtype.
-      nu_dtype: storage dtype of the second moment; ``None``: each
-        parameter's dtype.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: mu_dtype, nu_dtype, cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained

@@ -39,6 +39,7 @@ from functrain.engine.counts import BiasCorrections, corrections
 from functrain.matrix.dimension_numbers import dims_of_slots, is_dims, leaf_axes, matrix_view
 from functrain.numerics import abs_sq, adam_direction, ema_update
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 PyTree = Any
@@ -140,6 +141,7 @@ def _norm(x: Array, axes: tuple) -> Array:
 @hyperparameters(static=("rank", "seed"), rank="number", update_proj_gap="number", scale="number",
                  b1="number", b2="decay", eps="number", norm_growth_limit="number or None",
                  seed="number")
+@shared_args()
 def scale_by_apollo(rank: int = 256, update_proj_gap: int = 200, scale: float = 1.0,
                     scale_type: str = "channel", b1: float = 0.9, b2: float = 0.999,
                     eps: float = 1e-6, *, norm_growth_limit: Optional[float] = 1.01,
@@ -181,7 +183,7 @@ def scale_by_apollo(rank: int = 256, update_proj_gap: int = 200, scale: float = 
       update_proj_gap: draw a new projection every this many steps, ``>= 1``.
       scale: the update of projected leaves is multiplied by ``sqrt(scale)``, ``> 0``.
       scale_type: ``'channel'`` (APOLLO) or ``'tensor'`` (APOLLO-Mini).
-      b1: decay rate of the first moment, in ``[0, 1)``.
+      <shared: b1>
       b2: decay rate of the second moment, in ``[0, 1)`` (or a decay schedule).
       eps: added to ``sqrt(nu)``, ``>= 0``.
       norm_growth_limit: the limiter's ``gamma`` (``> 1``), or ``None`` for no limiter.
@@ -344,6 +346,7 @@ _SIGNATURE_TAIL = "b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0, ...)"
 @hyperparameters(static=("rank", "seed"), learning_rate="schedule", rank="number",
                  update_proj_gap="number", scale="number", b1="number", b2="decay", eps="number",
                  weight_decay="schedule", norm_growth_limit="number or None", seed="number")
+@shared_args()
 def apollo(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 256, update_proj_gap: int = 200,
            scale: float = 1.0, scale_type: str = "channel", b1: float = 0.9, b2: float = 0.999,
            eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
@@ -374,24 +377,21 @@ def apollo(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 256, update_proj_
     github.com/zhuhanqing/APOLLO.
 
     Args:
-      learning_rate: a number or a schedule of the step count.
+      <shared: learning_rate>
       rank: the projection's rank, a positive int (capped at each matrix's smaller side).
       update_proj_gap: draw a new projection every this many steps, ``>= 1``.
       scale: the projected leaves' updates are multiplied by ``sqrt(scale)``, ``> 0``.
       scale_type: ``'channel'`` (APOLLO) or ``'tensor'`` (APOLLO-Mini).
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: added to ``sqrt(nu)``, ``>= 0``.
-      weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
+      <shared: weight_decay>
       mask: which leaves get weight decay (a tree of bools or a function of params).
       norm_growth_limit: the norm-growth limiter's ``gamma`` (``> 1``), ``None``: off.
       scale_front: apply ``sqrt(scale)`` before the limiter.
       seed: the projections' seed.
       weight_dimension_numbers: which leaves are projected, as :func:`scale_by_apollo`.
       mu_dtype: storage dtype of the first moments.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``: ``chain(scale_by_apollo, add_decayed_weights,
@@ -424,6 +424,7 @@ def apollo(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 256, update_proj_
 @hyperparameters(static=("rank", "seed"), learning_rate="schedule", rank="number",
                  update_proj_gap="number", scale="number", b1="number", b2="decay", eps="number",
                  weight_decay="schedule", norm_growth_limit="number or None", seed="number")
+@shared_args()
 def apollo_mini(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 1,
                 update_proj_gap: int = 200, scale: float = 128.0, b1: float = 0.9,
                 b2: float = 0.999, eps: float = 1e-6, weight_decay: ScalarOrSchedule = 0.0,
@@ -445,23 +446,20 @@ def apollo_mini(learning_rate: ScalarOrSchedule = 1e-3, rank: int = 1,
     (arXiv:2412.05270); github.com/zhuhanqing/APOLLO.
 
     Args:
-      learning_rate: a number or a schedule of the step count.
+      <shared: learning_rate>
       rank: the projection's rank (1 for APOLLO-Mini).
       update_proj_gap: draw a new projection every this many steps, ``>= 1``.
       scale: the projected leaves' updates are multiplied by ``sqrt(scale)``, ``> 0``.
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: added to ``sqrt(nu)``, ``>= 0``.
-      weight_decay: decoupled weight decay (a number or schedule), as in ``adamw``.
+      <shared: weight_decay>
       mask: which leaves get weight decay.
       norm_growth_limit: the norm-growth limiter's ``gamma`` (``> 1``), ``None``: off.
       scale_front: apply ``sqrt(scale)`` before the limiter.
       seed: the projections' seed.
       weight_dimension_numbers: which leaves are projected, as :func:`scale_by_apollo`.
       mu_dtype: storage dtype of the first moments.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``, :func:`apollo` with ``scale_type='tensor'``.

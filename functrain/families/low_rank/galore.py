@@ -37,6 +37,7 @@ from functrain.engine.counts import safe_increment
 from functrain.engine.program import chain
 from functrain.matrix.dimension_numbers import is_dims
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 PyTree = Any
@@ -312,6 +313,7 @@ def scale_by_galore(rank: int = 128, update_proj_gap: int = 200, scale: float = 
     "gradient."), signature="galore(learning_rate, rank, ...)")
 @hyperparameters(static=("rank",), learning_rate="schedule", rank="number",
                  update_proj_gap="number", scale="number", weight_decay="schedule")
+@shared_args()
 def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: int = 200,
            scale: float = 1.0, base_optimizer: Optional[GradientTransformation] = None,
            weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None,
@@ -329,7 +331,7 @@ def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: in
     Gradient Low-Rank Projection".
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
+      <shared: learning_rate>
       rank: the projection's rank, a positive int.
       update_proj_gap: recompute the projectors every this many steps, ``>= 1``.
       scale: multiplies the updates of projected leaves.
@@ -343,9 +345,7 @@ def galore(learning_rate: ScalarOrSchedule, rank: int = 128, update_proj_gap: in
         a function of the params returning one; ``None`` decays every leaf.
       weight_dimension_numbers: which leaves are projected, and how (see
         :func:`scale_by_galore`).
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is ``(GaLoreState, <weight decay

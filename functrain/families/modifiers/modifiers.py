@@ -35,6 +35,7 @@ from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.families.sign.stages import scale_by_lion
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -108,6 +109,7 @@ def cautious(optimizer: GradientTransformation) -> GradientTransformationExtraAr
     signature="cautious_adamw(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  eps_root="number", weight_decay="schedule")
+@shared_args()
 def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
                    eps: float = 1e-8, eps_root: float = 0.0, mu_dtype: Optional[Any] = None,
                    weight_decay: ScalarOrSchedule = 1e-4, mask: Optional[MaskOrFn] = None,
@@ -119,17 +121,13 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
     decay is not masked. Arguments and defaults are ``functrain.adamw``'s.
 
     Args:
-      learning_rate: a number or a schedule of the step count.
-      b1: decay rate of the first moment, in ``[0, 1)``.
-      b2: decay rate of the second moment, in ``[0, 1)``.
+      <shared: learning_rate, b1, b2>
       eps: added to the denominator's square root.
       eps_root: added inside the square root.
       mu_dtype: storage dtype of the first moment.
       weight_decay: decoupled weight decay (a number or a schedule).
       mask: which leaves get weight decay.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation`` whose state is ``adamw``'s.
@@ -150,6 +148,7 @@ def cautious_adamw(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float =
 @declare_optimizer("beyond optax", "Liang et al., 2024", optax=None, listed_with="cautious",
     signature="cautious_lion(...)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
+@shared_args()
 def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
                   mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
                   mask: Optional[MaskOrFn] = None, *, cautious_weight_decay: bool = False
@@ -161,15 +160,13 @@ def cautious_lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 
     defaults are ``functrain.lion``'s.
 
     Args:
-      learning_rate: a number or a schedule of the step count.
+      <shared: learning_rate>
       b1: the interpolation rate of the sign step, in ``[0, 1)``.
       b2: decay rate of the momentum, in ``[0, 1)``.
       mu_dtype: storage dtype of the momentum.
       weight_decay: decoupled weight decay (a number or a schedule).
       mask: which leaves get weight decay.
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation`` whose state is ``lion``'s.

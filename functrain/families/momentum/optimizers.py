@@ -22,12 +22,14 @@ from functrain.families.momentum.stages import scale_by_optimistic_gradient
 from functrain.transforms.accumulation import trace
 from functrain.transforms.noise import add_noise
 from functrain.transforms.scaling import (scale_by_learning_rate, scale_by_polyak)
+from functrain.docstrings import shared_args
 
 
 @declare_optimizer("optimizers", "Polyak, 1964; Sutskever et al., 2013", optax="core",
     summary="Stochastic gradient descent, optionally with (Nesterov) momentum.",
     signature="sgd(learning_rate, momentum=None, nesterov=False)")
 @hyperparameters(learning_rate="schedule", momentum="number or None")
+@shared_args()
 def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
         nesterov: bool = False, accumulator_dtype: Optional[Any] = None
         ) -> GradientTransformation:
@@ -41,8 +43,7 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
     initialization and momentum in deep learning" (Nesterov momentum).
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       momentum: the decay of the momentum buffer ``t``, in ``[0, 1)``;
         ``None`` (the default) is plain SGD and keeps no state.
       nesterov: use Nesterov momentum (ignored when ``momentum`` is ``None``).
@@ -74,6 +75,7 @@ def sgd(learning_rate: ScalarOrSchedule, momentum: Optional[float] = None,
     summary="SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).",
     signature="noisy_sgd(learning_rate, eta=0.01, gamma=0.55, key=None)")
 @hyperparameters(learning_rate="schedule", eta="number", gamma="number", seed="int or None")
+@shared_args()
 def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55,
               key: Any = None, *, seed: Optional[int] = None) -> GradientTransformation:
     """SGD with annealed Gaussian gradient noise (Neelakantan et al., 2015).
@@ -87,8 +89,7 @@ def noisy_sgd(learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float =
     Learning for Very Deep Networks".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       eta: the noise variance at the first step, ``>= 0`` (0: no noise).
       gamma: the exponent of the variance's decay ``eta / t**gamma``; the
         default 0.55 is the paper's.
@@ -167,6 +168,7 @@ def polyak_sgd(max_learning_rate: float = 1.0, scaling: ScalarOrSchedule = 1.0,
 @declare_optimizer("optimizers", "Mokhtari et al., 2019", optax="core",
     summary="Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.")
 @hyperparameters(learning_rate="schedule", alpha="number", beta="number")
+@shared_args()
 def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 1.0,
                                 beta: float = 1.0) -> GradientTransformation:
     """Optimistic gradient descent (Mokhtari et al., 2019), for min-max games.
@@ -179,8 +181,7 @@ def optimistic_gradient_descent(learning_rate: ScalarOrSchedule, alpha: float = 
     Approach".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       alpha: the weight of the current gradient beyond ``beta`` (the
         coefficient of generalized OGD); the default 1.
       beta: the weight of the negative momentum, the change of the gradient

@@ -28,6 +28,7 @@ from functrain.families.adam.optimizers import adamw
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)
 from functrain.engine.stage import LeafStage
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -58,6 +59,7 @@ class AdaMuonState(NamedTuple):
 
 @hyperparameters(static=("mesh", "ns_dtype"), beta="number", beta2="number or None", eps="number",
                  ns_steps="int")
+@shared_args()
 def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: float = 1e-8,
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
@@ -88,8 +90,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
       eps: added to ``sqrt(nu)`` and to the norm in the rescaling, ``>= 0``.
       ns_coeffs: Newton-Schulz coefficients, as :func:`functrain.contrib.scale_by_muon`
         takes them: a triple, one triple per step, or a preset's name (``'standard'``).
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
-      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      <shared: ns_steps, mu_dtype>
       nesterov: use Nesterov's look-ahead ``beta mu + (1 - beta) g`` (default ``True``).
       weight_dimension_numbers: the matrix axes of each leaf, as
         :func:`functrain.contrib.scale_by_muon` takes them (``None``: the last two axes).
@@ -166,6 +167,7 @@ def scale_by_adamuon(beta: float = 0.95, beta2: Optional[float] = None, eps: flo
                  beta="number", beta2="number or None", eps="number", weight_decay="schedule",
                  adam_b1="number", adam_b2="decay", adam_eps="number", adam_eps_root="number",
                  adam_weight_decay="schedule", adam_learning_rate="schedule or None")
+@shared_args()
 def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_steps: int = 5,
             beta: float = 0.95, eps: float = 1e-8, weight_decay: ScalarOrSchedule = 0.01,
             weight_decay_mask: Optional[MaskOrFn] = None, mu_dtype: Optional[Any] = None, *,
@@ -197,7 +199,7 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     Args:
       learning_rate: AdaMuon's step size, a number or a schedule of the step count.
       ns_coeffs: Newton-Schulz coefficients, as :func:`functrain.contrib.muon` takes them.
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      <shared: ns_steps>
       beta: the momentum's decay rate, in ``[0, 1)``.
       eps: AdaMuon's epsilon (added to ``sqrt(nu)`` and to the rescaling's norm).
       weight_decay: decoupled weight decay of the AdaMuon leaves (multiplied by
@@ -207,12 +209,9 @@ def adamuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
       mu_dtype: storage dtype of both optimizers' first moments.
       beta2: the second moment's decay rate; ``None``: ``beta`` (the official code).
       nesterov: Nesterov momentum for the AdaMuon leaves (default ``True``).
-      adam_b1: AdamW's first-moment decay.
-      adam_b2: AdamW's second-moment decay, or a decay-rate schedule.
+      <shared: adam_b1, adam_b2>
       adam_eps: AdamW's ``eps``.
-      adam_eps_root: AdamW's ``eps_root``.
-      adam_weight_decay: AdamW's decoupled weight decay.
-      adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.
+      <shared: adam_eps_root, adam_weight_decay, adam_learning_rate>
       muon_weight_dimension_numbers: which leaves are AdaMuon's and their matrix axes, as
         :func:`functrain.contrib.muon` takes them.
       mesh: divide Newton-Schulz over this mesh's devices, as ``muon(mesh=)``.

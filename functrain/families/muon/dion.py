@@ -42,6 +42,7 @@ from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
 from functrain.engine.program import chain, leaf_compute_dtype, state_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import multi_transform
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -173,6 +174,7 @@ def _check_matrices(paths: list, leaves: list, what: str) -> None:
 
 @hyperparameters(static=("rank", "rank_multiple_of", "seed", "mesh"), mu="number", eps="number",
                  seed="int")
+@shared_args()
 def scale_by_dion(rank: Union[int, float] = 1.0, mu: float = 0.95, eps: float = 1e-8, *,
                   rank_multiple_of: int = 1, seed: int = 0, mu_dtype: Optional[Any] = None,
                   mesh: Optional[jax.sharding.Mesh] = None) -> GradientTransformation:
@@ -212,7 +214,7 @@ def scale_by_dion(rank: Union[int, float] = 1.0, mu: float = 0.95, eps: float = 
       eps: added to the column norms of ``R``, ``>= 0``.
       rank_multiple_of: round ``r`` up to a multiple of this (then cap at ``min(m, n)``).
       seed: the seed of ``Q``'s initial entries.
-      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      <shared: mu_dtype>
       mesh: a ``jax.sharding.Mesh``: each stack of same-shape work matrices is divided over
         its devices (each device runs the step of ``1/N`` of them, the results are
         gathered), with the same numbers as one device; ``None``: every device does all.

@@ -41,6 +41,7 @@ from functrain.engine.stage import LeafStage
 from functrain.engine.program import chain, leaf_compute_dtype, run_block, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.wrappers.masking import PartitionState, masked
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 # A (3,) triple used at every step, or one triple per step: ((a, b, c), ...); muon also
@@ -273,6 +274,7 @@ def check_options(owner: str, ns_steps: Any, preconditioning: str, ns_method: st
 
 
 @hyperparameters(static=("mesh", "ns_dtype"), ns_steps="int", beta="number", eps="number")
+@shared_args()
 def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
                   beta: float = 0.95, eps: float = 1e-8, mu_dtype: Optional[Any] = None, *,
                   nesterov: bool = True, adaptive: bool = False,
@@ -310,10 +312,10 @@ def scale_by_muon(ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS, ns_steps: int = 5,
         ``'polar_express'`` (``ns_steps`` rows: Polar Express's five, then the steady
         quintic; the momentum divided by ``1.02 ||M||_F + eps``, as modded-nanogpt;
         :func:`functrain.linalg.newton_schulz_coefficients`).
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      <shared: ns_steps>
       beta: the momentum's decay rate, in ``[0, 1)``.
       eps: added to the norm the momentum is divided by before the iteration.
-      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      <shared: mu_dtype>
       nesterov: use Nesterov's look-ahead momentum (default ``True``).
       adaptive: scale each orthogonalized matrix by ``<M, O>``.
       preconditioning: how the matrix is scaled before the iteration:
@@ -487,6 +489,7 @@ def muon_family(direction: Sequence[GradientTransformation], learning_rate: Scal
                  beta="number", eps="number", weight_decay="schedule", adam_b1="number",
                  adam_b2="decay", adam_eps_root="number", adam_weight_decay="schedule",
                  adam_learning_rate="schedule or None", consistent_rms="number or None")
+@shared_args()
 def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COEFFS,
          ns_steps: int = 5, beta: float = 0.95, eps: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,
@@ -522,7 +525,7 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
       ns_coeffs: Newton-Schulz coefficients: a triple, one triple per step, or
         a preset's name (``'standard'``, ``'dion'``, ``'polar_express'``); see
         :func:`scale_by_muon`.
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      <shared: ns_steps>
       beta: the momentum's decay rate, in ``[0, 1)``.
       eps: Muon's normalization epsilon, also AdamW's ``eps``.
       weight_decay: decoupled weight decay of the Muon leaves (multiplied by
@@ -534,12 +537,10 @@ def muon(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = _STANDARD_NS_COE
       adaptive: scale the orthogonalized update by ``<M, O>``.
       preconditioning: ``'frobenius'``, ``'spectral'``, ``'aol'`` or
         ``'schatten'``; see :func:`scale_by_muon`.
-      adam_b1: AdamW's first-moment decay.
+      <shared: adam_b1>
       adam_b2: AdamW's second-moment decay, or a decay-rate schedule
         (``functrain.contrib.palm_beta2_schedule()``).
-      adam_eps_root: AdamW's ``eps_root``.
-      adam_weight_decay: AdamW's decoupled weight decay.
-      adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.
+      <shared: adam_eps_root, adam_weight_decay, adam_learning_rate>
       muon_weight_dimension_numbers: ``None`` (the 2-D rule above), one
         :class:`MuonDimensionNumbers` for every leaf, a tree of them and
         ``None`` (AdamW) shaped like the params or a prefix, or a function of

@@ -39,6 +39,7 @@ from functrain.engine.program import chain, leaf_compute_dtype
 from functrain.engine.protocol import (EmptyState, GradientTransformation,
                                        GradientTransformationExtraArgs, MaskOrFn, Params,
                                        ScalarOrSchedule, Updates)
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -311,6 +312,7 @@ def qk_clip(tau: float = 100.0, alpha: float = 0.5, *,
                  adam_b2="decay", adam_eps_root="number", adam_weight_decay="schedule",
                  adam_learning_rate="schedule or None", consistent_rms="number or None",
                  tau="number", alpha="number")
+@shared_args()
 def muon_clip(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = "standard",
               ns_steps: int = 5, beta: float = 0.95, eps: float = 1e-8,
               weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,
@@ -349,11 +351,9 @@ def muon_clip(learning_rate: ScalarOrSchedule, ns_coeffs: NsCoeffs = "standard",
       nesterov: Nesterov momentum (both sides), default ``True``.
       adaptive: scale the orthogonalized update by ``<M, O>``.
       preconditioning: Newton-Schulz's preconditioning, as :func:`~functrain.contrib.muon`'s.
-      adam_b1: AdamW's first-moment decay.
+      <shared: adam_b1>
       adam_b2: AdamW's second-moment decay.
-      adam_eps_root: AdamW's ``eps_root``.
-      adam_weight_decay: AdamW's decoupled weight decay.
-      adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.
+      <shared: adam_eps_root, adam_weight_decay, adam_learning_rate>
       muon_weight_dimension_numbers: which leaves are Muon's and their matrix axes, as
         :func:`~functrain.contrib.muon`'s (``None``: the 2-D leaves).
       consistent_rms: ``None`` or the target RMS of Muon's update.

@@ -30,6 +30,7 @@ from functrain.families.adam.optimizers import adamw
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)
 from functrain.engine.stage import LeafChecks, LeafStage
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -66,6 +67,7 @@ def _nu_shape(shape: tuple, dims: MuonDimensionNumbers, owner: str) -> tuple:
 
 @hyperparameters(static=("mesh", "ns_dtype"), beta="number", beta2="number", eps="number",
                  ns_steps="int")
+@shared_args()
 def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10,
                      ns_coeffs: Any = "standard", ns_steps: int = 5,
                      mu_dtype: Optional[Any] = None, *, nesterov: bool = True,
@@ -97,8 +99,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
       eps: added to ``sqrt(nu)`` and to the norm in the rescaling, ``>= 0``.
       ns_coeffs: Newton-Schulz coefficients, as :func:`functrain.contrib.scale_by_muon`
         takes them: a triple, one triple per step, or a preset's name (``'standard'``).
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
-      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      <shared: ns_steps, mu_dtype>
       nesterov: use Nesterov's look-ahead ``beta mu + (1 - beta) g`` (default ``True``).
       weight_dimension_numbers: the matrix axes of each leaf, as
         :func:`functrain.contrib.scale_by_muon` takes them (``None``: the last two axes).
@@ -194,6 +195,7 @@ def scale_by_normuon(beta: float = 0.95, beta2: float = 0.95, eps: float = 1e-10
                  beta="number", beta2="number", eps="number", weight_decay="schedule",
                  adam_b1="number", adam_b2="decay", adam_eps="number", adam_eps_root="number",
                  adam_weight_decay="schedule", adam_learning_rate="schedule or None")
+@shared_args()
 def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_steps: int = 5,
             beta: float = 0.95, eps: float = 1e-10, weight_decay: ScalarOrSchedule = 0.0,
             weight_decay_mask: Optional[MaskOrFn] = None, mu_dtype: Optional[Any] = None, *,
@@ -228,7 +230,7 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
     Args:
       learning_rate: NorMuon's step size (the authors': 0.02), a number or a schedule.
       ns_coeffs: Newton-Schulz coefficients, as :func:`functrain.contrib.muon` takes them.
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      <shared: ns_steps>
       beta: the momentum's decay rate, in ``[0, 1)``.
       eps: NorMuon's epsilon (added to ``sqrt(nu)`` and to the rescaling's norm).
       weight_decay: decoupled weight decay of the NorMuon leaves (multiplied by
@@ -238,12 +240,9 @@ def normuon(learning_rate: ScalarOrSchedule, ns_coeffs: Any = "standard", ns_ste
       mu_dtype: storage dtype of both optimizers' first moments.
       beta2: the per-neuron second moment's decay rate, in ``[0, 1)``.
       nesterov: Nesterov momentum for the NorMuon leaves (default ``True``).
-      adam_b1: AdamW's first-moment decay.
-      adam_b2: AdamW's second-moment decay, or a decay-rate schedule.
+      <shared: adam_b1, adam_b2>
       adam_eps: AdamW's ``eps``.
-      adam_eps_root: AdamW's ``eps_root``.
-      adam_weight_decay: AdamW's decoupled weight decay.
-      adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.
+      <shared: adam_eps_root, adam_weight_decay, adam_learning_rate>
       muon_weight_dimension_numbers: which leaves are NorMuon's and their matrix axes, as
         :func:`functrain.contrib.muon` takes them.
       mesh: divide Newton-Schulz over this mesh's devices, as ``muon(mesh=)``.

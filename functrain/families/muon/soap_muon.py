@@ -46,6 +46,7 @@ from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbe
                                                 leaf_axes, stacked_shape, to_layers)
 from functrain.matrix.eigenbases import flatten_eigenbasis_inputs, gram, refresh_bases, rotate
 from functrain.numerics import ema_update
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -172,6 +173,7 @@ def _check_leaf_state(where: str, lay: _Layout, stats: Any, bases: Any) -> None:
 
 @hyperparameters(static=("precondition_frequency",), beta="number", b2="number", eps="number",
                  precondition_frequency="int", ns_steps="int")
+@shared_args()
 def scale_by_soap_muon(beta: float = 0.95, b2: float = 0.9, eps: float = 1e-8,
                        precondition_frequency: int = 1, ns_coeffs: Any = "standard",
                        ns_steps: int = 5, nesterov: bool = True,
@@ -229,10 +231,10 @@ def scale_by_soap_muon(beta: float = 0.95, b2: float = 0.9, eps: float = 1e-8,
       precondition_frequency: refresh the bases every this many calls, an integer ``>= 1``.
       ns_coeffs: Newton-Schulz coefficients, as :func:`functrain.contrib.scale_by_muon`
         takes them: a triple, one triple per step, or a preset's name.
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      <shared: ns_steps>
       nesterov: Nesterov's look-ahead ``beta mu + (1 - beta) g`` (default ``True``, the
         record's); ``False``: ``mu``.
-      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      <shared: mu_dtype>
       weight_dimension_numbers: the matrix axes of each leaf, as
         :func:`functrain.contrib.scale_by_muon` takes them (``None``: the last two axes,
         leading axes stacked layers); each layer keeps statistics, bases and ``nu`` of its
@@ -326,6 +328,7 @@ def scale_by_soap_muon(beta: float = 0.95, b2: float = 0.9, eps: float = 1e-8,
                  b2="number", eps="number", precondition_frequency="int", ns_steps="int",
                  weight_decay="schedule", adam_b1="number", adam_b2="decay", adam_eps_root="number",
                  adam_weight_decay="schedule", adam_learning_rate="schedule or None")
+@shared_args()
 def soap_muon(learning_rate: ScalarOrSchedule, beta: float = 0.95, b2: float = 0.9,
               eps: float = 1e-8, precondition_frequency: int = 1, ns_coeffs: Any = "standard",
               ns_steps: int = 5, weight_decay: ScalarOrSchedule = 0.0,
@@ -363,18 +366,14 @@ def soap_muon(learning_rate: ScalarOrSchedule, beta: float = 0.95, b2: float = 0
       eps: the second moment's floor is ``eps^2``; also Newton-Schulz's and AdamW's ``eps``.
       precondition_frequency: refresh the eigenbases every this many steps (``>= 1``).
       ns_coeffs: Newton-Schulz coefficients, as :func:`functrain.contrib.muon` takes them.
-      ns_steps: the number of Newton-Schulz steps, an integer ``>= 0``.
+      <shared: ns_steps>
       weight_decay: decoupled weight decay of the SOAP-Muon leaves (multiplied by
         ``learning_rate``), ``>= 0``.
       weight_decay_mask: where to apply ``weight_decay`` among the SOAP-Muon leaves: a tree
         (or prefix) of bools or a function of the params; ``None``: all.
       mu_dtype: storage dtype of both optimizers' first moments.
       nesterov: Nesterov momentum, for SOAP-Muon and AdamW alike (default ``True``).
-      adam_b1: AdamW's first-moment decay.
-      adam_b2: AdamW's second-moment decay, or a decay-rate schedule.
-      adam_eps_root: AdamW's ``eps_root``.
-      adam_weight_decay: AdamW's decoupled weight decay.
-      adam_learning_rate: AdamW's step size; ``None``: ``learning_rate``.
+      <shared: adam_b1, adam_b2, adam_eps_root, adam_weight_decay, adam_learning_rate>
       muon_weight_dimension_numbers: which leaves are SOAP-Muon's and their matrix axes, as
         :func:`functrain.contrib.muon` takes them (a stacked leaf's layers each keep their
         own statistics).

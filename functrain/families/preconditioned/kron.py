@@ -55,6 +55,7 @@ from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
 from functrain.engine.counts import safe_increment, value_at
 from functrain.engine.program import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -370,6 +371,7 @@ def scale_by_kron(b1: float = 0.9, normalize_grads: bool = False,
                  max_skew_triangular="bound or None", min_ndim_triangular="number",
                  precond_lr="number", precond_init_scale="number", update_clip_rms="number or None",
                  seed="number", block_size="number or None")
+@shared_args()
 def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
          weight_decay: ScalarOrSchedule = 0.0, weight_decay_mask: Optional[MaskOrFn] = None,
          normalize_grads: bool = False,
@@ -427,9 +429,7 @@ def kron(learning_rate: ScalarOrSchedule = 0.001, b1: float = 0.9,
       weight_dimension_numbers: stacked layers, each a leaf of its own (see
         :func:`scale_by_kron`).
       group_same_shapes: see :func:`scale_by_kron`.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation`` whose state is ``(KronState, <weight decay

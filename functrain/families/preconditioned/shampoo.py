@@ -38,6 +38,7 @@ from functrain.engine.protocol import GradientTransformation, MaskOrFn, ScalarOr
 from functrain.engine.stage import LeafChecks, LeafStage, as_array
 from functrain.engine.program import chain, leaf_compute_dtype, run_block, state_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -169,6 +170,7 @@ def _directions(cfg: sb.Config, leaves: list, done: dict, gs: list, olds: list,
                  "group_same_shapes"), b1="number", b2="number", eps="number", matrix_eps="number",
                  block_size="number or None", max_precond_dim="number",
                  precondition_frequency="number", start_preconditioning_step="number")
+@shared_args()
 def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
                      matrix_eps: float = 1e-6, *, block_size: Optional[int] = 128,
                      max_precond_dim: int = 4096, precondition_frequency: int = 1,
@@ -235,7 +237,7 @@ def scale_by_shampoo(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-10,
         ``'adagrad'``, ``'sgd'`` (the gradient's norm), or ``None`` (no
         grafting: Shampoo's own step size).
       nesterov: use Nesterov's look-ahead momentum.
-      mu_dtype: storage dtype of the momentum; ``None``: each parameter's.
+      <shared: mu_dtype>
       mesh: a ``jax.sharding.Mesh``: each refresh's ``eigh`` calls are divided
         over all of its devices (each device decomposes its share of the
         blocks, then the roots are gathered), as distributed Shampoo does;
@@ -381,6 +383,7 @@ def _check_int(owner: str, name: str, value: Any, low: int) -> None:
                  eps="number", matrix_eps="number", weight_decay="schedule",
                  block_size="number or None", max_precond_dim="number",
                  precondition_frequency="number", start_preconditioning_step="number")
+@shared_args()
 def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
             eps: float = 1e-10, matrix_eps: float = 1e-6,
             weight_decay: ScalarOrSchedule = 0.0, mask: Optional[MaskOrFn] = None, *,
@@ -431,9 +434,7 @@ def shampoo(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         :func:`scale_by_shampoo`); ``None``: every leaf as it is.
       group_same_shapes: run same-shape leaves as one stack (see
         :func:`scale_by_shampoo`).
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation`` whose state is ``(ShampooState, EmptyState,

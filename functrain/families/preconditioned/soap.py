@@ -51,6 +51,7 @@ from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params,
 from functrain.engine.counts import safe_increment
 from functrain.engine.program import (chain, leaf_compute_dtype, state_compute_dtype)
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -350,6 +351,7 @@ def scale_by_soap(b1: float = 0.95, b2: float = 0.95, shampoo_beta: Optional[flo
                  b1="number", b2="decay", shampoo_beta="number or None", eps="number",
                  weight_decay="schedule", precondition_frequency="number", max_precond_dim="number",
                  block_size="number or None")
+@shared_args()
 def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0.95,
          shampoo_beta: Optional[float] = None, eps: float = 1e-8,
          weight_decay: ScalarOrSchedule = 0.01, precondition_frequency: int = 10,
@@ -409,9 +411,7 @@ def soap(learning_rate: ScalarOrSchedule = 3e-3, b1: float = 0.95, b2: float = 0
         ``MuonDimensionNumbers`` is preconditioned as a leaf of its own (see
         :func:`scale_by_soap`); ``None``: every leaf as it is.
       group_same_shapes: run same-shape leaves as one stack (see :func:`scale_by_soap`).
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation`` whose state is ``(SoapState, EmptyState,

@@ -40,6 +40,7 @@ from functrain.engine.stage import LeafChecks, LeafStage, as_array
 from functrain.engine.counts import safe_increment
 from functrain.engine.program import chain, leaf_compute_dtype, run_block, state_compute_dtype
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -328,6 +329,7 @@ def _check_strings(value: Any) -> tuple:
                  learning_rate="schedule", b1="number", b2="number", ema_rate="number",
                  eps="number", inverse_every="int", nonstandard_constant="number",
                  weight_decay="schedule", max_dim="int")
+@shared_args()
 def splus(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
           ema_rate: float = 0.999, eps: float = 1e-30, inverse_every: int = 100,
           nonstandard_constant: float = 0.001,
@@ -375,9 +377,7 @@ def splus(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
         ``nonstandard_constant``.
       mesh: divide each refresh's ``eigh`` calls over this mesh's devices (see
         :func:`scale_by_splus`).
-      cautious_weight_decay: apply the weight decay only where the update and the param
-        agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation`` whose state is ``(SplusState, EmptyState, EmptyState,

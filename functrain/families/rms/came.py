@@ -40,6 +40,7 @@ from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import count_only, zero_count
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -189,6 +190,7 @@ def scale_by_came(b1: float = 0.9, b2: float = 0.999, b3: float = 0.9999,
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", b3="number",
                  eps1="number", eps2="number", clip_threshold="number or None",
                  weight_decay="schedule")
+@shared_args()
 def came(learning_rate: ScalarOrSchedule = 2e-4, b1: float = 0.9, b2: float = 0.999,
          b3: float = 0.9999, eps1: float = 1e-30, eps2: float = 1e-16,
          clip_threshold: Optional[float] = 1.0, weight_decay: ScalarOrSchedule = 0.0,
@@ -226,9 +228,7 @@ def came(learning_rate: ScalarOrSchedule = 2e-4, b1: float = 0.9, b2: float = 0.
         Default 0.
       mask: which leaves get weight decay (a tree of bools or a function of
         the params).
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is ``(CameState, EmptyState,

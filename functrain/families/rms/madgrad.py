@@ -26,6 +26,7 @@ from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, value_at, zero_count
 from functrain.engine.program import chain, stage_transform
 from functrain.transforms.scaling import add_decayed_weights
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -53,6 +54,7 @@ class MadgradState(NamedTuple):
 
 
 @hyperparameters(learning_rate="schedule", momentum="number", eps="number")
+@shared_args()
 def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
                      eps: float = 1e-6) -> GradientTransformation:
     """MADGRAD's dual-averaged step (Defazio & Jelassi, 2021), as an update.
@@ -66,7 +68,7 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
     Gradient Method for Stochastic Optimization".
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
+      <shared: learning_rate>
       momentum: the weight of the current point, in ``[0, 1)``.
       eps: added to the learning rate and to the cube root, ``>= 0``.
 
@@ -108,6 +110,7 @@ def scale_by_madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9,
     signature="madgrad(...)")
 @hyperparameters(learning_rate="schedule", momentum="number", weight_decay="number",
                  eps="number")
+@shared_args()
 def madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, weight_decay: float = 0.0,
             eps: float = 1e-6) -> GradientTransformation:
     """MADGRAD (Defazio & Jelassi, 2021): momentumized, adaptive dual averaging.
@@ -120,7 +123,7 @@ def madgrad(learning_rate: ScalarOrSchedule, momentum: float = 0.9, weight_decay
     Optimization".
 
     Args:
-      learning_rate: the step size: a number or a schedule of the step count.
+      <shared: learning_rate>
       momentum: the weight of the current point, in ``[0, 1)``.
       weight_decay: the L2 weight decay, added to the gradient (coupled).
       eps: added to the learning rate and to the cube root, ``>= 0``.

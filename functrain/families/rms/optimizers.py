@@ -25,6 +25,7 @@ from functrain.families.rms.stages import (scale_by_adadelta, scale_by_rms, scal
                                            scale_by_sm3, scale_by_stddev)
 from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_learning_rate,
                                           weight_decay_stage)
+from functrain.docstrings import shared_args
 
 
 @declare_optimizer("optimizers", "Hinton, 2012", optax="core",
@@ -32,6 +33,7 @@ from functrain.transforms.scaling import (learning_rate_stage, scale, scale_by_l
     signature="rmsprop(learning_rate, decay=0.9, eps=1e-8, ...)")
 @hyperparameters(learning_rate="schedule", decay="number", eps="number",
                  initial_scale="number", momentum="number or None")
+@shared_args()
 def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-8,
             initial_scale: float = 0.0, eps_in_sqrt: bool = True, centered: bool = False,
             momentum: Optional[float] = None, nesterov: bool = False,
@@ -49,8 +51,7 @@ def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e
     Neural Networks".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       decay: the decay of the moving averages ``v`` (and ``m``), in ``[0, 1)``.
       eps: added to ``v`` inside the square root (or to ``sqrt(v)``, see
         ``eps_in_sqrt``) for numerical stability; ``>= 0``.
@@ -92,6 +93,7 @@ def rmsprop(learning_rate: ScalarOrSchedule, decay: float = 0.9, eps: float = 1e
     summary="Adagrad (Duchi et al., 2011).",
     signature="adagrad(learning_rate, initial_accumulator_value=0.1, eps=1e-7)")
 @hyperparameters(learning_rate="schedule", initial_accumulator_value="number", eps="number")
+@shared_args()
 def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 0.1,
             eps: float = 1e-7) -> GradientTransformation:
     """Adagrad (Duchi et al., 2011).
@@ -104,8 +106,7 @@ def adagrad(learning_rate: ScalarOrSchedule, initial_accumulator_value: float = 
     Learning and Stochastic Optimization".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       initial_accumulator_value: the initial value of the sum of squares
         ``s``, ``>= 0``; the default 0.1 (optax's) limits the first steps.
       eps: added to ``s`` inside the square root; ``>= 0``.

@@ -31,6 +31,7 @@ from functrain.engine.protocol import (GradientTransformation, GradientTransform
 from functrain.engine.counts import safe_increment
 from functrain.engine.program import chain
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -210,6 +211,7 @@ def _scale_by_sophia(b1: Any, b2: Any, eps: Any, gamma: Any, clip_threshold: Opt
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", eps="number",
                  weight_decay="number", gamma="number", clip_threshold="number or None",
                  update_interval="number", print_win_rate_every_n_steps="number")
+@shared_args()
 def sophia(learning_rate: ScalarOrSchedule, b1: float = 0.965, b2: float = 0.99,
            eps: float = 1e-8, weight_decay: float = 1e-4,
            weight_decay_mask: Optional[MaskOrFn] = None, gamma: float = 0.01,
@@ -254,9 +256,7 @@ def sophia(learning_rate: ScalarOrSchedule, b1: float = 0.965, b2: float = 0.99,
         ``print_win_rate_every_n_steps`` steps.
       print_win_rate_every_n_steps: how often ``verbose`` prints, ``>= 1`` when
         ``verbose``.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformationExtraArgs``; its state is a tuple of

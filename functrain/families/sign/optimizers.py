@@ -18,11 +18,13 @@ from functrain.engine.program import chain
 from functrain.transforms.accumulation import ema
 from functrain.transforms.scaling import (add_decayed_weights, scale, scale_by_learning_rate)
 from functrain.families.sign.stages import scale_by_lion, scale_by_rprop, scale_by_sign
+from functrain.docstrings import shared_args
 
 
 @declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core",
     summary="signSGD (Bernstein et al., 2018): step by the sign of the gradient.")
 @hyperparameters(learning_rate="schedule")
+@shared_args()
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     """signSGD (Bernstein et al., 2018): step by the sign of the gradient.
 
@@ -32,8 +34,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     Non-Convex Problems".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
 
     Returns:
       A ``GradientTransformation``; its state is ``(EmptyState(),
@@ -51,6 +52,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
 @declare_optimizer("optimizers", "Bernstein et al., 2018", optax="core",
     summary="Signum: the sign of a momentum.", signature="signum(learning_rate, beta=0.9)")
 @hyperparameters(learning_rate="schedule", beta="number")
+@shared_args()
 def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
            accumulator_dtype: Optional[Any] = None) -> GradientTransformation:
     """Signum (Bernstein et al., 2018): the sign of a (non-debiased) momentum.
@@ -61,8 +63,7 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
     Non-Convex Problems".
 
     Args:
-      learning_rate: the step size: a number or a schedule (a function of the
-        step count, counted from 0, returning the step size to use).
+      <shared: learning_rate>
       beta: the decay of the momentum ``m``, in ``[0, 1]``; 0 gives
         signSGD.
       accumulator_dtype: storage dtype of ``m``; ``None`` stores it in each
@@ -86,6 +87,7 @@ def signum(learning_rate: ScalarOrSchedule, beta: float = 0.9,
     summary="Lion (Chen et al., 2023): sign of an interpolated momentum.",
     signature="lion(learning_rate, b1=0.9, b2=0.99, weight_decay=1e-3)")
 @hyperparameters(learning_rate="schedule", b1="number", b2="number", weight_decay="schedule")
+@shared_args()
 def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
          mu_dtype: Optional[Any] = None, weight_decay: ScalarOrSchedule = 1e-3,
          mask: Optional[MaskOrFn] = None, *,
@@ -113,9 +115,7 @@ def lion(learning_rate: ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
       mask: where to apply the weight decay: a tree of bools shaped like the
         params (or a prefix of it), or a function of the params returning one;
         ``None`` decays every leaf.
-      cautious_weight_decay: apply the weight decay only where the update and
-        the param agree in sign (Cautious Weight Decay, Chen et al., 2025; see
-        :func:`functrain.add_decayed_weights`); default ``False``.
+      <shared: cautious_weight_decay>
 
     Returns:
       A ``GradientTransformation``; its state is the tuple of the chained

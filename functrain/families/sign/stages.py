@@ -18,6 +18,7 @@ from functrain.engine.protocol import EmptyState, GradientTransformation
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import count_only, zero_count
 from functrain.engine.program import stage_transform
+from functrain.docstrings import shared_args
 
 Array = jax.Array
 
@@ -82,6 +83,7 @@ class ScaleByRpropState(NamedTuple):
 
 
 @hyperparameters(b1="number", b2="number", smooth_beta="number")
+@shared_args()
 def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = None, *,
                   mode: Literal["hard", "smooth", "refined"] = "hard",
                   smooth_beta: float = 1.0) -> GradientTransformation:
@@ -96,7 +98,7 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Optional[Any] = N
       b1: weight of the momentum in the interpolation whose sign is the update,
         in ``[0, 1)``.
       b2: decay rate of the momentum ``mu``, in ``[0, 1)``.
-      mu_dtype: storage dtype of ``mu``; ``None`` keeps each parameter's dtype.
+      <shared: mu_dtype>
       mode: (keyword only, as optax) how the interpolation ``x = (1-b1) g + b1 mu``
         becomes the update: ``'hard'`` (default, the paper's rule) ``sign(x)``; ``'smooth'``
         ``tanh(smooth_beta x)``; ``'refined'`` ``x`` where ``|x| < 1`` and
