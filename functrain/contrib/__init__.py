@@ -38,7 +38,8 @@ from functrain.families.low_rank.galore import (GaLoreDimensionNumbers, GaLoreSt
 from functrain.families.rms.madgrad import MadgradState, madgrad, scale_by_madgrad
 from functrain.families.parameter_free.mechanic import MechanicState, mechanize
 from functrain.families.parameter_free.momo import MomoAdamState, MomoState, momo, momo_adam
-from functrain.families.muon.muon import MuonDimensionNumbers, MuonState, muon, scale_by_muon
+from functrain.families.muon.muon import MuonState, muon, scale_by_muon
+from functrain.matrix.dimension_numbers import MuonDimensionNumbers
 from functrain.families.modifiers.normalize import NormalizeState, normalize
 from functrain.families.parameter_free.parameter_free import (DAdaptAdamWState, DoGState, DoWGState,
                                                               ProdigyState, dadapt_adamw, dog, dowg,

@@ -23,7 +23,7 @@ the tree, they are:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -33,13 +33,36 @@ from functrain import tree as ft
 
 Array = jax.Array
 
-__all__ = ["DIMS_FIELDS", "is_dims", "dims_key", "check_dims_type", "check_dimension_numbers",
+__all__ = ["MuonDimensionNumbers", "DIMS_FIELDS", "is_dims", "dims_key", "check_dims_type", "check_dimension_numbers",
            "leaf_axes", "dims_of_slots", "entries_per_slot", "dims_of_leaves", "MatrixView",
            "matrix_view", "LayerView", "layer_view", "layer_views", "to_layers", "from_layers",
            "stacked_shape", "stacked_view"]
 
 #: The fields of dimension numbers (``MuonDimensionNumbers``, optax's alike).
 DIMS_FIELDS = ("reduction_axis", "output_axis")
+
+
+class MuonDimensionNumbers(NamedTuple):
+    """Which axes of a weight form the matrix Muon orthogonalizes.
+
+    A weight used as ``x @ W = y`` contracts its reduction axes with the input
+    and produces its output axes: the matrix is (product of the reduction
+    axes' sizes) x (product of the output axes' sizes). Every other axis is a
+    batch axis: each of its entries is a separate matrix, orthogonalized
+    independently (scan-stacked layers ``(L, m, n)``: ``MuonDimensionNumbers(-2,
+    -1)`` treats the ``L`` layers apart). Negative axes count from the end.
+    A conv kernel ``(kh, kw, cin, cout)`` is ``MuonDimensionNumbers((0, 1, 2), 3)``.
+
+    Attributes:
+      reduction_axis: an axis or a sequence of axes (default 0).
+      output_axis: an axis or a sequence of axes (default 1).
+
+    >>> MuonDimensionNumbers((0, 1, 2), 3)
+    MuonDimensionNumbers(reduction_axis=(0, 1, 2), output_axis=3)
+    """
+
+    reduction_axis: Union[Sequence[int], int] = 0
+    output_axis: Union[Sequence[int], int] = 1
 
 
 def _axes(axes: Any) -> Optional[tuple]:

@@ -30,13 +30,13 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_nonnegative, check_positive, check_range,
                                   check_state_type, state_mismatch_error)
 from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
-from functrain.families.muon.muon import MuonDimensionNumbers
+from functrain.matrix.dimension_numbers import (MuonDimensionNumbers, dims_of_slots, is_dims,
+                                                leaf_axes, matrix_view)
 from functrain.engine.program import chain, leaf_compute_dtype, state_compute_dtype
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)
 from functrain.engine.stage import as_array
 from functrain.engine.counts import BiasCorrections, corrections
-from functrain.matrix.dimension_numbers import dims_of_slots, is_dims, leaf_axes, matrix_view
 from functrain.numerics import abs_sq, adam_direction, ema_update
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 from functrain.docstrings import shared_args

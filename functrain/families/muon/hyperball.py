@@ -28,15 +28,15 @@ import jax.numpy as jnp
 
 from functrain.arg_checks import check_betas, check_nonnegative
 from functrain.declarations import declare_optimizer, hyperparameters
-from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, per_dims,
-                                          resolve_coeffs, scale_by_muon, split_muon_adam)
+from functrain.families.muon.muon import (check_options, per_dims, resolve_coeffs, scale_by_muon,
+                                          split_muon_adam)
+from functrain.matrix.dimension_numbers import MuonDimensionNumbers, leaf_axes
 from functrain.engine.program import chain
 from functrain.engine.protocol import GradientTransformation, ScalarOrSchedule
 from functrain.engine.stage import LeafChecks, LeafStage
 from functrain.engine.counts import safe_increment, zero_count
 from functrain.families.adam.optimizers import adamw
 from functrain.families.adam.stages import scale_by_adam
-from functrain.matrix.dimension_numbers import leaf_axes
 
 Array = jax.Array
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +32,9 @@ from functrain.declarations import declare_optimizer, hyperparameters, state_val
 from functrain import jax_compat, tree as ft
 from functrain.numerics import ema_update, nesterov_mu_hat
 from functrain.families.adam.optimizers import adamw
-from functrain.matrix.dimension_numbers import (check_dims_type, dims_key, dims_of_leaves,
-                                                dims_of_slots, is_dims, leaf_axes, matrix_view)
+from functrain.matrix.dimension_numbers import (MuonDimensionNumbers, check_dims_type, dims_key,
+                                                dims_of_leaves, dims_of_slots, is_dims, leaf_axes,
+                                                matrix_view)
 from functrain.engine.counts import corrections
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)
@@ -49,29 +50,6 @@ Array = jax.Array
 NsCoeffs = Any
 
 _STANDARD_NS_COEFFS = tuple(newton_schulz_coefficients("standard")[0].tolist())
-
-
-class MuonDimensionNumbers(NamedTuple):
-    """Which axes of a weight form the matrix Muon orthogonalizes.
-
-    A weight used as ``x @ W = y`` contracts its reduction axes with the input
-    and produces its output axes: the matrix is (product of the reduction
-    axes' sizes) x (product of the output axes' sizes). Every other axis is a
-    batch axis: each of its entries is a separate matrix, orthogonalized
-    independently (scan-stacked layers ``(L, m, n)``: ``MuonDimensionNumbers(-2,
-    -1)`` treats the ``L`` layers apart). Negative axes count from the end.
-    A conv kernel ``(kh, kw, cin, cout)`` is ``MuonDimensionNumbers((0, 1, 2), 3)``.
-
-    Attributes:
-      reduction_axis: an axis or a sequence of axes (default 0).
-      output_axis: an axis or a sequence of axes (default 1).
-
-    >>> MuonDimensionNumbers((0, 1, 2), 3)
-    MuonDimensionNumbers(reduction_axis=(0, 1, 2), output_axis=3)
-    """
-
-    reduction_axis: Union[Sequence[int], int] = 0
-    output_axis: Union[Sequence[int], int] = 1
 
 
 @state_value_kinds(mu="signed")

@@ -21,10 +21,10 @@ import jax.numpy as jnp
 from functrain import tree as ft
 from functrain.arg_checks import check_betas, check_nonnegative, check_range, check_state_type
 from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
-from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, in_compute_dtype,
-                                          orthogonalize_tree, per_dims, resolve_coeffs,
-                                          scale_by_shape, muon_family)
-from functrain.matrix.dimension_numbers import (dims_of_leaves, is_dims, leaf_axes)
+from functrain.families.muon.muon import (check_options, in_compute_dtype, orthogonalize_tree,
+                                          per_dims, resolve_coeffs, scale_by_shape, muon_family)
+from functrain.matrix.dimension_numbers import (MuonDimensionNumbers, dims_of_leaves, is_dims,
+                                                leaf_axes)
 from functrain.numerics import abs_sq, ema_update
 from functrain.families.adam.optimizers import adamw
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,

@@ -54,13 +54,13 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_bools, check_hyperparameter, check_nonnegative,
                                   check_positive, check_range, check_state_type)
 from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
-from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, in_compute_dtype,
-                                          orthogonalize_tree, resolve_coeffs)
+from functrain.families.muon.muon import (check_options, in_compute_dtype, orthogonalize_tree,
+                                          resolve_coeffs)
+from functrain.matrix.dimension_numbers import (MuonDimensionNumbers, check_dimension_numbers,
+                                                dims_of_slots, entries_per_slot, leaf_axes)
 from functrain.engine.program import chain, stage_transform
 from functrain.engine.protocol import GradientTransformation, Params, ScalarOrSchedule, Updates
 from functrain.engine.stage import LeafStage
-from functrain.matrix.dimension_numbers import (check_dimension_numbers, dims_of_slots,
-                                                entries_per_slot, leaf_axes)
 from functrain.numerics import abs_sq
 from functrain.transforms.scaling import add_decayed_weights, scale_by_learning_rate
 

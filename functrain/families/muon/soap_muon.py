@@ -33,17 +33,18 @@ from functrain import tree as ft
 from functrain.arg_checks import (check_betas, check_bools, check_nonnegative, check_range,
                                   check_state_type)
 from functrain.declarations import declare_optimizer, hyperparameters, state_value_kinds
-from functrain.families.muon.muon import (MuonDimensionNumbers, check_options, muon_family,
-                                          orthogonalize_tree, resolve_coeffs, scale_by_shape)
+from functrain.families.muon.muon import (check_options, muon_family, orthogonalize_tree,
+                                          resolve_coeffs, scale_by_shape)
+from functrain.matrix.dimension_numbers import (LayerView, MuonDimensionNumbers,
+                                                check_dimension_numbers, dims_of_leaves,
+                                                from_layers, layer_view, leaf_axes, stacked_shape,
+                                                to_layers)
 from functrain.engine.program import leaf_compute_dtype, state_compute_dtype
 from functrain.engine.protocol import (GradientTransformation, MaskOrFn, Params, ScalarOrSchedule,
                                        Updates)
 from functrain.engine.counts import safe_increment
 from functrain.families.adam.optimizers import adamw
 from functrain.matrix.blocks import map_by_shape
-from functrain.matrix.dimension_numbers import (LayerView, check_dimension_numbers,
-                                                dims_of_leaves, from_layers, layer_view,
-                                                leaf_axes, stacked_shape, to_layers)
 from functrain.matrix.eigenbases import flatten_eigenbasis_inputs, gram, refresh_bases, rotate
 from functrain.numerics import ema_update
 from functrain.docstrings import shared_args
