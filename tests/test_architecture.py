@@ -73,6 +73,7 @@ The modules "beside the stack" (L0_beside) use only the L0 core (and ``code_arit
   and a module imports from another family only if that one comes earlier; a family's stage
   modules import no other family; no module imports itself back through others (a cycle).
 * (d) No file is over 650 lines, except those in ``LONG_FILES`` with a reason.
+* (e) docs/design.md's seven concepts name seven files, each defining what its concept names.
 
 Each failure names the file and the offending import or name.
 """
@@ -82,6 +83,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import pathlib
+import re
 from typing import Callable
 
 import pytest
@@ -590,3 +592,52 @@ def test_no_file_over_650_lines():
     stale = [name for name in LONG_FILES if long.get(name, 0) <= MAX_LINES]
     assert not stale, f"LONG_FILES lists files that are not long (any more): {stale}"
     assert all(reason.strip() for reason in LONG_FILES.values())
+
+
+# --------------------------------------------------------------------------
+# (e) docs/design.md's concepts are the code's: one file each, holding what it names
+# --------------------------------------------------------------------------
+
+CONCEPT = re.compile(r"^\d+\. \*\*(.+?)\*\* \(\[`(.+?)`\]", re.MULTILINE)
+# What each concept's file must define (besides the names the list itself puts in backticks).
+CONCEPT_NAMES = {"engine/counts.py": {"corrections", "safe_increment", "zero_count"},
+                 "engine/dtypes.py": {"leaf_compute_dtype", "state_compute_dtype"},
+                 "declarations.py": {"declare_optimizer", "hyperparameters",
+                                     "state_value_kinds", "builder_record"}}
+
+
+def defined_names(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | {
+        t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+        if isinstance(t, ast.Name)}
+
+
+def concept_problems(text: str) -> list[str]:
+    """Where design.md's numbered concept list and the package disagree."""
+    section = text[text.index("## Seven concepts"):text.index("## The layers")]
+    concepts = CONCEPT.findall(section)
+    problems = [] if len(concepts) == 7 else [f"{len(concepts)} concepts listed, not 7"]
+    files = [f for _, f in concepts]
+    if len(set(files)) != len(files):
+        problems.append(f"two concepts share a file: {files}")
+    for title, file in concepts:
+        path = PACKAGE / file
+        if not path.is_file():
+            problems.append(f"{title}: no file functrain/{file}")
+            continue
+        wanted = set(re.findall(r"`(\w+)`", title)) | CONCEPT_NAMES.get(file, set())
+        missing = wanted - defined_names(path)
+        if missing:
+            problems.append(f"{title}: functrain/{file} does not define {sorted(missing)}")
+    return problems
+
+
+def test_design_md_concepts_are_the_packages_files():
+    text = (ROOT / "docs" / "design.md").read_text()
+    problems = concept_problems(text)
+    assert not problems, "docs/design.md's concept list is stale:\n  " + "\n  ".join(problems)
+    planted = text.replace("[`engine/stage.py`]", "[`engine/protocol.py`]", 1)
+    assert any("share a file" in p for p in concept_problems(planted))
+    planted = text.replace("**`StateIO`**", "**`StateReader`**", 1)
+    assert any("StateReader" in p for p in concept_problems(planted))
