@@ -1,6 +1,7 @@
 """Every optimizer the tests know, declared once: ``REGISTRY`` (name -> :class:`Optimizer`).
 
-One record per public optimizer of ``functrain`` (those declared ``optax="core"``) and of ``functrain.contrib`` (its public functions
+One record per public optimizer of ``functrain`` (the named optimizers of the family modules,
+``functrain/families/``) and of ``functrain.contrib`` (its public functions
 that return a transformation, less the building blocks in ``NOT_OPTIMIZERS``);
 ``tests/test_registry.py`` fails, naming it, when one has no record. Each record
 says how to build the optimizer from a module ``m`` (``functrain``, or ``optax``
@@ -31,7 +32,9 @@ it cannot pass. A builder whose required arguments the default cannot fill (anyt
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 from typing import Any, Callable, Mapping, Optional
 
 import jax
@@ -186,7 +189,7 @@ def warmup(start: float, end: float, steps: int = 100) -> Callable:
 
 
 # --------------------------------------------------------------------------
-# functrain/families/*/optimizers.py: optax's core optimizers (parity: tests/parity/)
+# optax's core optimizers, from the family modules (parity: tests/parity/)
 # --------------------------------------------------------------------------
 
 M = matrices_only
@@ -271,7 +274,7 @@ del M
 # --------------------------------------------------------------------------
 
 def _contrib(name: str, args: Optional[dict] = None, **fields: Any) -> None:
-    assert DECLARED[name].contrib, f"{name} is not declared in functrain/contrib/"
+    assert DECLARED[name].contrib, f"{name} is not declared as one of functrain.contrib's"
     _add(name, args, **fields)
 
 
@@ -627,13 +630,24 @@ NOT_OPTIMIZERS = {
 
 def optimizer_functions(module: Any = None) -> dict:
     """name -> function for the public functions defined in ``module`` (a family's module of
-    named optimizers); by default every optimizer declared ``optax="core"`` (optax's core
-    named optimizers, public as ``functrain.<name>``), wherever its family defines it."""
-    if module is None:
-        return {name: d.function for name, d in DECLARED.items() if not d.contrib}
-    return {name: obj for name, obj in vars(module).items()
-            if inspect.isfunction(obj) and obj.__module__ == module.__name__
-            and not name.startswith("_")}
+    named optimizers); by default optax's core optimizers, found in the package: every public
+    function of a module of ``functrain/families/`` that ``functrain`` exports (and
+    ``functrain.contrib`` does not) and that returns a transformation, less ``scale_by_*``."""
+    if module is not None:
+        return {name: obj for name, obj in vars(module).items()
+                if inspect.isfunction(obj) and obj.__module__ == module.__name__
+                and not name.startswith("_")}
+    import functrain.contrib
+    import functrain.families
+    found = {}
+    for info in pkgutil.walk_packages(functrain.families.__path__, "functrain.families."):
+        for name, obj in optimizer_functions(importlib.import_module(info.name)).items():
+            if (getattr(functrain, name, None) is obj and not name.startswith("scale_by_")
+                    and getattr(functrain.contrib, name, None) is not obj
+                    and "GradientTransformation" in str(
+                        inspect.signature(obj).return_annotation)):
+                found[name] = obj
+    return found
 
 
 def optimizer_names(module: Any) -> list:

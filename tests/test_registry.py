@@ -22,8 +22,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_every_optimizer_has_exactly_one_record():
-    """Every public function of functrain/families/*/optimizers.py and every optimizer of
-    functrain.contrib (found in the package) has a record, and every record names one."""
+    """Every named optimizer of the family modules that functrain exports and every optimizer
+    of functrain.contrib (found in the package) has a record, and every record names one."""
     core, contrib = registry.optimizer_functions(), registry.contrib_functions()
     assert len(core) >= 30 and len(contrib) >= 28, (sorted(core), sorted(contrib))
     assert not set(core) & set(contrib), sorted(set(core) & set(contrib))
