@@ -155,7 +155,7 @@ def run_block(stages: Sequence[LeafStage], updates: Updates, states: Sequence[Op
       before any array math.
 
     >>> import jax.numpy as jnp
-    >>> from functrain.engine.protocol import LeafStage
+    >>> from functrain.engine.stage import LeafStage
     >>> neg = LeafStage(name='neg', update_leaf=lambda g, s, p, c: (-g, ()))
     >>> run_block([neg, neg], {'w': jnp.ones(1)}, [(), ()], None)[0]
     {'w': Array([1.], dtype=float32)}

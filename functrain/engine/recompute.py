@@ -227,7 +227,7 @@ def input_for_norm(prefix: Sequence[Any], ctxs: Sequence[Any], ran: list, x0: ja
       is no constant to make opaque (nothing would change).
 
     >>> import jax.numpy as jnp
-    >>> from functrain.engine.protocol import LeafStage
+    >>> from functrain.engine.stage import LeafStage
     >>> shift = LeafStage(name='shift', update_leaf=lambda g, s, p, c: (g + 0.5, ()))
     >>> input_for_norm([shift], [None], [((), ())], jnp.ones(2), None, {})
     Array([1.5, 1.5], dtype=float32)
