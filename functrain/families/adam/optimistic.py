@@ -47,11 +47,9 @@ def optimistic_adam(learning_rate: float, optimism: Optional[float] = None, b1: 
       learning_rate: the step size, a number (not a schedule).
       optimism: the weight ``o`` of the correction ``r_t - r_{t-1}``; ``None``
         (the default) uses ``learning_rate``, as in the paper.
-      b1: decay rate of Adam's first moment, in ``[0, 1)``.
-      b2: decay rate of Adam's second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root, ``>= 0``.
-      <shared: mu_dtype>
+      <shared: eps_root, mu_dtype>
       nesterov: use Nesterov momentum (NAdam's first moment); default ``True``.
 
     Returns:
@@ -103,11 +101,9 @@ def optimistic_adam_v2(learning_rate: ScalarOrSchedule, *, alpha: float = 1.0,
       alpha: the weight of the current direction in optimistic gradient
         descent (keyword only).
       beta: the weight of the correction ``r_t - r_{t-1}`` (keyword only).
-      b1: decay rate of Adam's first moment, in ``[0, 1)``.
-      b2: decay rate of Adam's second moment, in ``[0, 1)``.
+      <shared: b1, b2>
       eps: added to ``sqrt(v_hat)`` in the denominator, ``>= 0``.
-      eps_root: added to ``v_hat`` inside the square root, ``>= 0``.
-      <shared: mu_dtype>
+      <shared: eps_root, mu_dtype>
       nesterov: use Nesterov momentum (NAdam's first moment); default ``True``.
 
     Returns:
