@@ -214,26 +214,32 @@ def family_title(family: str) -> str:
     return re.split(r":|\.(?:\s|$)", " ".join(doc.split()), maxsplit=1)[0].strip()
 
 
+def names_by_family(optax: str) -> dict[str, list[str]]:
+    """family -> the names of its optimizers declared ``optax=optax`` (a family's
+    ``optimizers.py`` first, then by module and line), for the families holding any, in
+    ``functrain.families.ORDER``."""
+    ordered = sorted((d for d in OPTIMIZERS.values() if d.optax == optax),
+                     key=lambda d: (not d.module.endswith(".optimizers"), *_where(d)))
+    found = {family: [d.name for d in ordered if d.module.split(".")[2] == family]
+             for family in functrain.families.ORDER}
+    return {family: names for family, names in found.items() if names}
+
+
+def _names_cell(names: list[str]) -> str:
+    return md_cell(", ".join(f"`{n}`" for n in names))
+
+
 def readme_table() -> str:
     """The README's table of optax.contrib's optimizers, one row per family."""
-    rows = ["| family | names |", "|---|---|"]
-    for family in functrain.families.ORDER:
-        names = [d.name for d in sorted(OPTIMIZERS.values(), key=_where)
-                 if d.optax == "contrib" and d.module.split(".")[2] == family]
-        if names:
-            rows.append(f"| {md_cell(family_title(family))} | "
-                        f"{md_cell(', '.join(f'`{n}`' for n in names))} |")
-    return "\n".join(rows) + "\n"
+    rows = [f"| {md_cell(family_title(family))} | {_names_cell(names)} |"
+            for family, names in names_by_family("contrib").items()]
+    return "\n".join(["| family | names |", "|---|---|", *rows]) + "\n"
 
 
 def core_row() -> str:
     """The README's row of optax's core optimizers (``functrain.<name>``), by family."""
-    def where(d: Declared) -> tuple:  # a family's optimizers.py first
-        return (not d.module.endswith(".optimizers"), *_where(d))
-    names = [d.name for family in functrain.families.ORDER
-             for d in sorted(OPTIMIZERS.values(), key=where)
-             if d.optax == "core" and d.module.split(".")[2] == family]
-    return f"| optimizers | {md_cell(', '.join(f'`{n}`' for n in names))} |"
+    names = [n for names in names_by_family("core").values() for n in names]
+    return f"| optimizers | {_names_cell(names)} |"
 
 
 def render_readme(text: str) -> str:

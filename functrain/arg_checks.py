@@ -22,7 +22,7 @@ import numpy as np
 __all__ = ["concrete_real", "check_range", "check_betas", "check_momentum", "check_bools",
            "check_nonnegative", "check_positive", "check_hyperparameter", "KINDS",
            "check_transformation", "check_state_type", "needs_params_error",
-           "MissingArgumentError", "missing_argument_error",
+           "MissingArgumentError", "missing_argument_error", "is_transformation",
            "state_mismatch_error", "sorted_labels"]
 
 
@@ -263,6 +263,22 @@ def check_positive(owner: str, **values: Any) -> None:
 # Inner transformations and states
 # --------------------------------------------------------------------------
 
+def is_transformation(x: Any) -> bool:
+    """Whether ``x`` has callable ``init`` and ``update`` (a transformation, optax's too).
+
+    Args:
+      x: anything.
+
+    Returns:
+      ``True`` for a ``GradientTransformation`` or any object shaped like one.
+
+    >>> import functrain
+    >>> is_transformation(functrain.adam(0.1)), is_transformation(0.1)
+    (True, False)
+    """
+    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
+
+
 def check_transformation(tx: Any, owner: str, what: str = "inner") -> None:
     """Raise ``TypeError`` unless ``tx`` has callable ``init`` and ``update``.
 
@@ -279,7 +295,7 @@ def check_transformation(tx: Any, owner: str, what: str = "inner") -> None:
     ...
     TypeError: masked: inner is a int, not a GradientTransformation (an object with init and update).
     """
-    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+    if not is_transformation(tx):
         raise TypeError(f"{owner}: {what} is a {type(tx).__name__}, not a "
                         f"GradientTransformation (an object with init and update).")
 

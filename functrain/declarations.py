@@ -33,12 +33,12 @@ import inspect
 import weakref
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
-from functrain.arg_checks import KINDS as ARGUMENT_KINDS, check_hyperparameter
+from functrain.arg_checks import KINDS as ARGUMENT_KINDS, check_hyperparameter, is_transformation
 
 __all__ = ["GROUPS", "OPTAX", "KINDS", "Declared", "OPTIMIZERS", "STATE_VALUE_KINDS",
            "declare_optimizer", "state_value_kinds", "value_kinds_of", "declared_state_classes",
            "hyperparameters", "BuilderRecord", "record_builder", "record_parts",
-           "record_reader", "builder_record", "is_transformation"]
+           "record_reader", "builder_record"]
 
 #: docs group -> (its API page under docs/api/, its section heading in docs/optimizers.md).
 GROUPS: dict[str, tuple[str, str]] = {
@@ -346,22 +346,6 @@ class BuilderRecord(NamedTuple):
 
 # anchor (see _anchor) -> BuilderRecord; weak, so a record lives as long as its transformation.
 _RECORDS: "weakref.WeakKeyDictionary[Any, BuilderRecord]" = weakref.WeakKeyDictionary()
-
-
-def is_transformation(x: Any) -> bool:
-    """Whether ``x`` has callable ``init`` and ``update`` (a transformation, optax's too).
-
-    Args:
-      x: anything.
-
-    Returns:
-      ``True`` for a ``GradientTransformation`` or any object shaped like one.
-
-    >>> import functrain
-    >>> is_transformation(functrain.adam(0.1)), is_transformation(0.1)
-    (True, False)
-    """
-    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
 
 
 def _anchor(tx: Any) -> Any:

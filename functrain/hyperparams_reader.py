@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 
 from functrain import tree as ft
-from functrain.declarations import builder_record, is_transformation
+from functrain.arg_checks import is_transformation
+from functrain.declarations import builder_record
 
 __all__ = ["current_hyperparams"]
 

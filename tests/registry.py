@@ -628,11 +628,19 @@ NOT_OPTIMIZERS = {
 }
 
 
+def is_named_optimizer(name: str, obj: Any) -> bool:
+    """Whether a public name is a named optimizer: a function whose return annotation is a
+    transformation, less ``scale_by_*`` (building blocks) and ``NOT_OPTIMIZERS``."""
+    return (inspect.isfunction(obj) and not name.startswith(("_", "scale_by_"))
+            and name not in NOT_OPTIMIZERS
+            and "GradientTransformation" in str(inspect.signature(obj).return_annotation))
+
+
 def optimizer_functions(module: Any = None) -> dict:
     """name -> function for the public functions defined in ``module`` (a family's module of
-    named optimizers); by default optax's core optimizers, found in the package: every public
-    function of a module of ``functrain/families/`` that ``functrain`` exports (and
-    ``functrain.contrib`` does not) and that returns a transformation, less ``scale_by_*``."""
+    named optimizers); by default optax's core optimizers, found in the package: every named
+    optimizer (:func:`is_named_optimizer`) of a module of ``functrain/families/`` that
+    ``functrain`` exports and ``functrain.contrib`` does not."""
     if module is not None:
         return {name: obj for name, obj in vars(module).items()
                 if inspect.isfunction(obj) and obj.__module__ == module.__name__
@@ -642,10 +650,8 @@ def optimizer_functions(module: Any = None) -> dict:
     found = {}
     for info in pkgutil.walk_packages(functrain.families.__path__, "functrain.families."):
         for name, obj in optimizer_functions(importlib.import_module(info.name)).items():
-            if (getattr(functrain, name, None) is obj and not name.startswith("scale_by_")
-                    and getattr(functrain.contrib, name, None) is not obj
-                    and "GradientTransformation" in str(
-                        inspect.signature(obj).return_annotation)):
+            if (getattr(functrain, name, None) is obj and is_named_optimizer(name, obj)
+                    and getattr(functrain.contrib, name, None) is not obj):
                 found[name] = obj
     return found
 
@@ -655,19 +661,12 @@ def optimizer_names(module: Any) -> list:
     return sorted(optimizer_functions(module))
 
 
-def contrib_functions() -> dict:
-    """name -> function for the optimizers of ``functrain.contrib``: its public functions
-    whose return annotation is a transformation, less ``scale_by_*`` and ``NOT_OPTIMIZERS``."""
-    import functrain.contrib as contrib
-    found = {}
-    for name, obj in vars(contrib).items():
-        if name.startswith("_") or not inspect.isfunction(obj):
-            continue
-        returns = str(inspect.signature(obj).return_annotation)
-        if ("GradientTransformation" in returns and not name.startswith("scale_by_")
-                and name not in NOT_OPTIMIZERS):
-            found[name] = obj
-    return found
+def contrib_functions(face: Any = None) -> dict:
+    """name -> function for the optimizers of ``functrain.contrib`` (or of ``face``, a
+    stand-in for it): its named optimizers (:func:`is_named_optimizer`)."""
+    if face is None:
+        import functrain.contrib as face
+    return {name: obj for name, obj in vars(face).items() if is_named_optimizer(name, obj)}
 
 
 def names(*, contrib: Optional[bool] = None, without: str = "") -> list:

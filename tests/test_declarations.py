@@ -64,12 +64,9 @@ def face_problems(contrib_face: object, top: object) -> list[str]:
                             f"{'functrain.contrib' if d.contrib else 'functrain'}.{name}")
         if not d.contrib and getattr(contrib_face, name, None) is not None:
             problems.append(f"functrain.contrib.{name}: {name} is optax's core optimizer")
-    for name, obj in sorted(vars(contrib_face).items()):
-        if (inspect.isfunction(obj) and not name.startswith(("_", "scale_by_"))
-                and "GradientTransformation" in str(inspect.signature(obj).return_annotation)
-                and name not in DECLARED and name not in registry.NOT_OPTIMIZERS):
-            problems.append(f"functrain.contrib.{name} returns a transformation but is no "
-                            f"declared optimizer (@declare_optimizer where it is defined)")
+    for name in sorted(set(registry.contrib_functions(contrib_face)) - set(DECLARED)):
+        problems.append(f"functrain.contrib.{name} returns a transformation but is no "
+                        f"declared optimizer (@declare_optimizer where it is defined)")
     return problems
 
 
